@@ -1,0 +1,224 @@
+//! Multi-call dispatch: picks a mode from the basename of argv[0] or from the
+//! first argument, before any other start-up work (no runtime, no logging),
+//! so the sandbox and helper paths stay fast and single-threaded.
+
+use std::ffi::{OsStr, OsString};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// argv[0] basename that selects the exec-server.
+pub const EXEC_SERVER_ARG0: &str = "codex-exec-server";
+/// argv[0] basename that selects the Linux sandbox helper.
+pub const LINUX_SANDBOX_ARG0: &str = "codex-linux-sandbox";
+/// argv[0] basename that selects the built-in bubblewrap.
+pub const BWRAP_ARG0: &str = "bwrap";
+/// argv[0] basename that selects the filesystem helper.
+pub const FS_HELPER_ARG0: &str = "codex-fs-helper";
+/// argv[1] that selects the filesystem helper (the reference's hidden flag).
+pub const FS_HELPER_ARG1: &str = "--codex-run-as-fs-helper";
+
+/// The aliases `install-links` creates, each a symlink to the binary.
+pub const ALIASES: [&str; 4] = [
+    EXEC_SERVER_ARG0,
+    LINUX_SANDBOX_ARG0,
+    BWRAP_ARG0,
+    FS_HELPER_ARG0,
+];
+
+/// One of the binary's modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    ExecServer,
+    LinuxSandbox,
+    Bwrap,
+    FsHelper,
+    Sandbox,
+    Doctor,
+    InstallLinks,
+}
+
+impl Mode {
+    /// The subcommand name (`codexbox <name> …`).
+    pub fn subcommand(self) -> &'static str {
+        match self {
+            Mode::ExecServer => "exec-server",
+            Mode::LinuxSandbox => "linux-sandbox",
+            Mode::Bwrap => "bwrap",
+            Mode::FsHelper => "fs-helper",
+            Mode::Sandbox => "sandbox",
+            Mode::Doctor => "doctor",
+            Mode::InstallLinks => "install-links",
+        }
+    }
+
+    fn from_arg0(arg0: &OsStr) -> Option<Mode> {
+        let name = Path::new(arg0).file_name()?;
+        match name.to_str()? {
+            EXEC_SERVER_ARG0 => Some(Mode::ExecServer),
+            LINUX_SANDBOX_ARG0 => Some(Mode::LinuxSandbox),
+            BWRAP_ARG0 => Some(Mode::Bwrap),
+            FS_HELPER_ARG0 => Some(Mode::FsHelper),
+            _ => None,
+        }
+    }
+
+    fn from_subcommand(arg: &OsStr) -> Option<Mode> {
+        const ALL: [Mode; 7] = [
+            Mode::ExecServer,
+            Mode::LinuxSandbox,
+            Mode::Bwrap,
+            Mode::FsHelper,
+            Mode::Sandbox,
+            Mode::Doctor,
+            Mode::InstallLinks,
+        ];
+        ALL.into_iter().find(|mode| arg == mode.subcommand())
+    }
+}
+
+/// Runs the mode selected by `argv` and returns the process exit code.
+pub fn dispatch(argv: Vec<OsString>) -> i32 {
+    let Some(arg0) = argv.first() else {
+        return run(Mode::Doctor, vec![OsString::from("codexbox")]);
+    };
+    if let Some(mode) = Mode::from_arg0(arg0) {
+        return run(mode, argv);
+    }
+    let Some(first) = argv.get(1) else {
+        print_usage(&mut std::io::stderr());
+        return 2;
+    };
+    if first == FS_HELPER_ARG1 {
+        return run(Mode::FsHelper, mode_argv(Mode::FsHelper, &argv[2..]));
+    }
+    if let Some(mode) = Mode::from_subcommand(first) {
+        return run(mode, mode_argv(mode, &argv[2..]));
+    }
+    match first.to_str() {
+        Some("-h" | "--help" | "help") => {
+            print_usage(&mut std::io::stdout());
+            0
+        }
+        Some("-V" | "--version") => {
+            println!("codexbox {}", env!("CARGO_PKG_VERSION"));
+            0
+        }
+        _ => {
+            eprintln!("codexbox: unknown mode {:?}", first.to_string_lossy());
+            print_usage(&mut std::io::stderr());
+            2
+        }
+    }
+}
+
+/// argv for a mode reached through a subcommand: its display name, then the rest.
+fn mode_argv(mode: Mode, rest: &[OsString]) -> Vec<OsString> {
+    let mut argv = Vec::with_capacity(rest.len() + 1);
+    argv.push(OsString::from(format!("codexbox {}", mode.subcommand())));
+    argv.extend_from_slice(rest);
+    argv
+}
+
+fn run(mode: Mode, argv: Vec<OsString>) -> i32 {
+    match mode {
+        Mode::ExecServer => crate::server::cli::main(argv),
+        Mode::LinuxSandbox => crate::sandbox::cli::main(argv),
+        Mode::Bwrap => crate::bwrap::main(argv),
+        Mode::FsHelper => crate::fs_helper::main(argv),
+        Mode::Sandbox => crate::sandbox::debug::main(argv),
+        Mode::Doctor => crate::sandbox::doctor::main(argv),
+        Mode::InstallLinks => install_links_main(argv),
+    }
+}
+
+fn print_usage(out: &mut dyn Write) {
+    let _ = write!(
+        out,
+        "\
+codexbox {version}: run commands and touch files on this machine, safely and remotely.
+
+Usage: codexbox <MODE> [ARGS]...
+
+Modes:
+  exec-server    JSON-RPC server for processes and files (also: codex-exec-server)
+  linux-sandbox  run one command inside the Linux sandbox (also: codex-linux-sandbox)
+  bwrap          built-in bubblewrap-compatible launcher (also: bwrap)
+  fs-helper      sandboxed filesystem worker over stdin/stdout (also: codex-fs-helper)
+  sandbox        run a command the way the server would sandbox it
+  doctor         report what this host supports for sandboxing, and why
+  install-links  create the alias symlinks in a directory
+
+Run `codexbox <MODE> --help` for the options of a mode.
+",
+        version = env!("CARGO_PKG_VERSION")
+    );
+}
+
+/// `codexbox install-links [--force] DIR`: busybox `--install -s` style aliases.
+fn install_links_main(argv: Vec<OsString>) -> i32 {
+    let mut force = false;
+    let mut dir: Option<PathBuf> = None;
+    for arg in argv.iter().skip(1) {
+        match arg.to_str() {
+            Some("-h" | "--help") => {
+                println!(
+                    "Usage: codexbox install-links [--force] DIR\n\n\
+                     Creates the symlinks {} in DIR, pointing at this binary.\n\
+                     --force replaces existing entries of those names.",
+                    ALIASES.join(", ")
+                );
+                return 0;
+            }
+            Some("-f" | "--force") => force = true,
+            _ if dir.is_none() => dir = Some(PathBuf::from(arg)),
+            _ => {
+                eprintln!(
+                    "codexbox install-links: unexpected argument {:?}",
+                    arg.to_string_lossy()
+                );
+                return 2;
+            }
+        }
+    }
+    let Some(dir) = dir else {
+        eprintln!(
+            "codexbox install-links: missing DIR (usage: codexbox install-links [--force] DIR)"
+        );
+        return 2;
+    };
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(err) => {
+            eprintln!("codexbox install-links: cannot locate this executable: {err}");
+            return 1;
+        }
+    };
+    if let Err(err) = std::fs::create_dir_all(&dir) {
+        eprintln!(
+            "codexbox install-links: cannot create {}: {err}",
+            dir.display()
+        );
+        return 1;
+    }
+    for alias in ALIASES {
+        let link = dir.join(alias);
+        if force && link.symlink_metadata().is_ok() {
+            if let Err(err) = std::fs::remove_file(&link) {
+                eprintln!(
+                    "codexbox install-links: cannot replace {}: {err}",
+                    link.display()
+                );
+                return 1;
+            }
+        }
+        if let Err(err) = std::os::unix::fs::symlink(&exe, &link) {
+            eprintln!(
+                "codexbox install-links: cannot create {}: {err}",
+                link.display()
+            );
+            return 1;
+        }
+        println!("{} -> {}", link.display(), exe.display());
+    }
+    0
+}

@@ -1,0 +1,1 @@
+//! `ExecServerClient`: an async Rust client for the exec-server.

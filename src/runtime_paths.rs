@@ -1,0 +1,51 @@
+//! Where the running binary lives, and how it re-executes itself in another
+//! mode (the sandbox helper, the filesystem helper). No helper symlink
+//! directory is needed: argv[0] is set on the spawned process.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use crate::arg0::{FS_HELPER_ARG0, LINUX_SANDBOX_ARG0};
+
+/// Paths the server needs to spawn its own helper modes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecServerRuntimePaths {
+    /// The codexbox executable itself (absolute).
+    pub codex_self_exe: PathBuf,
+    /// The executable run as `codex-linux-sandbox`; `None` = the same binary.
+    pub codex_linux_sandbox_exe: Option<PathBuf>,
+}
+
+impl ExecServerRuntimePaths {
+    /// The paths of the running binary (`/proc/self/exe`, resolved).
+    pub fn current() -> std::io::Result<Self> {
+        let exe = std::env::current_exe()?;
+        Ok(Self {
+            codex_self_exe: exe,
+            codex_linux_sandbox_exe: None,
+        })
+    }
+
+    /// The executable that runs the Linux sandbox helper.
+    pub fn linux_sandbox_exe(&self) -> &std::path::Path {
+        self.codex_linux_sandbox_exe
+            .as_deref()
+            .unwrap_or(&self.codex_self_exe)
+    }
+
+    /// A command that runs the Linux sandbox helper (argv[0] `codex-linux-sandbox`).
+    pub fn linux_sandbox_command(&self) -> Command {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new(self.linux_sandbox_exe());
+        cmd.arg0(LINUX_SANDBOX_ARG0);
+        cmd
+    }
+
+    /// A command that runs the filesystem helper (argv[0] `codex-fs-helper`).
+    pub fn fs_helper_command(&self) -> Command {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new(&self.codex_self_exe);
+        cmd.arg0(FS_HELPER_ARG0);
+        cmd
+    }
+}

@@ -1,0 +1,8 @@
+//! The `cli` front end of the sandbox.
+use std::ffi::OsString;
+
+/// Entry point of this mode.
+pub fn main(_argv: Vec<OsString>) -> i32 {
+    eprintln!("codexbox: not built yet");
+    1
+}

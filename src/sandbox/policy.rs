@@ -1,0 +1,1 @@
+//! Sandbox policy types (PermissionProfile, FileSystemSandboxPolicy, legacy SandboxPolicy) and their resolution.

@@ -1,0 +1,2 @@
+//! The exec-server: transports, connections, sessions and request handlers.
+pub mod cli;
