@@ -310,6 +310,19 @@ pub fn encode_response(id: &RequestId, result: &Value) -> String {
     to_text(&Response { id, result })
 }
 
+/// `{"id":…,"result":<raw>}` where `raw` is already JSON text (keeps the
+/// result's own key order).
+pub fn encode_response_raw(id: &RequestId, raw_result: &str) -> String {
+    let id = to_text(id);
+    let mut out = String::with_capacity(raw_result.len() + id.len() + 20);
+    out.push_str("{\"id\":");
+    out.push_str(&id);
+    out.push_str(",\"result\":");
+    out.push_str(raw_result);
+    out.push('}');
+    out
+}
+
 /// `{"error":{"code","message"},"id":…}` as compact JSON text.
 pub fn encode_error(id: &RequestId, error: &RpcError) -> String {
     #[derive(Serialize)]
@@ -353,9 +366,8 @@ pub fn decode_params<T: serde::de::DeserializeOwned>(params: Option<Value>) -> R
     let is_empty_object = matches!(&params, Value::Object(o) if o.is_empty());
     match serde_json::from_value::<T>(params) {
         Ok(value) => Ok(value),
-        Err(err) if is_empty_object => {
-            serde_json::from_value::<T>(Value::Null).map_err(|_| RpcError::invalid_params(err.to_string()))
-        }
+        Err(err) if is_empty_object => serde_json::from_value::<T>(Value::Null)
+            .map_err(|_| RpcError::invalid_params(err.to_string())),
         Err(err) => Err(RpcError::invalid_params(err.to_string())),
     }
 }
@@ -430,10 +442,7 @@ mod tests {
         }
         assert!(decode(b"not-json", MAX).is_err());
         assert!(decode(b"[1]", MAX).is_err());
-        assert_eq!(
-            decode(b"{}", MAX).unwrap_err(),
-            EnvelopeError::MissingError
-        );
+        assert_eq!(decode(b"{}", MAX).unwrap_err(), EnvelopeError::MissingError);
         assert!(matches!(
             decode(b"{}", 1),
             Err(EnvelopeError::TooLarge { .. })
