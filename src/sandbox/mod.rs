@@ -3,5 +3,7 @@ pub mod cli;
 pub mod confine;
 pub mod debug;
 pub mod doctor;
+pub mod landlock;
 pub mod policy;
+pub mod probe;
 pub mod seccomp;
