@@ -5,5 +5,7 @@ pub mod confine;
 pub mod debug;
 pub mod doctor;
 pub mod glob;
+pub mod launcher;
 pub mod policy;
 pub mod seccomp;
+pub mod state;
