@@ -180,7 +180,8 @@ fn entry_name(path: &Path) -> String {
     format!("{h:016x}")
 }
 
-struct Lock(File);
+/// Holds the registry flock until dropped (closing the fd releases it).
+struct Lock(#[allow(dead_code, reason = "held for its Drop: closing the fd unlocks")] File);
 
 impl Lock {
     fn take(mounts: &Path) -> Result<Lock, StateError> {
