@@ -1,9 +1,13 @@
 //! The Linux sandbox: policy model, bubblewrap argv, launcher selection, seccomp, Landlock, and the `linux-sandbox`, `sandbox` and `doctor` front ends.
+pub mod bwrap_args;
 pub mod cli;
 pub mod confine;
 pub mod debug;
 pub mod doctor;
+pub mod glob;
 pub mod landlock;
+pub mod launcher;
 pub mod policy;
 pub mod probe;
 pub mod seccomp;
+pub mod state;
