@@ -250,7 +250,10 @@ pub fn drop_capabilities_through(last: u32) -> Result<()> {
             return Err(ConfineError::StillPresent("ambient"));
         }
     }
-    if !privileged_steps_done && any_uid_is_root() {
+    // An empty bounding set already means uid 0 regains nothing on exec
+    // (e.g. bubblewrap ran with `--cap-drop ALL` and took CAP_SETPCAP too).
+    let bounding_empty = (0..=last).all(|cap| matches!(capbset_read(cap), Ok(false)));
+    if !privileged_steps_done && any_uid_is_root() && !bounding_empty {
         return Err(ConfineError::StillPresent(
             "bounding set or securebits unchangeable for a uid 0 process",
         ));
