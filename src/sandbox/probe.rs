@@ -131,6 +131,39 @@ impl HostProbe {
     }
 }
 
+/// The backend `--backend auto` picks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// bubblewrap (user, pid, network namespaces) + seccomp.
+    Bwrap,
+    /// Landlock + seccomp + no_new_privs (no user namespaces here).
+    Landlock,
+    /// Neither: sandboxed commands must be refused.
+    Unavailable,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Bwrap => "bwrap",
+            Backend::Landlock => "landlock",
+            Backend::Unavailable => "none",
+        }
+    }
+}
+
+/// `--backend auto`: bubblewrap when user namespaces work, else Landlock
+/// when the kernel has it, else nothing (the caller fails closed).
+pub fn auto_backend(host: &HostProbe) -> Backend {
+    if host.userns_usable() {
+        Backend::Bwrap
+    } else if host.landlock_abi.is_some() {
+        Backend::Landlock
+    } else {
+        Backend::Unavailable
+    }
+}
+
 /// The cached probe of this host (first call does the work).
 pub fn host() -> &'static HostProbe {
     static PROBE: OnceLock<HostProbe> = OnceLock::new();
