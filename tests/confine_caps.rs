@@ -135,3 +135,31 @@ fn confined_child_gets_a_fresh_session_keyring() {
     });
     assert_eq!(got, 0, "step {got}");
 }
+
+#[test]
+fn unprivileged_caller_is_confined_without_touching_the_bounding_set() {
+    let last = confine::last_cap();
+    let out = exec_after("/bin/cat", &["/proc/self/status"], move || {
+        // Become an ordinary user first (root loses its caps on setresuid).
+        // SAFETY: integer arguments only.
+        if unsafe { libc::setgroups(0, std::ptr::null()) } != 0
+            || unsafe { libc::setresgid(65534, 65534, 65534) } != 0
+            || unsafe { libc::setresuid(65534, 65534, 65534) } != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        confine::join_fresh_session_keyring().map_err(std::io::Error::other)?;
+        confine::set_no_new_privs().map_err(std::io::Error::other)?;
+        confine::drop_capabilities_through(last).map_err(std::io::Error::other)?;
+        Ok(())
+    });
+    assert!(
+        out.status.success(),
+        "confine failed for an unprivileged caller: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(status_field(&status, "CapEff"), Some("0000000000000000"));
+    assert_eq!(status_field(&status, "CapPrm"), Some("0000000000000000"));
+    assert_eq!(status_field(&status, "NoNewPrivs"), Some("1"));
+}

@@ -368,3 +368,61 @@ fn plan_protects_git_by_granting_its_siblings() {
     assert!(plan.unenforced.is_empty(), "{:?}", plan.unenforced);
     let _ = &w.base;
 }
+
+#[test]
+fn local_ipc_and_ordinary_tools_keep_working() {
+    let w = workspace();
+    let mut script = String::new();
+    if Path::new("/usr/bin/python3").exists() {
+        script += &attempt(
+            "asyncio",
+            "/usr/bin/python3 -c 'import asyncio, subprocess\nasync def m():\n    p = await asyncio.create_subprocess_exec(\"true\")\n    await p.wait()\n    r, w = await asyncio.open_unix_connection(sock=__import__(\"socket\").socketpair()[0])\nasyncio.run(m())'",
+        );
+    } else {
+        script += "echo @asyncio=ok; ";
+    }
+    if Path::new("/usr/bin/node").exists() {
+        script += &attempt(
+            "node_spawnsync",
+            "/usr/bin/node -e 'const r=require(\"child_process\").spawnSync(\"true\"); if (r.error || r.status !== 0) process.exit(1)'",
+        );
+    } else {
+        script += "echo @node_spawnsync=ok; ";
+    }
+    // A real repository for `git status` (the fixture's .git is a stub).
+    std::fs::remove_dir_all(w.ws.join(".git")).expect("rm stub .git");
+    let git = |args: &[&str]| {
+        let ok = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .current_dir(&w.ws)
+            .stdout(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        assert!(ok, "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["add", "file.txt"]);
+    git(&["commit", "-q", "-m", "init"]);
+    script += &attempt("git_status", "git status --porcelain | grep -q secret.txt");
+    script += &attempt(
+        "git_commit_blocked_but_status_fine",
+        "! git commit -q -am x >/dev/null 2>&1",
+    );
+    script += &attempt(
+        "pipeline",
+        "seq 1 100 | sort -n -r | head -1 | grep -qx 100",
+    );
+    let got = markers(&w, &profile(&[]), &script);
+    assert_eq!(
+        got,
+        [
+            "asyncio=ok",
+            "node_spawnsync=ok",
+            "git_status=ok",
+            "git_commit_blocked_but_status_fine=ok",
+            "pipeline=ok"
+        ]
+    );
+}

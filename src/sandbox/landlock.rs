@@ -324,9 +324,7 @@ pub fn apply(
         None
     };
 
-    confine::join_fresh_session_keyring()?;
-    confine::drop_all_capabilities()?;
-    confine::set_no_new_privs()?;
+    confine::confine_process()?;
     program.install()?;
 
     let mut report = Report {
