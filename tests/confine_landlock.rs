@@ -273,20 +273,30 @@ fn denied_file_is_unreadable_but_its_siblings_are_not() {
 #[test]
 fn warning_line_names_exactly_the_unenforceable_rules() {
     let w = workspace();
+    // A workspace glob is expanded and enforced; one rooted at `/` is not.
+    std::fs::write(w.ws.join("src/key.pem"), "PRIVATEKEY\n").expect("write");
     let glob = r#"{"path":{"type":"glob_pattern","pattern":"**/*.pem"},"access":"deny"}"#;
+    let root_glob = r#"{"path":{"type":"glob_pattern","pattern":"/**/*.key"},"access":"deny"}"#;
     let out = run(
         &w,
-        &profile(&[glob.to_owned(), deny_path(&w.ws.join("secret.txt"))]),
-        "true",
+        &profile(&[
+            glob.to_owned(),
+            root_glob.to_owned(),
+            deny_path(&w.ws.join("secret.txt")),
+        ]),
+        &attempt("pem", "cat src/key.pem"),
     );
     assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("@pem=denied"), "{stdout}");
+    assert!(!stdout.contains("PRIVATEKEY"), "{stdout}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     let warnings: Vec<&str> = stderr
         .lines()
         .filter(|l| l.starts_with(&format!("{PREFIX}: warning:")))
         .collect();
     let abi = codexbox::sandbox::probe::landlock_abi().expect("landlock abi");
-    let mut expected = vec![format!("deny glob {}/**/*.pem", w.ws.display())];
+    let mut expected = vec!["deny glob /**/*.key (would scan from /)".to_owned()];
     if abi < 3 {
         expected.push("truncation of read-only files (Landlock ABI < 3)".into());
     }
@@ -357,7 +367,7 @@ fn plan_protects_git_by_granting_its_siblings() {
         tmpdir: Some(w.tmp.clone()),
         project_roots: Vec::new(),
     });
-    let plan = landlock::plan(&resolved, 7);
+    let plan = landlock::plan(&resolved, 7).expect("plan");
     assert!(plan.restrict_fs);
     assert!(!plan.write.contains(&w.ws), "{plan:?}");
     assert!(plan.write.contains(&w.ws.join("src")), "{plan:?}");
@@ -425,4 +435,28 @@ fn local_ipc_and_ordinary_tools_keep_working() {
             "pipeline=ok"
         ]
     );
+}
+
+#[test]
+fn a_carve_out_beyond_the_bounds_is_named_in_the_warning() {
+    let w = workspace();
+    let crowded = w.outside.join("crowded");
+    std::fs::create_dir_all(&crowded).expect("mkdir");
+    for i in 0..=landlock::MAX_DIR_ENTRIES {
+        std::fs::write(crowded.join(format!("f{i}")), "x").expect("write");
+    }
+    let denied = crowded.join("f7");
+    let out = run(
+        &w,
+        &profile(&[deny_path(&denied)]),
+        &attempt("crowded", &format!("cat {} > /dev/null", denied.display())),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = format!(
+        "{PREFIX}: warning: the Landlock backend cannot enforce: deny {} (too many entries beside it)",
+        denied.display()
+    );
+    assert!(stderr.lines().any(|l| l.starts_with(&line)), "{stderr}");
+    // What the warning says is true: the file stays readable.
+    assert!(String::from_utf8_lossy(&out.stdout).contains("@crowded=ok"));
 }

@@ -23,8 +23,11 @@
 //!   Symlinks are never granted through (writes through them land on their
 //!   target and follow the target's rules).
 //!
-//! Not expressible, always named in the one warning line: deny globs, and,
-//! on older kernels, truncation (ABI < 3) and signal scoping (ABI < 6).
+//! Deny globs are expanded once at start (`sandbox::glob`, as for
+//! bubblewrap) and the matches denied like paths; files created later are
+//! not covered. Named in the one warning line: globs that would scan from
+//! `/`, carve-outs beyond the bounds, and, on older kernels, truncation
+//! (ABI < 3) and signal scoping (ABI < 6).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -35,6 +38,7 @@ use landlock::{
 };
 
 use crate::sandbox::confine::{self, ConfineError};
+use crate::sandbox::glob::{self, GlobError, Scanner};
 use crate::sandbox::policy::{FileSystemSandboxKind, NetworkSandboxPolicy, ResolvedPolicy};
 use crate::sandbox::probe;
 use crate::sandbox::seccomp::{SeccompError, SeccompMode, SeccompProgram};
@@ -68,6 +72,8 @@ pub enum LandlockError {
     NotEnforced,
     #[error("cannot build the Landlock ruleset: {0}")]
     Ruleset(#[from] landlock::RulesetError),
+    #[error(transparent)]
+    Glob(#[from] GlobError),
     #[error(transparent)]
     Confine(#[from] ConfineError),
     #[error(transparent)]
@@ -193,16 +199,37 @@ impl Grants {
 
 /// Computes the Landlock rules for `resolved`. Reads directories (for
 /// carve-outs) but changes nothing.
-pub fn plan(resolved: &ResolvedPolicy, kernel_abi: u32) -> Plan {
+pub fn plan(resolved: &ResolvedPolicy, kernel_abi: u32) -> Result<Plan, LandlockError> {
     let mut plan = Plan::default();
     if resolved.kind != FileSystemSandboxKind::Restricted
         || (resolved.full_read && resolved.full_write)
     {
-        return plan;
+        return Ok(plan);
     }
     plan.restrict_fs = true;
-    let denies = resolved.unreadable_roots();
-    let deny_refs: Vec<&Path> = denies.iter().map(PathBuf::as_path).collect();
+    // Each deny path with the rule it comes from (for the warning).
+    let mut denies: Vec<(PathBuf, String)> = resolved
+        .unreadable_roots()
+        .into_iter()
+        .map(|p| {
+            let label = format!("deny {}", p.display());
+            (p, label)
+        })
+        .collect();
+    // Deny globs become the paths matching at start, as with bubblewrap.
+    let scanner = Scanner::detect(&resolved.cwd);
+    let depth = resolved.glob_scan_max_depth.map(|d| d.get());
+    for pattern in resolved.unreadable_globs() {
+        let expansion = glob::expand(std::slice::from_ref(pattern), depth, &scanner)?;
+        for skipped in expansion.skipped {
+            plan.unenforced
+                .push(format!("deny glob {skipped} (would scan from /)"));
+        }
+        for path in expansion.paths {
+            denies.push((path, format!("deny glob {pattern}")));
+        }
+    }
+    let deny_refs: Vec<&Path> = denies.iter().map(|(p, _)| p.as_path()).collect();
     let writable = resolved.writable_roots();
 
     let mut grants = Grants { out: Vec::new() };
@@ -217,11 +244,11 @@ pub fn plan(resolved: &ResolvedPolicy, kernel_abi: u32) -> Plan {
         if grants.grant_except(root, &deny_refs, Grant::Read).is_err() {
             grants.out.truncate(mark);
             let _ = grants.push(root.clone(), Grant::Read);
-            for deny in deny_refs.iter().filter(|d| d.starts_with(root)) {
-                plan.unenforced.push(format!(
-                    "deny {} (too many entries beside it)",
-                    deny.display()
-                ));
+            for (_, label) in denies.iter().filter(|(d, _)| d.starts_with(root)) {
+                let item = format!("{label} (too many entries beside it)");
+                if !plan.unenforced.contains(&item) {
+                    plan.unenforced.push(item);
+                }
             }
         }
     }
@@ -256,9 +283,6 @@ pub fn plan(resolved: &ResolvedPolicy, kernel_abi: u32) -> Plan {
         }
     }
 
-    for glob in resolved.unreadable_globs() {
-        plan.unenforced.push(format!("deny glob {glob}"));
-    }
     if kernel_abi < 3 {
         plan.unenforced
             .push("truncation of read-only files (Landlock ABI < 3)".to_owned());
@@ -278,7 +302,7 @@ pub fn plan(resolved: &ResolvedPolicy, kernel_abi: u32) -> Plan {
             }
         }
     }
-    plan
+    Ok(plan)
 }
 
 /// Adds one rule; a path that vanished since planning is skipped (it grants
@@ -307,7 +331,7 @@ pub fn apply(
 ) -> Result<Report, LandlockError> {
     let host = probe::host();
     let kernel_abi = host.landlock_abi.unwrap_or(0);
-    let plan = plan(resolved, kernel_abi);
+    let plan = plan(resolved, kernel_abi)?;
     let mode = seccomp_mode(network);
     let program = SeccompProgram::build(mode)?;
 
