@@ -46,6 +46,22 @@ fn landlock_child_entry() {
     std::process::exit(127);
 }
 
+/// Whether this kernel has Landlock; without it the tests skip out loud,
+/// unless `CODEXBOX_REQUIRE_SANDBOX=1` makes that a failure.
+fn landlock_or_skip() -> bool {
+    match codexbox::sandbox::probe::landlock_abi() {
+        Ok(_) => true,
+        Err(err) => {
+            assert!(
+                std::env::var("CODEXBOX_REQUIRE_SANDBOX").as_deref() != Ok("1"),
+                "Landlock is required but unavailable: {err}"
+            );
+            eprintln!("skipped: Landlock unavailable ({err})");
+            false
+        }
+    }
+}
+
 struct Workspace {
     _guard: tempfile::TempDir,
     base: PathBuf,
@@ -150,6 +166,9 @@ fn attempt(label: &str, command: &str) -> String {
 
 #[test]
 fn writes_follow_the_writable_roots() {
+    if !landlock_or_skip() {
+        return;
+    }
     let w = workspace();
     let script = [
         attempt(
@@ -200,6 +219,9 @@ fn writes_follow_the_writable_roots() {
 
 #[test]
 fn git_and_codex_stay_read_only_under_a_writable_root() {
+    if !landlock_or_skip() {
+        return;
+    }
     let w = workspace();
     let script = [
         attempt("git_config", "echo '[x]' >> .git/config"),
@@ -232,6 +254,9 @@ fn git_and_codex_stay_read_only_under_a_writable_root() {
 
 #[test]
 fn denied_file_is_unreadable_but_its_siblings_are_not() {
+    if !landlock_or_skip() {
+        return;
+    }
     let w = workspace();
     let secret = w.ws.join("secret.txt");
     let outside_secret = w.outside.join("keep.txt");
@@ -272,6 +297,9 @@ fn denied_file_is_unreadable_but_its_siblings_are_not() {
 
 #[test]
 fn warning_line_names_exactly_the_unenforceable_rules() {
+    if !landlock_or_skip() {
+        return;
+    }
     let w = workspace();
     // A workspace glob is expanded and enforced; one rooted at `/` is not.
     std::fs::write(w.ws.join("src/key.pem"), "PRIVATEKEY\n").expect("write");
@@ -322,6 +350,9 @@ fn warning_line_names_exactly_the_unenforceable_rules() {
 
 #[test]
 fn confined_command_has_no_caps_no_network_and_cannot_signal_the_host() {
+    if !landlock_or_skip() {
+        return;
+    }
     let w = workspace();
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() };
@@ -381,6 +412,9 @@ fn plan_protects_git_by_granting_its_siblings() {
 
 #[test]
 fn local_ipc_and_ordinary_tools_keep_working() {
+    if !landlock_or_skip() {
+        return;
+    }
     let w = workspace();
     let mut script = String::new();
     if Path::new("/usr/bin/python3").exists() {
@@ -439,6 +473,9 @@ fn local_ipc_and_ordinary_tools_keep_working() {
 
 #[test]
 fn a_carve_out_beyond_the_bounds_is_named_in_the_warning() {
+    if !landlock_or_skip() {
+        return;
+    }
     let w = workspace();
     let crowded = w.outside.join("crowded");
     std::fs::create_dir_all(&crowded).expect("mkdir");
