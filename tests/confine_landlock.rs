@@ -366,7 +366,8 @@ fn confined_command_has_no_caps_no_network_and_cannot_signal_the_host() {
         "grep -E '^(CapEff|CapBnd|CapPrm|NoNewPrivs|Seccomp):' /proc/self/status | sed 's/^/@/'; {}{}",
         attempt("kill_host", &format!("kill -0 {me}")),
         attempt("host_tcp", &tcp),
-    );
+    ) + &attempt("host_environ", &format!("cat /proc/{me}/environ > /dev/null"))
+        + &attempt("own_environ", "cat /proc/self/environ > /dev/null");
     let got = markers(&w, &profile(&[]), &script);
     let abi = codexbox::sandbox::probe::landlock_abi().expect("landlock abi");
     let kill = if abi >= 6 {
@@ -384,6 +385,8 @@ fn confined_command_has_no_caps_no_network_and_cannot_signal_the_host() {
             "Seccomp:\t2",
             kill,
             "host_tcp=denied",
+            "host_environ=denied",
+            "own_environ=ok",
         ]
     );
 }
