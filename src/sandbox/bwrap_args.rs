@@ -329,8 +329,19 @@ impl Builder<'_> {
                     ro.push(p);
                 }
             };
+            // Carve-outs below a deeper writable root are applied after that
+            // root's own bind (which would cover them).
+            let deeper: Vec<PathBuf> = self
+                .writable_mounts
+                .iter()
+                .filter(|m| m.starts_with(&mount) && **m != mount)
+                .cloned()
+                .collect();
             for p in &root.read_only_subpaths {
-                push(self.remap(p));
+                let p = self.remap(p);
+                if !deeper.iter().any(|m| p.starts_with(m)) {
+                    push(p);
+                }
             }
             // A child without `.git` inside a parent repository gets an empty
             // read-only `.git` too: git's discovery skips a directory that is

@@ -251,9 +251,11 @@ pub fn drop_capabilities_through(last: u32) -> Result<()> {
         }
     }
     // uid 0 without CAP_SETPCAP (e.g. root inside a user namespace whose
-    // launcher already dropped everything): an exec would hand back the
-    // bounding set, unless no_new_privs caps it at the (empty) current set.
-    if !privileged_steps_done && any_uid_is_root() && !no_new_privs() {
+    // launcher already dropped everything): an exec hands back nothing when
+    // the bounding set is already empty (bubblewrap's `--cap-drop ALL`), or
+    // when no_new_privs caps it at the (empty) current set.
+    let bounding_empty = (0..=last).all(|cap| matches!(capbset_read(cap), Ok(false)));
+    if !privileged_steps_done && any_uid_is_root() && !bounding_empty && !no_new_privs() {
         return Err(ConfineError::StillPresent(
             "bounding set and securebits unchangeable for a uid 0 process without no_new_privs",
         ));

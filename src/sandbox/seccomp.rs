@@ -355,16 +355,6 @@ pub fn install(mode: SeccompMode) -> Result<()> {
     program.install()
 }
 
-/// Everything the inner stage does before exec'ing the command: fresh
-/// session keyring, no_new_privs, every capability dropped
-/// ([`crate::sandbox::confine::confine_process`]), then the filter for
-/// `mode`. Single-threaded, right before exec.
-pub fn confine_and_install(mode: SeccompMode) -> Result<()> {
-    let program = SeccompProgram::build(mode)?;
-    crate::sandbox::confine::confine_process()?;
-    program.install()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
