@@ -500,3 +500,105 @@ fn a_carve_out_beyond_the_bounds_is_named_in_the_warning() {
     // What the warning says is true: the file stays readable.
     assert!(String::from_utf8_lossy(&out.stdout).contains("@crowded=ok"));
 }
+
+/// The same backend through the real binary's command line.
+fn run_cli(w: &Workspace, flags: &[&str], profile: &str, script: &str) -> Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_codexbox"))
+        .arg("linux-sandbox")
+        .args(flags)
+        .arg("--sandbox-policy-cwd")
+        .arg(&w.ws)
+        .arg("--command-cwd")
+        .arg(&w.ws)
+        .arg("--permission-profile")
+        .arg(profile)
+        .args(["--", "/bin/sh", "-c", script])
+        .env("TMPDIR", &w.tmp)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run codexbox linux-sandbox");
+    eprintln!(
+        "flags {flags:?} script: {script}\nstatus: {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+#[test]
+fn cli_landlock_backend_enforces_the_same_battery() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let w = workspace();
+    let script = [
+        attempt(
+            "outside",
+            &format!("echo x > {}/new.txt", w.outside.display()),
+        ),
+        attempt("inside", "echo x > src/new.rs"),
+        attempt("git_config", "echo '[x]' >> .git/config"),
+        attempt("secret", "cat secret.txt"),
+        attempt(
+            "nnp",
+            "grep -q '^NoNewPrivs:[[:space:]]*1$' /proc/self/status",
+        ),
+        attempt(
+            "caps",
+            "grep -q '^CapEff:[[:space:]]*0000000000000000$' /proc/self/status",
+        ),
+        attempt("nested_userns", "unshare -U true"),
+    ]
+    .concat();
+    let profile = profile(&[deny_path(&w.ws.join("secret.txt"))]);
+    for flags in [
+        &["--backend", "landlock"][..],
+        &["--use-legacy-landlock"][..],
+    ] {
+        let out = run_cli(&w, flags, &profile, &script);
+        assert!(out.status.success(), "{flags:?}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(!stdout.contains("TOPSECRET"));
+        let got: Vec<&str> = stdout.lines().filter_map(|l| l.strip_prefix('@')).collect();
+        assert_eq!(
+            got,
+            [
+                "outside=denied",
+                "inside=ok",
+                "git_config=denied",
+                "secret=denied",
+                "nnp=ok",
+                "caps=ok",
+                "nested_userns=denied",
+            ],
+            "{flags:?}"
+        );
+        assert!(!w.outside.join("new.txt").exists());
+    }
+}
+
+#[test]
+fn cli_landlock_backend_passes_the_exit_status_and_prints_one_warning() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let w = workspace();
+    let root_glob = r#"{"path":{"type":"glob_pattern","pattern":"/**/*.key"},"access":"deny"}"#;
+    let out = run_cli(
+        &w,
+        &["--backend", "landlock"],
+        &profile(&[root_glob.to_owned()]),
+        "exit 7",
+    );
+    assert_eq!(out.status.code(), Some(7));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("warning")).collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].starts_with(&format!(
+            "{PREFIX}: warning: the Landlock backend cannot enforce: deny glob /**/*.key (would scan from /)"
+        )),
+        "{stderr}"
+    );
+}
