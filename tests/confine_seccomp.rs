@@ -463,3 +463,21 @@ fn every_mode_denies_faking_terminal_input() {
         assert_eq!(filtered(mode, tiocsti_errno), EPERM, "{mode:?}");
     }
 }
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn x32_syscalls_cannot_bypass_the_rules() {
+    // socket(AF_INET) through the x32 table (bit 30): refused by the filter
+    // whether or not the kernel has the x32 ABI.
+    let got = filtered(SeccompMode::Restricted, || {
+        let nr = 0x4000_0000 | libc::SYS_socket;
+        // SAFETY: integer arguments only.
+        let rc = unsafe { libc::syscall(nr, libc::AF_INET, libc::SOCK_STREAM, 0) };
+        if rc < 0 {
+            errno()
+        } else {
+            0
+        }
+    });
+    assert_eq!(got, EPERM);
+}
