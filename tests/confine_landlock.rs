@@ -602,3 +602,53 @@ fn cli_landlock_backend_passes_the_exit_status_and_prints_one_warning() {
         "{stderr}"
     );
 }
+
+#[test]
+fn cli_landlock_backend_fails_closed_without_landlock() {
+    use seccompiler::{SeccompAction, SeccompFilter, TargetArch};
+    let w = workspace();
+    // Pretend the kernel has no Landlock: its syscalls answer ENOSYS.
+    let arch = if cfg!(target_arch = "aarch64") {
+        TargetArch::aarch64
+    } else {
+        TargetArch::x86_64
+    };
+    let rules = [
+        libc::SYS_landlock_create_ruleset,
+        libc::SYS_landlock_add_rule,
+        libc::SYS_landlock_restrict_self,
+    ]
+    .into_iter()
+    .map(|nr| (nr, Vec::new()))
+    .collect();
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch,
+    )
+    .expect("filter");
+    let program: seccompiler::BpfProgram = filter.try_into().expect("compile");
+    let marker = w.outside.join("ran-unsandboxed");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_codexbox"));
+    cmd.arg("linux-sandbox")
+        .args(["--backend", "landlock", "--sandbox-policy-cwd"])
+        .arg(&w.ws)
+        .arg("--permission-profile")
+        .arg(profile(&[]))
+        .arg("--")
+        .arg("/bin/touch")
+        .arg(&marker)
+        .env("TMPDIR", &w.tmp);
+    // SAFETY: apply_filter makes two raw syscalls on a prebuilt program.
+    unsafe {
+        cmd.pre_exec(move || seccompiler::apply_filter(&program).map_err(std::io::Error::other));
+    }
+    let out = cmd.output().expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("status {:?}, stderr:\n{stderr}", out.status);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(!marker.exists(), "the command ran without Landlock");
+    assert_eq!(stderr.lines().count(), 1, "one clear line: {stderr}");
+    assert!(stderr.contains("Landlock"), "{stderr}");
+}

@@ -66,7 +66,7 @@ const WRITABLE_DEVICES: [&str; 8] = [
 /// Setting up the Landlock backend failed; the command must not run.
 #[derive(Debug, thiserror::Error)]
 pub enum LandlockError {
-    #[error("Landlock is unavailable on this kernel ({0}); refusing to run unsandboxed")]
+    #[error("Landlock is unavailable: {0}; refusing to run unsandboxed")]
     Unavailable(String),
     #[error("the kernel did not enforce the Landlock ruleset; refusing to run unsandboxed")]
     NotEnforced,
