@@ -155,3 +155,63 @@ fn human_report_names_each_fact_and_usage_errors_exit_2() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--frobnicate"));
 }
+
+#[test]
+fn a_seccomp_profile_blocking_user_namespaces_is_diagnosed() {
+    use seccompiler::{
+        SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+        SeccompRule, TargetArch,
+    };
+    use std::os::unix::process::CommandExt;
+    // What Docker's default profile does: unshare/clone with CLONE_NEWUSER
+    // fail with EPERM.
+    let arch = if cfg!(target_arch = "aarch64") {
+        TargetArch::aarch64
+    } else {
+        TargetArch::x86_64
+    };
+    let newuser = libc::CLONE_NEWUSER as u64;
+    let rule = || {
+        SeccompRule::new(vec![SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::MaskedEq(newuser),
+            newuser,
+        )
+        .expect("condition")])
+        .expect("rule")
+    };
+    let rules = [
+        (libc::SYS_unshare, vec![rule()]),
+        (libc::SYS_clone, vec![rule()]),
+        (libc::SYS_clone3, Vec::new()),
+    ]
+    .into_iter()
+    .collect();
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )
+    .expect("filter");
+    let program: seccompiler::BpfProgram = filter.try_into().expect("compile");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_codexbox"));
+    cmd.args(["doctor", "--json"]);
+    // SAFETY: apply_filter makes two raw syscalls on a prebuilt program.
+    unsafe {
+        cmd.pre_exec(move || seccompiler::apply_filter(&program).map_err(std::io::Error::other));
+    }
+    let out = cmd.output().expect("run doctor");
+    let report = json(&out);
+    eprintln!("{report:#}");
+    assert_eq!(report["user_namespaces"]["allowed"], false);
+    assert_eq!(report["user_namespaces"]["blocked_by"], "seccomp");
+    assert_eq!(report["seccomp"]["current_mode"], 2);
+    let landlock = report["landlock"]["abi"].is_u64();
+    assert_eq!(
+        report["backend"],
+        if landlock { "landlock" } else { "none" }
+    );
+    assert_eq!(out.status.code(), Some(if landlock { 0 } else { 1 }));
+}
