@@ -80,6 +80,22 @@ fn securebits_are_locked_after_confine() {
 fn confined_child_cannot_mount_or_change_sysctls() {
     let last = confine::last_cap();
     let got = in_child(move || {
+        // Private mount and UTS namespaces first, so that a wrong success
+        // below could not touch the host.
+        // SAFETY: integer flags; NUL-terminated literal; no data pointer.
+        unsafe {
+            if libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWUTS) != 0
+                || libc::mount(
+                    std::ptr::null(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ) != 0
+            {
+                return 5;
+            }
+        }
         if confine::drop_capabilities_through(last).is_err() {
             return 1;
         }

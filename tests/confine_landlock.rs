@@ -194,6 +194,10 @@ fn writes_follow_the_writable_roots() {
     ]
     .concat();
     let got = markers(&w, &profile(&[]), &script);
+    let escaped = Path::new("/etc/codexbox-landlock-test");
+    let existed = escaped.exists();
+    let _ = std::fs::remove_file(escaped);
+    assert!(!existed, "wrote into /etc");
     assert_eq!(
         got,
         [
@@ -214,7 +218,6 @@ fn writes_follow_the_writable_roots() {
         "keep\n"
     );
     assert!(w.ws.join("src/new.rs").exists());
-    assert!(!Path::new("/etc/codexbox-landlock-test").exists());
 }
 
 #[test]
