@@ -1,1 +1,2 @@
 pub mod confine;
+pub mod sandbox;
