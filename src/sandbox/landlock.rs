@@ -21,7 +21,8 @@
 //! - the expansion is bounded ([`MAX_RULES`], [`MAX_DIR_ENTRIES`]); beyond
 //!   that the carve-out cannot be enforced and is named in the warning.
 //!   Symlinks are never granted through (writes through them land on their
-//!   target and follow the target's rules).
+//!   target and follow the target's rules), and a carve-out that is, or
+//!   passes through, a symlink (`.codex -> decoy`) carves out the target too.
 //!
 //! Deny globs are expanded once at start (`sandbox::glob`, as for
 //! bubblewrap) and the matches denied like paths; files created later are
@@ -229,8 +230,22 @@ pub fn plan(resolved: &ResolvedPolicy, kernel_abi: u32) -> Result<Plan, Landlock
             denies.push((path, format!("deny glob {pattern}")));
         }
     }
+    // A carve-out reached through a symlink (`.codex -> decoy`) protects
+    // the link's target too: Landlock checks the resolved path.
+    let targets: Vec<(PathBuf, String)> = denies
+        .iter()
+        .filter_map(|(p, label)| symlink_target(p).map(|t| (t, label.clone())))
+        .collect();
+    denies.extend(targets);
     let deny_refs: Vec<&Path> = denies.iter().map(|(p, _)| p.as_path()).collect();
     let writable = resolved.writable_roots();
+    let mut protected: Vec<PathBuf> = Vec::new();
+    for root in &writable {
+        for sub in &root.read_only_subpaths {
+            protected.push(sub.clone());
+            protected.extend(symlink_target(sub));
+        }
+    }
 
     let mut grants = Grants { out: Vec::new() };
     let mut read_roots: Vec<PathBuf> = resolved.readable_roots();
@@ -253,10 +268,10 @@ pub fn plan(resolved: &ResolvedPolicy, kernel_abi: u32) -> Result<Plan, Landlock
         }
     }
     for root in &writable {
-        let mut excluded: Vec<&Path> = root
-            .read_only_subpaths
+        let mut excluded: Vec<&Path> = protected
             .iter()
             .map(PathBuf::as_path)
+            .filter(|p| p.starts_with(&root.root))
             .collect();
         excluded.extend(
             deny_refs
@@ -303,6 +318,12 @@ pub fn plan(resolved: &ResolvedPolicy, kernel_abi: u32) -> Result<Plan, Landlock
         }
     }
     Ok(plan)
+}
+
+/// Where `path` really is, when a symlink anywhere on it makes that differ.
+fn symlink_target(path: &Path) -> Option<PathBuf> {
+    let real = path.canonicalize().ok()?;
+    (real != path).then_some(real)
 }
 
 /// Adds one rule; a path that vanished since planning is skipped (it grants
