@@ -157,11 +157,13 @@ fn unprivileged_caller_is_confined_without_touching_the_bounding_set() {
     let last = confine::last_cap();
     let out = exec_after("/bin/cat", &["/proc/self/status"], move || {
         // Become an ordinary user first (root loses its caps on setresuid).
-        // SAFETY: integer arguments only.
-        if unsafe { libc::setgroups(0, std::ptr::null()) } != 0
-            || unsafe { libc::setresgid(65534, 65534, 65534) } != 0
-            || unsafe { libc::setresuid(65534, 65534, 65534) } != 0
-        {
+        // SAFETY: an empty group list (NULL with size 0) and integer ids.
+        let dropped = unsafe {
+            libc::setgroups(0, std::ptr::null()) == 0
+                && libc::setresgid(65534, 65534, 65534) == 0
+                && libc::setresuid(65534, 65534, 65534) == 0
+        };
+        if !dropped {
             return Err(std::io::Error::last_os_error());
         }
         confine::join_fresh_session_keyring().map_err(std::io::Error::other)?;
