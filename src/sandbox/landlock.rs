@@ -350,19 +350,18 @@ pub fn apply(
     network: NetworkSandboxPolicy,
     prefix: &str,
 ) -> Result<Report, LandlockError> {
-    let host = probe::host();
-    let kernel_abi = host.landlock_abi.unwrap_or(0);
+    // Only the ABI is needed here: no user-namespace probe (and no fork).
+    let abi = probe::landlock_abi();
+    let kernel_abi = abi.as_ref().map_or(0, |v| *v);
     let plan = plan(resolved, kernel_abi)?;
     let mode = seccomp_mode(network);
     let program = SeccompProgram::build(mode)?;
 
     let ruleset = if plan.restrict_fs {
-        if host.landlock_abi.is_none() {
-            return Err(LandlockError::Unavailable(
-                host.landlock_error
-                    .clone()
-                    .unwrap_or_else(|| "unknown reason".to_owned()),
-            ));
+        if let Err(err) = &abi {
+            return Err(LandlockError::Unavailable(probe::describe_landlock_error(
+                err,
+            )));
         }
         Some(build_ruleset(&plan, mode)?)
     } else {

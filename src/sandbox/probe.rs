@@ -185,7 +185,7 @@ fn run_probe() -> HostProbe {
     };
     let (landlock_abi, landlock_error) = match landlock_abi() {
         Ok(v) => (Some(v), None),
-        Err(err) => (None, Some(landlock_error_text(&err))),
+        Err(err) => (None, Some(describe_landlock_error(&err))),
     };
     HostProbe {
         kernel_release,
@@ -361,7 +361,8 @@ pub fn landlock_abi() -> io::Result<u32> {
     u32::try_from(rc).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
-fn landlock_error_text(err: &io::Error) -> String {
+/// Why [`landlock_abi`] failed, for people.
+pub fn describe_landlock_error(err: &io::Error) -> String {
     match err.raw_os_error() {
         Some(libc::ENOSYS) => "not built into this kernel (ENOSYS)".into(),
         Some(libc::EOPNOTSUPP) => {
