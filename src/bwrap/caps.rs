@@ -96,17 +96,49 @@ pub enum CapEdit {
     Drop(CapSet),
 }
 
-/// The capabilities the command keeps, given its uid inside the sandbox.
-/// `None` means "untouched": uid 0 without edits keeps everything, like bwrap.
-pub fn requested_caps(sandbox_uid: u32, edits: &[CapEdit]) -> (CapSet, bool) {
-    let mut caps = if sandbox_uid == 0 { all_caps() } else { 0 };
+/// The capabilities the command keeps, and whether the bounding set is cut
+/// down to them. bubblewrap's rules: a root caller passes on its own effective
+/// set (bounding set cut to it); otherwise uid 0 inside keeps everything and
+/// any other uid nothing. `--cap-add`/`--cap-drop` edit that set in order.
+pub fn requested_caps(
+    caller_root_caps: Option<CapSet>,
+    sandbox_uid: u32,
+    edits: &[CapEdit],
+) -> (CapSet, bool) {
+    let mut caps = match caller_root_caps {
+        Some(caps) => caps,
+        None if sandbox_uid == 0 => all_caps(),
+        None => 0,
+    };
     for edit in edits {
         match *edit {
             CapEdit::Add(set) => caps |= set,
             CapEdit::Drop(set) => caps &= !set,
         }
     }
-    (caps, !edits.is_empty())
+    (caps, caller_root_caps.is_some() || !edits.is_empty())
+}
+
+/// The calling process's effective capabilities.
+pub fn effective_caps() -> io::Result<CapSet> {
+    let mut header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: header and the two-element data array are live and correctly
+    // sized for version 3; the kernel writes only into them.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_capget,
+            &mut header as *mut CapHeader,
+            data.as_mut_ptr(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(u64::from(data[0].effective) | (u64::from(data[1].effective) << 32))
 }
 
 #[repr(C)]
@@ -125,24 +157,24 @@ struct CapData {
 
 const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 
-/// Sets effective, permitted and inheritable to `caps`.
-fn capset(caps: CapSet) -> io::Result<()> {
+/// Sets effective and permitted to `caps`, inheritable to `inheritable`.
+fn capset(caps: CapSet, inheritable: CapSet) -> io::Result<()> {
     let mut header = CapHeader {
         version: LINUX_CAPABILITY_VERSION_3,
         pid: 0,
     };
-    let low = (caps & 0xffff_ffff) as u32;
-    let high = (caps >> 32) as u32;
+    let low = |set: CapSet| (set & 0xffff_ffff) as u32;
+    let high = |set: CapSet| (set >> 32) as u32;
     let data = [
         CapData {
-            effective: low,
-            permitted: low,
-            inheritable: low,
+            effective: low(caps),
+            permitted: low(caps),
+            inheritable: low(inheritable),
         },
         CapData {
-            effective: high,
-            permitted: high,
-            inheritable: high,
+            effective: high(caps),
+            permitted: high(caps),
+            inheritable: high(inheritable),
         },
     ];
     // SAFETY: header and data are valid, correctly sized (version 3 takes two
@@ -176,9 +208,10 @@ pub fn set_no_new_privs() -> io::Result<()> {
 /// Leaves the process with exactly `keep` (in its user namespace).
 ///
 /// The bounding set is only cut when `bound` is set (the caller edited the
-/// set), as bwrap leaves it untouched otherwise. For a non-zero uid the kept
-/// capabilities are raised as ambient so they survive execve.
-pub fn apply(keep: CapSet, bound: bool, sandbox_uid: u32) -> io::Result<()> {
+/// set), as bwrap leaves it untouched otherwise. With `ambient` (a non-zero
+/// uid that asked for capabilities) they are raised as ambient so they
+/// survive execve.
+pub fn apply(keep: CapSet, bound: bool, ambient: bool) -> io::Result<()> {
     if bound {
         for cap in 0..=last_cap() {
             if keep & (1u64 << cap) == 0 {
@@ -195,8 +228,9 @@ pub fn apply(keep: CapSet, bound: bool, sandbox_uid: u32) -> io::Result<()> {
         libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
         0,
     )?;
-    capset(keep)?;
-    if sandbox_uid != 0 {
+    // Inheritable only where ambient capabilities need it.
+    capset(keep, if ambient { keep } else { 0 })?;
+    if ambient {
         for cap in 0..=last_cap() {
             if keep & (1u64 << cap) != 0 {
                 prctl(
@@ -212,7 +246,7 @@ pub fn apply(keep: CapSet, bound: bool, sandbox_uid: u32) -> io::Result<()> {
 
 /// Drops every capability including the bounding set (for the reaper).
 pub fn drop_all() -> io::Result<()> {
-    apply(0, true, 1)
+    apply(0, true, false)
 }
 
 #[cfg(test)]
@@ -230,9 +264,10 @@ mod tests {
 
     #[test]
     fn root_keeps_everything_unless_told_otherwise() {
-        assert_eq!(requested_caps(0, &[]), (all_caps(), false));
-        assert_eq!(requested_caps(1000, &[]), (0, false));
-        let (caps, bound) = requested_caps(0, &[CapEdit::Drop(all_caps())]);
+        assert_eq!(requested_caps(None, 0, &[]), (all_caps(), false));
+        assert_eq!(requested_caps(None, 1000, &[]), (0, false));
+        assert_eq!(requested_caps(Some(0b101), 0, &[]), (0b101, true));
+        let (caps, bound) = requested_caps(None, 0, &[CapEdit::Drop(all_caps())]);
         assert_eq!((caps, bound), (0, true));
     }
 }

@@ -13,9 +13,10 @@ use std::os::fd::{FromRawFd, RawFd};
 /// The text bubblewrap prints for an errno (`strerror`), without Rust's
 /// " (os error N)" suffix.
 pub fn desc(err: &io::Error) -> String {
-    match err.raw_os_error() {
-        Some(code) => nix::errno::Errno::from_raw(code).desc().to_owned(),
-        None => err.to_string(),
+    let text = err.to_string();
+    match (err.raw_os_error(), text.rfind(" (os error ")) {
+        (Some(_), Some(cut)) => text[..cut].to_owned(),
+        _ => text,
     }
 }
 

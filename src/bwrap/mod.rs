@@ -14,7 +14,7 @@
 //!    namespace, verified);
 //! 5. a reaper stays as pid 1 ([`proc_pid1`]) unless `--as-pid-1`;
 //! 6. in the command's process: new session, environment, cwd, capabilities
-//!    ([`caps`]), every fd but stdio and `--sync-fd` close-on-exec ([`fds`]),
+//!    ([`caps`]), every fd but stdio close-on-exec ([`fds`]),
 //!    seccomp ([`seccomp_fd`]) as the very last step, then execvp.
 //!
 //! The mode runs before any runtime is started, so the process is
@@ -144,6 +144,8 @@ struct Caller {
     gid: u32,
     /// The caller's cwd, tried again inside the sandbox.
     cwd: Option<OsString>,
+    /// A root caller's effective capabilities, which bubblewrap passes on.
+    root_caps: Option<caps::CapSet>,
 }
 
 fn launch(config: Config) -> Result<i32, BwrapError> {
@@ -156,6 +158,13 @@ fn launch(config: Config) -> Result<i32, BwrapError> {
         uid: unsafe { libc::getuid() },
         gid: unsafe { libc::getgid() },
         cwd: std::env::current_dir().ok().map(PathBuf::into_os_string),
+        root_caps: None,
+    };
+    let caller = Caller {
+        root_caps: (caller.uid == 0)
+            .then(|| caps::effective_caps().ok())
+            .flatten(),
+        ..caller
     };
     let host_tty = if nix::unistd::isatty(std::io::stdout()).unwrap_or(false) {
         nix::unistd::ttyname(std::io::stdout()).ok()
@@ -334,7 +343,7 @@ fn sandbox_child(
             }
         }
     }
-    exec_command(config, uid, caller.cwd.clone(), programs)
+    exec_command(config, uid, caller, programs)
 }
 
 /// The command's own process: session, environment, cwd, capabilities, fds,
@@ -342,18 +351,18 @@ fn sandbox_child(
 fn exec_command(
     config: &Config,
     uid: u32,
-    old_cwd: Option<OsString>,
+    caller: &Caller,
     programs: Vec<seccomp_fd::Program>,
 ) -> Result<Infallible, BwrapError> {
     if config.new_session {
         nix::unistd::setsid().map_err(|errno| BwrapError::Setsid(errno.into()))?;
     }
     apply_env(&config.env);
-    change_dir(config, old_cwd)?;
-    let (keep, bound) = caps::requested_caps(uid, &config.cap_edits);
-    caps::apply(keep, bound, uid).map_err(BwrapError::Caps)?;
-    let keep_fds: Vec<_> = config.sync_fd.into_iter().collect();
-    fds::cloexec_all_but(&keep_fds).map_err(BwrapError::CloseFds)?;
+    change_dir(config, caller.cwd.clone())?;
+    let (keep, bound) = caps::requested_caps(caller.root_caps, uid, &config.cap_edits);
+    caps::apply(keep, bound, uid != 0 && !config.cap_edits.is_empty()).map_err(BwrapError::Caps)?;
+    // Only stdio reaches the command; the --sync-fd stays with the reaper.
+    fds::cloexec_all_but(&[]).map_err(BwrapError::CloseFds)?;
 
     let command = config.command.first().cloned().unwrap_or_default();
     let to_c = |arg: &OsString| CString::new(arg.as_bytes()).ok();

@@ -66,7 +66,7 @@ pub enum MountError {
         #[source]
         source: io::Error,
     },
-    #[error("Can't chmod {mode:#o} {}: {}", .path.to_string_lossy(), desc(.source))]
+    #[error("Can't chmod 0{mode:o} {}: {}", .path.to_string_lossy(), desc(.source))]
     Chmod {
         mode: u32,
         path: OsString,
@@ -85,9 +85,9 @@ pub enum MountError {
         #[source]
         source: io::Error,
     },
-    #[error("Can't read {what} data: {}", desc(.source))]
-    ReadFd {
-        what: &'static str,
+    #[error("Can't create file {}: {}", .path.to_string_lossy(), desc(.source))]
+    CreateDataFile {
+        path: OsString,
         #[source]
         source: io::Error,
     },
@@ -527,9 +527,8 @@ fn apply_op(op: &SetupOp, ctx: &Context, index: usize) -> Result<()> {
             }
         }
         SetupOp::File { fd, dest, perms } => {
-            let data = read_op_fd(*fd, "file")?;
             let to = newroot_path(dest);
-            write_new_file(&to, dest, &data, perms.unwrap_or(0o666))
+            write_new_file(&to, dest, *fd, perms.unwrap_or(0o666))
         }
         SetupOp::BindData {
             fd,
@@ -537,17 +536,19 @@ fn apply_op(op: &SetupOp, ctx: &Context, index: usize) -> Result<()> {
             readonly,
             perms,
         } => {
-            let data = read_op_fd(*fd, "bind-data")?;
             // The data lives on the setup tmpfs, unreachable once pivoted.
             let staging = PathBuf::from(format!("/bind-data-{index}"));
-            write_new_file(&staging, staging.as_os_str(), &data, perms.unwrap_or(0o600))?;
+            write_new_file(&staging, dest, *fd, perms.unwrap_or(0o600))?;
             let to = newroot_path(dest);
             make_target(&to, dest, false)?;
             bind_mount(&staging, &to, *readonly, false).map_err(|err| MountError::Bind {
                 from: staging.as_os_str().to_owned(),
                 to: dest.clone(),
                 source: err,
-            })
+            })?;
+            // Like bubblewrap: the bound file keeps no name on the tmpfs.
+            let _ = fs::remove_file(&staging);
+            Ok(())
         }
         SetupOp::Chmod { dest, mode } => {
             let to = newroot_path(dest);
@@ -576,13 +577,15 @@ fn make_target(to: &Path, dest: &OsStr, is_dir: bool) -> Result<()> {
     }
 }
 
-fn read_op_fd(fd: RawFd, what: &'static str) -> Result<Vec<u8>> {
-    let data = fds::read_all(fd).map_err(|err| MountError::ReadFd { what, source: err });
+/// Creates `to` with `mode` and copies everything from `fd` into it, then
+/// closes `fd` (each data fd serves exactly one operation, as in bubblewrap).
+fn write_new_file(to: &Path, shown: &OsStr, fd: RawFd, mode: u32) -> Result<()> {
+    let result = copy_into_new_file(to, shown, fd, mode);
     fds::close(fd);
-    data
+    result
 }
 
-fn write_new_file(to: &Path, shown: &OsStr, data: &[u8], mode: u32) -> Result<()> {
+fn copy_into_new_file(to: &Path, shown: &OsStr, fd: RawFd, mode: u32) -> Result<()> {
     if let Some(parent) = to.parent() {
         ensure_dir(parent, 0o755).map_err(|err| MountError::Mkdir {
             path: parent.as_os_str().to_owned(),
@@ -596,14 +599,16 @@ fn write_new_file(to: &Path, shown: &OsStr, data: &[u8], mode: u32) -> Result<()
         .mode(mode)
         .custom_flags(libc::O_CLOEXEC | libc::O_NOCTTY)
         .open(to)
-        .map_err(|err| MountError::CreateFile {
+        .map_err(|err| MountError::CreateDataFile {
             path: shown.to_owned(),
             source: err,
         })?;
-    file.write_all(data).map_err(|err| MountError::WriteData {
+    let write_err = |err| MountError::WriteData {
         path: shown.to_owned(),
         source: err,
-    })?;
+    };
+    let data = fds::read_all(fd).map_err(write_err)?;
+    file.write_all(&data).map_err(write_err)?;
     // The umask must not narrow what --perms asked for.
     file.set_permissions(fs::Permissions::from_mode(mode))
         .map_err(|err| MountError::CreateFile {
