@@ -189,8 +189,14 @@ pub fn newroot_path(dest: &OsStr) -> PathBuf {
     under("/newroot", dest)
 }
 
+/// `/oldroot` + an absolute source. A relative source is looked up from the
+/// setup tmpfs's root, where (as in bubblewrap) it never exists.
 fn oldroot_path(source: &OsStr) -> PathBuf {
-    under("/oldroot", source)
+    if source.as_bytes().starts_with(b"/") {
+        under("/oldroot", source)
+    } else {
+        PathBuf::from(source)
+    }
 }
 
 fn under(prefix: &str, path: &OsStr) -> PathBuf {
