@@ -97,9 +97,10 @@ pub enum CapEdit {
 }
 
 /// The capabilities the command keeps, and whether the bounding set is cut
-/// down to them. bubblewrap's rules: a root caller passes on its own effective
-/// set (bounding set cut to it); otherwise uid 0 inside keeps everything and
-/// any other uid nothing. `--cap-add`/`--cap-drop` edit that set in order.
+/// down to them (always, as bubblewrap does). bubblewrap's rules: a root
+/// caller passes on its own effective set; otherwise uid 0 inside keeps
+/// everything and any other uid nothing. `--cap-add`/`--cap-drop` edit that
+/// set in order.
 pub fn requested_caps(
     caller_root_caps: Option<CapSet>,
     sandbox_uid: u32,
@@ -116,7 +117,7 @@ pub fn requested_caps(
             CapEdit::Drop(set) => caps &= !set,
         }
     }
-    (caps, caller_root_caps.is_some() || !edits.is_empty())
+    (caps, true)
 }
 
 /// The calling process's effective capabilities.
@@ -264,8 +265,8 @@ mod tests {
 
     #[test]
     fn root_keeps_everything_unless_told_otherwise() {
-        assert_eq!(requested_caps(None, 0, &[]), (all_caps(), false));
-        assert_eq!(requested_caps(None, 1000, &[]), (0, false));
+        assert_eq!(requested_caps(None, 0, &[]), (all_caps(), true));
+        assert_eq!(requested_caps(None, 1000, &[]), (0, true));
         assert_eq!(requested_caps(Some(0b101), 0, &[]), (0b101, true));
         let (caps, bound) = requested_caps(None, 0, &[CapEdit::Drop(all_caps())]);
         assert_eq!((caps, bound), (0, true));

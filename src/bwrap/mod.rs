@@ -10,8 +10,9 @@
 //!    namespace — also for a root caller, so nothing reaches the host;
 //! 3. the mount tree is built on a tmpfs and pivoted into, the host tree
 //!    detached ([`mounts`], [`dev`]);
-//! 4. hostname, no_new_privs, `--disable-userns` (a last nested user
-//!    namespace, verified);
+//! 4. hostname, no_new_privs, then a nested user namespace holding the
+//!    requested uid/gid (and, for `--disable-userns`, the last one allowed,
+//!    verified);
 //! 5. a reaper stays as pid 1 ([`proc_pid1`]) unless `--as-pid-1`;
 //! 6. in the command's process: new session, environment, cwd, capabilities
 //!    ([`caps`]), every fd but stdio close-on-exec ([`fds`]),
@@ -287,7 +288,12 @@ fn sandbox_child(
 
     let uid = config.uid.unwrap_or(caller.uid);
     let gid = config.gid.unwrap_or(caller.gid);
-    namespaces::write_id_maps(&proc_fd, uid, caller.uid, gid, caller.gid)?;
+    // Setup runs as uid/gid 0 of the sandbox's user namespace (so ownership
+    // checks on the host's files behave as for bubblewrap); a nested user
+    // namespace then maps the requested ids onto 0, after every mount.
+    let nested = uid != 0 || gid != 0 || config.disable_userns;
+    let (setup_uid, setup_gid) = if nested { (0, 0) } else { (uid, gid) };
+    namespaces::write_id_maps(&proc_fd, setup_uid, caller.uid, setup_gid, caller.gid)?;
     if config.unshare.net {
         namespaces::loopback_up()?;
     }
@@ -312,8 +318,8 @@ fn sandbox_child(
         namespaces::set_hostname(name)?;
     }
     caps::set_no_new_privs().map_err(BwrapError::NoNewPrivs)?;
-    if config.disable_userns {
-        namespaces::enter_last_user_namespace(&proc_fd, uid, gid)?;
+    if nested {
+        namespaces::enter_nested_user_namespace(&proc_fd, uid, gid, config.disable_userns)?;
     }
     drop(proc_fd);
     if let Some(fd) = config.block_fd {

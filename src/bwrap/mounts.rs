@@ -438,16 +438,21 @@ fn apply_op(op: &SetupOp, ctx: &Context, index: usize) -> Result<()> {
             })
         }
         SetupOp::BindFd { fd, dest, readonly } => {
+            // The fd belongs to the host's mount namespace: bind the path it
+            // names, then check the mount is the very file the fd refers to.
             let display = OsString::from(format!("/proc/self/fd/{fd}"));
-            let from = PathBuf::from(format!("/oldroot/proc/self/fd/{fd}"));
-            let meta = fs::metadata(&from).map_err(|err| MountError::Source {
+            let link = PathBuf::from(format!("/oldroot/proc/self/fd/{fd}"));
+            let source_err = |err| MountError::Source {
                 path: display.clone(),
                 source: err,
-            })?;
+            };
+            let meta = fs::metadata(&link).map_err(source_err)?;
+            let target = fs::read_link(&link).map_err(source_err)?;
+            let from = oldroot_path(target.as_os_str());
             let to = newroot_path(dest);
             make_target(&to, dest, meta.is_dir())?;
             bind_mount(&from, &to, *readonly, false).map_err(|err| MountError::Bind {
-                from: display,
+                from: display.clone(),
                 to: dest.clone(),
                 source: err,
             })?;

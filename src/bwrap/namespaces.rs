@@ -181,14 +181,20 @@ pub fn limit_user_namespaces(proc_fd: &OwnedFd) -> Result<()> {
         .map_err(NamespaceError::MaxUserNamespaces)
 }
 
-/// `--disable-userns`, part two (after every mount): move into that one
-/// nested user namespace, mapping the sandbox ids onto themselves, and check
-/// that no further one can be created.
-pub fn enter_last_user_namespace(proc_fd: &OwnedFd, uid: u32, gid: u32) -> Result<()> {
+/// After every mount: move into a nested user namespace mapping the
+/// requested ids onto the setup ids (0). With `--disable-userns` it is the
+/// last one allowed (see [`limit_user_namespaces`]): check that no further one
+/// can be created.
+pub fn enter_nested_user_namespace(
+    proc_fd: &OwnedFd,
+    uid: u32,
+    gid: u32,
+    disable_userns: bool,
+) -> Result<()> {
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER)
         .map_err(|errno| NamespaceError::NestedUserns(errno.into()))?;
-    write_id_maps(proc_fd, uid, uid, gid, gid)?;
-    if nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER).is_ok() {
+    write_id_maps(proc_fd, uid, 0, gid, 0)?;
+    if disable_userns && nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER).is_ok() {
         return Err(NamespaceError::UsernsStillAllowed);
     }
     Ok(())
