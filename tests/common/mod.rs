@@ -1,2 +1,3 @@
+pub mod bwrap;
 pub mod confine;
 pub mod sandbox;
