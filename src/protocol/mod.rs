@@ -4,3 +4,5 @@
 pub mod path;
 
 pub use path::{PathDialect, PathError, WirePath};
+pub mod fs;
+pub mod sandbox;
