@@ -263,7 +263,7 @@ pub fn copy(params: &CopyParams) -> Result<EmptyResponse> {
         }
         let source_real = fs::canonicalize(source)?;
         let destination_real =
-            canonical_for_compare(&crate::protocol::sandbox::normalize_lexically(destination));
+            canonical_for_compare(&crate::sandbox::policy::normalize(destination));
         if destination_real.starts_with(&source_real) {
             return Err(FsError::InvalidRequest(
                 "fs/copy cannot copy a directory to itself or one of its descendants".into(),

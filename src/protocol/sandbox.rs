@@ -8,11 +8,12 @@
 //! This module only decides and converts; it never touches the sandbox
 //! itself. Enforcement is the linux-sandbox mode's job.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use super::path::WirePath;
+use crate::sandbox::policy::{normalize, PermissionProfile, SandboxPolicy};
 
 /// Windows sandbox level; accepted and ignored on Linux.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -109,57 +110,6 @@ pub enum ExecPermissionProfile {
     },
 }
 
-/// Network access of a legacy policy: a bool (read-only, workspace-write) or
-/// a word (external-sandbox).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum LegacyNetworkAccess {
-    Flag(bool),
-    Word(NetworkAccess),
-}
-
-impl Default for LegacyNetworkAccess {
-    fn default() -> Self {
-        LegacyNetworkAccess::Flag(false)
-    }
-}
-
-impl LegacyNetworkAccess {
-    fn access(self) -> NetworkAccess {
-        match self {
-            LegacyNetworkAccess::Flag(true) | LegacyNetworkAccess::Word(NetworkAccess::Enabled) => {
-                NetworkAccess::Enabled
-            }
-            _ => NetworkAccess::Restricted,
-        }
-    }
-}
-
-/// The legacy `SandboxPolicy` (tag `type`, kebab-case).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "kebab-case")]
-pub enum LegacySandboxPolicy {
-    DangerFullAccess,
-    ReadOnly {
-        #[serde(default)]
-        network_access: LegacyNetworkAccess,
-    },
-    ExternalSandbox {
-        #[serde(default)]
-        network_access: LegacyNetworkAccess,
-    },
-    WorkspaceWrite {
-        #[serde(default)]
-        writable_roots: Vec<String>,
-        #[serde(default)]
-        network_access: LegacyNetworkAccess,
-        #[serde(default)]
-        exclude_tmpdir_env_var: bool,
-        #[serde(default)]
-        exclude_slash_tmp: bool,
-    },
-}
-
 /// The `sandbox` object of fs requests and `process/start`.
 ///
 /// Either `permissions` (the current shape) or `sandboxPolicy` (the older
@@ -180,7 +130,7 @@ pub struct FileSystemSandboxContext {
     #[serde(default)]
     pub use_legacy_landlock: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox_policy: Option<LegacySandboxPolicy>,
+    pub sandbox_policy: Option<SandboxPolicy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox_policy_cwd: Option<String>,
 }
@@ -198,12 +148,11 @@ pub enum SandboxContextError {
     WorkspaceRoot(String),
     #[error("file system sandbox context with dynamic permissions requires cwd")]
     DynamicPermissionsRequireCwd,
+    #[error("cannot convert the permission profile: {0}")]
+    Convert(String),
     #[error("cannot determine the server's current directory: {0}")]
     ServerCwd(String),
 }
-
-/// Names protected read-only inside writable roots.
-pub const PROTECTED_METADATA_NAMES: [&str; 3] = [".git", ".agents", ".codex"];
 
 /// A context with native cwd and roots and a profile whose `path` entries
 /// are native; `project_roots` entries are still symbolic.
@@ -257,7 +206,11 @@ impl FileSystemSandboxContext {
                 if workspace_roots.is_empty() {
                     workspace_roots.extend(cwd.iter().cloned());
                 }
-                profile_from_legacy(legacy, cwd.as_deref())?
+                let profile = match cwd.as_deref() {
+                    Some(cwd) => PermissionProfile::from_legacy_for_cwd(legacy, cwd),
+                    None => PermissionProfile::from_legacy(legacy),
+                };
+                from_policy_profile(&profile)?
             }
             (None, None) => return Err(SandboxContextError::MissingPermissions),
         };
@@ -268,6 +221,24 @@ impl FileSystemSandboxContext {
             use_legacy_landlock: self.use_legacy_landlock,
         })
     }
+}
+
+/// The sandbox policy type of a profile whose paths are native.
+pub fn to_policy_profile(
+    profile: &ExecPermissionProfile,
+) -> Result<PermissionProfile, SandboxContextError> {
+    serde_json::to_value(profile)
+        .and_then(serde_json::from_value)
+        .map_err(|err| SandboxContextError::Convert(err.to_string()))
+}
+
+/// The wire profile of a sandbox policy profile.
+pub fn from_policy_profile(
+    profile: &PermissionProfile,
+) -> Result<ExecPermissionProfile, SandboxContextError> {
+    serde_json::to_value(profile)
+        .and_then(serde_json::from_value)
+        .map_err(|err| SandboxContextError::Convert(err.to_string()))
 }
 
 /// The profile with every `path` entry converted to a native path.
@@ -307,137 +278,11 @@ fn path_entry(path: &Path, access: AccessMode) -> SandboxEntry {
     }
 }
 
-/// The existing protected metadata paths of a writable root (`.git` file or
-/// dir plus its `gitdir:` target, `.agents` dir, `.codex` dir; `.codex`
-/// always when `always_codex`).
-fn default_protected_subpaths(root: &Path, always_codex: bool) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let git = root.join(".git");
-    if git.is_dir() {
-        out.push(git);
-    } else if git.is_file() {
-        if let Ok(text) = std::fs::read_to_string(&git) {
-            if let Some(target) = text.trim().strip_prefix("gitdir:") {
-                let target = root.join(target.trim());
-                if target.exists() {
-                    out.push(normalize_lexically(&target));
-                }
-            }
-        }
-        out.insert(0, git);
-    }
-    for name in [".agents", ".codex"] {
-        let path = root.join(name);
-        if path.is_dir() || (name == ".codex" && always_codex) {
-            out.push(path);
-        }
-    }
-    out
-}
-
-/// Converts a legacy `SandboxPolicy` into a profile, as the reference's
-/// `from_legacy_sandbox_policy_for_cwd` does.
-pub fn profile_from_legacy(
-    policy: &LegacySandboxPolicy,
-    cwd: Option<&Path>,
-) -> Result<ExecPermissionProfile, SandboxContextError> {
-    let restricted =
-        |entries: Vec<SandboxEntry>, network: NetworkAccess| ExecPermissionProfile::Managed {
-            file_system: ManagedFileSystem::Restricted {
-                entries,
-                glob_scan_max_depth: None,
-            },
-            network,
-        };
-    Ok(match policy {
-        LegacySandboxPolicy::DangerFullAccess => ExecPermissionProfile::Disabled,
-        LegacySandboxPolicy::ExternalSandbox { network_access } => {
-            ExecPermissionProfile::External {
-                network: network_access.access(),
-            }
-        }
-        LegacySandboxPolicy::ReadOnly { network_access } => restricted(
-            vec![special(SpecialPath::Root, AccessMode::Read)],
-            network_access.access(),
-        ),
-        LegacySandboxPolicy::WorkspaceWrite {
-            writable_roots,
-            network_access,
-            exclude_tmpdir_env_var,
-            exclude_slash_tmp,
-        } => {
-            let mut entries = vec![
-                special(SpecialPath::Root, AccessMode::Read),
-                special(
-                    SpecialPath::ProjectRoots { subpath: None },
-                    AccessMode::Write,
-                ),
-            ];
-            if !exclude_slash_tmp {
-                entries.push(special(SpecialPath::SlashTmp, AccessMode::Write));
-            }
-            if !exclude_tmpdir_env_var {
-                entries.push(special(SpecialPath::Tmpdir, AccessMode::Write));
-            }
-            let roots = writable_roots
-                .iter()
-                .map(|root| {
-                    WirePath::parse(root)
-                        .map(WirePath::into_path)
-                        .map_err(|err| SandboxContextError::PermissionPath(err.to_string()))
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            for root in &roots {
-                entries.push(path_entry(root, AccessMode::Write));
-            }
-            for name in PROTECTED_METADATA_NAMES {
-                entries.push(special(
-                    SpecialPath::ProjectRoots {
-                        subpath: Some(name.to_owned()),
-                    },
-                    AccessMode::Read,
-                ));
-            }
-            let mut protected: Vec<PathBuf> = Vec::new();
-            for root in &roots {
-                protected.extend(default_protected_subpaths(root, false));
-            }
-            if let Some(cwd) = cwd {
-                protected.extend(default_protected_subpaths(cwd, true));
-            }
-            for path in protected {
-                let listed = entries.iter().any(
-                    |entry| matches!(&entry.path, EntryPath::Path { path: p } if Path::new(p) == path),
-                );
-                if !listed {
-                    entries.push(path_entry(&path, AccessMode::Read));
-                }
-            }
-            restricted(entries, network_access.access())
-        }
-    })
-}
-
-/// `.` dropped and `..` popped, without touching the disk.
-pub fn normalize_lexically(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for component in path.components() {
-        match component {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other.as_os_str()),
-        }
-    }
-    out
-}
-
 /// Whether a subpath (of `project_roots`) is safe to join: relative, no `..`.
 fn join_subpath(root: &Path, subpath: Option<&str>) -> PathBuf {
     match subpath {
         None | Some("") | Some(".") => root.to_path_buf(),
-        Some(sub) => normalize_lexically(&root.join(sub.trim_start_matches('/'))),
+        Some(sub) => normalize(&root.join(sub.trim_start_matches('/'))),
     }
 }
 
@@ -470,60 +315,19 @@ impl ResolvedSandbox {
     }
 
     /// Full-disk read: unrestricted/external/disabled, or a readable `:root`
-    /// and no deny entry at all.
+    /// and no deny entry at all (decided by [`crate::sandbox::policy`]).
     pub fn has_full_disk_read_access(&self) -> bool {
-        match &self.profile {
-            ExecPermissionProfile::Managed {
-                file_system: ManagedFileSystem::Restricted { entries, .. },
-                ..
-            } => {
-                entries.iter().any(|entry| {
-                    entry.access != AccessMode::Deny
-                        && matches!(
-                            entry.path,
-                            EntryPath::Special {
-                                value: SpecialPath::Root
-                            }
-                        )
-                }) && entries.iter().all(|entry| entry.access != AccessMode::Deny)
-            }
-            _ => true,
-        }
+        to_policy_profile(&self.profile)
+            .map(|profile| profile.to_runtime().0.has_full_disk_read_access())
+            .unwrap_or(false)
     }
 
-    /// Full-disk write: a writable `:root` and no narrowing entry.
+    /// Full-disk write: a writable `:root` and no narrowing entry (decided by
+    /// [`crate::sandbox::policy`]).
     pub fn has_full_disk_write_access(&self) -> bool {
-        let entries = match &self.profile {
-            ExecPermissionProfile::Managed {
-                file_system: ManagedFileSystem::Restricted { entries, .. },
-                ..
-            } => entries,
-            _ => return true,
-        };
-        let root_write = entries.iter().any(|entry| {
-            entry.access == AccessMode::Write
-                && matches!(
-                    entry.path,
-                    EntryPath::Special {
-                        value: SpecialPath::Root
-                    }
-                )
-        });
-        let narrowing = entries.iter().any(|entry| match &entry.path {
-            EntryPath::GlobPattern { .. } => true,
-            EntryPath::Path { path } => {
-                entry.access != AccessMode::Write
-                    && !entries.iter().any(|other| {
-                        other.access == AccessMode::Write
-                            && matches!(&other.path, EntryPath::Path { path: p } if p == path)
-                    })
-            }
-            EntryPath::Special { value } => match value {
-                SpecialPath::Minimal | SpecialPath::Unknown { .. } => false,
-                _ => entry.access != AccessMode::Write,
-            },
-        });
-        root_write && !narrowing
+        to_policy_profile(&self.profile)
+            .map(|profile| profile.has_full_disk_write_access())
+            .unwrap_or(false)
     }
 
     /// SPEC §4.2: an fs request runs in a sandboxed helper iff the profile is
