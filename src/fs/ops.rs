@@ -47,6 +47,28 @@ fn to_value<T: Serialize>(value: T) -> Result<Value> {
     serde_json::to_value(value).map_err(|err| FsError::Internal(err.to_string()))
 }
 
+/// Checks that `params` decode for `operation`, without running it (the
+/// server does this before handing a request to a helper).
+pub fn validate(operation: &str, params: &Value) -> Result<()> {
+    fn check<T: DeserializeOwned>(params: &Value) -> Result<()> {
+        decode_params::<T>(params.clone()).map(drop)
+    }
+    match operation {
+        method::READ_FILE => check::<ReadFileParams>(params),
+        method::WRITE_FILE => check::<WriteFileParams>(params),
+        method::CREATE_DIRECTORY => check::<CreateDirectoryParams>(params),
+        method::GET_METADATA | method::CANONICALIZE | method::READ_DIRECTORY => {
+            check::<PathParams>(params)
+        }
+        method::WALK => check::<WalkParams>(params),
+        method::REMOVE => check::<RemoveParams>(params),
+        method::COPY => check::<CopyParams>(params),
+        other => Err(FsError::InvalidRequest(format!(
+            "unsupported fs operation `{other}`"
+        ))),
+    }
+}
+
 /// Runs one of the one-shot operations (`fs/readFile` … `fs/copy`) on
 /// undecoded params and returns its JSON result. The `sandbox` field is not
 /// looked at: the caller has already decided where this runs.

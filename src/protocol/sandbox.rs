@@ -142,10 +142,10 @@ pub enum SandboxContextError {
     MissingPermissions,
     #[error("invalid sandbox permission path URI: {0}")]
     PermissionPath(String),
-    #[error("{0}")]
-    Cwd(String),
-    #[error("file system sandbox workspace root is not native to this exec-server host: {0}")]
-    WorkspaceRoot(String),
+    #[error("{error}")]
+    Cwd { uri: String, error: String },
+    #[error("file system sandbox workspace root is not native to this exec-server host: {error}")]
+    WorkspaceRoot { uri: String, error: String },
     #[error("file system sandbox context with dynamic permissions requires cwd")]
     DynamicPermissionsRequireCwd,
     #[error("cannot convert the permission profile: {0}")]
@@ -180,12 +180,20 @@ impl FileSystemSandboxContext {
         }
     }
 
+    /// Decodes a context from its JSON value.
+    pub fn deserialize_value(value: &serde_json::Value) -> Result<Self, serde_json::Error> {
+        Self::deserialize(value)
+    }
+
     /// Converts wire paths to native ones and the legacy shape to a profile.
     pub fn resolve(&self) -> Result<ResolvedSandbox, SandboxContextError> {
         let parse_cwd = |text: &str| {
             WirePath::parse(text)
                 .map(WirePath::into_path)
-                .map_err(|err| SandboxContextError::Cwd(err.to_string()))
+                .map_err(|err| SandboxContextError::Cwd {
+                    uri: text.to_owned(),
+                    error: err.to_string(),
+                })
         };
         let cwd = match self.cwd.as_deref().or(self.sandbox_policy_cwd.as_deref()) {
             Some(text) => Some(parse_cwd(text)?),
@@ -197,7 +205,10 @@ impl FileSystemSandboxContext {
             .map(|root| {
                 WirePath::parse(root)
                     .map(WirePath::into_path)
-                    .map_err(|err| SandboxContextError::WorkspaceRoot(err.to_string()))
+                    .map_err(|err| SandboxContextError::WorkspaceRoot {
+                        uri: root.clone(),
+                        error: err.to_string(),
+                    })
             })
             .collect::<Result<Vec<_>, _>>()?;
         let profile = match (&self.permissions, &self.sandbox_policy) {

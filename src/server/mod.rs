@@ -1,4 +1,5 @@
 //! The exec-server: transports, connections, sessions and request handlers.
 pub mod cli;
+pub mod fs_helper_pool;
 pub mod fs_methods;
 pub mod process_sandbox;
