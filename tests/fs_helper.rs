@@ -72,7 +72,8 @@ fn argv0_codex_fs_helper_selects_the_mode() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let request = json!({"operation": "fs/createDirectory", "params": {"path": dir.path().join("x/y")}});
+    let request =
+        json!({"operation": "fs/createDirectory", "params": {"path": dir.path().join("x/y")}});
     child
         .stdin
         .take()
@@ -105,7 +106,9 @@ fn serve_form_answers_each_request_with_its_id_until_eof() {
         stdout.read_line(&mut line).unwrap();
         serde_json::from_str(&line).unwrap()
     };
-    let a = ask(json!({"id": 1, "operation": "fs/getMetadata", "params": {"path": dir.path().join("f")}}));
+    let a = ask(
+        json!({"id": 1, "operation": "fs/getMetadata", "params": {"path": dir.path().join("f")}}),
+    );
     assert_eq!(a["id"], 1);
     assert_eq!(a["status"], "ok");
     assert_eq!(a["payload"]["operation"], "fs/getMetadata");
@@ -119,7 +122,9 @@ fn serve_form_answers_each_request_with_its_id_until_eof() {
     let c = ask(json!({"id": 3, "operation": "fs/open", "params": {}}));
     assert_eq!(c["id"], 3);
     assert_eq!(c["status"], "error");
-    let d = ask(json!({"id": 4, "operation": "fs/writeFile", "params": {"path": dir.path().join("g"), "dataBase64": b64(b"xyz")}}));
+    let d = ask(
+        json!({"id": 4, "operation": "fs/writeFile", "params": {"path": dir.path().join("g"), "dataBase64": b64(b"xyz")}}),
+    );
     assert_eq!(d["status"], "ok");
     assert_eq!(std::fs::read(dir.path().join("g")).unwrap(), b"xyz");
     drop(stdin);

@@ -284,16 +284,19 @@ pub fn serving_helpers(ancestor: u32) -> Vec<u32> {
         return out;
     };
     for entry in dir.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
             continue;
         };
         let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
             continue;
         };
         let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        let is_helper = args.len() >= 3
-            && args[1] == b"--codex-run-as-fs-helper"
-            && args[2] == b"--serve";
+        let is_helper =
+            args.len() >= 3 && args[1] == b"--codex-run-as-fs-helper" && args[2] == b"--serve";
         if is_helper && descends_from(pid, ancestor) {
             out.push(pid);
         }
