@@ -251,7 +251,7 @@ async fn every_symlink_escape_is_denied_and_changes_nothing() {
         ];
         // Mutations: tried both where the outside is invisible and where it
         // is readable but not writable.
-        let writes = vec![
+        let writes = [
             (
                 "write via dir link",
                 "fs/writeFile",
