@@ -1,0 +1,2 @@
+//! Shared integration-test utilities, one submodule per area.
+pub mod client;
