@@ -1,1 +1,6 @@
-//! Managed processes: spawning (pipes or PTY), output capture, retention, signals and tree-wide termination.
+//! Managed processes: spawning (pipes or PTY), output capture, retention,
+//! signals and tree-wide termination.
+
+pub mod spawn;
+
+pub use spawn::LaunchSpec;
