@@ -106,7 +106,15 @@ struct Incoming {
     #[serde(default)]
     result: Option<Value>,
     #[serde(default)]
-    error: Option<RpcError>,
+    error: Option<ErrorBody>,
+}
+
+/// The `error` member of a response.
+#[derive(Deserialize)]
+struct ErrorBody {
+    code: i64,
+    #[serde(default)]
+    message: String,
 }
 
 impl Connection {
@@ -319,7 +327,7 @@ async fn route(shared: &Shared, notify_tx: &mpsc::Sender<Notification>, incoming
                 Err(poisoned) => poisoned.into_inner().remove(&id),
             };
             let reply = match incoming.error {
-                Some(error) => Err(ClientError::Rpc(error)),
+                Some(error) => Err(ClientError::Rpc(RpcError::new(error.code, error.message))),
                 None => Ok(incoming.result.unwrap_or(Value::Null)),
             };
             match waiter {

@@ -17,34 +17,23 @@ mod types;
 
 use base64::Engine as _;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use crate::protocol::{environment, process, METHOD_INITIALIZE, NOTIFY_INITIALIZED};
 use connection::{Connection, Endpoint};
 pub use types::{
     decode_chunk, EnvironmentInfo, ProcessEvent, ReadChunk, ReadParams, ReadResult, ShellInfo,
-    StartParams, TerminalSize,
+    StartParams,
 };
 
 /// Default capacity of the notification channel. When it is full the client
 /// stops reading the socket until the receiver catches up.
 pub const DEFAULT_NOTIFICATION_CAPACITY: usize = 4096;
 
-/// A JSON-RPC error object returned by the server.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-pub struct RpcError {
-    pub code: i64,
-    pub message: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data: Option<Value>,
-}
-
-impl std::fmt::Display for RpcError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} (code {})", self.message, self.code)
-    }
-}
+pub use crate::protocol::envelope::RpcError;
+pub use crate::protocol::process::{PtySize, StreamKind};
 
 /// A notification sent by the server (`process/output`, …).
 #[derive(Debug, Clone, PartialEq)]
@@ -190,8 +179,10 @@ impl ExecServerClient {
             session_id: String,
         }
         let params = json!({"clientName": client_name, "resumeSessionId": resume_session_id});
-        let result: InitializeResult = self.call_as("initialize", params).await?;
-        self.connection.notify("initialized", &json!({})).await?;
+        let result: InitializeResult = self.call_as(METHOD_INITIALIZE, params).await?;
+        self.connection
+            .notify(NOTIFY_INITIALIZED, &json!({}))
+            .await?;
         self.client_name = client_name.to_owned();
         self.session_id = Some(result.session_id.clone());
         Ok(result.session_id)
@@ -273,14 +264,14 @@ impl ExecServerClient {
             process_id: String,
         }
         let params = serde_json::to_value(params).map_err(ClientError::Encode)?;
-        let started: Started = self.call_as("process/start", params).await?;
+        let started: Started = self.call_as(process::METHOD_START, params).await?;
         Ok(started.process_id)
     }
 
     /// `process/read`.
     pub async fn process_read(&self, params: &ReadParams) -> Result<ReadResult, ClientError> {
         let params = serde_json::to_value(params).map_err(ClientError::Encode)?;
-        self.call_as("process/read", params).await
+        self.call_as(process::METHOD_READ, params).await
     }
 
     /// `process/write` of `data`, with an optional `writeId` (the reference
@@ -299,13 +290,13 @@ impl ExecServerClient {
         if close_stdin {
             params["closeStdin"] = json!(true);
         }
-        self.call_as("process/write", params).await
+        self.call_as(process::METHOD_WRITE, params).await
     }
 
     /// `process/signal` with a signal name (`interrupt`, `kill`, `SIGUSR1`…).
     pub async fn process_signal(&self, process_id: &str, signal: &str) -> Result<(), ClientError> {
         self.call(
-            "process/signal",
+            process::METHOD_SIGNAL,
             json!({"processId": process_id, "signal": signal}),
         )
         .await
@@ -313,13 +304,9 @@ impl ExecServerClient {
     }
 
     /// `process/resize` of a PTY process.
-    pub async fn process_resize(
-        &self,
-        process_id: &str,
-        size: TerminalSize,
-    ) -> Result<(), ClientError> {
+    pub async fn process_resize(&self, process_id: &str, size: PtySize) -> Result<(), ClientError> {
         let params = json!({"processId": process_id, "rows": size.rows, "cols": size.cols});
-        self.call("process/resize", params).await.map(drop)
+        self.call(process::METHOD_RESIZE, params).await.map(drop)
     }
 
     /// `process/terminate`; returns whether the process was still running.
@@ -329,7 +316,7 @@ impl ExecServerClient {
             running: bool,
         }
         let result: Terminated = self
-            .call_as("process/terminate", json!({"processId": process_id}))
+            .call_as(process::METHOD_TERMINATE, json!({"processId": process_id}))
             .await?;
         Ok(result.running)
     }
@@ -338,7 +325,7 @@ impl ExecServerClient {
 
     /// `environment/info`.
     pub async fn environment_info(&self) -> Result<EnvironmentInfo, ClientError> {
-        self.call_as("environment/info", Value::Null).await
+        self.call_as(environment::METHOD_INFO, Value::Null).await
     }
 
     /// `environment/status`; `"ready"` when the server is serving.
@@ -347,7 +334,9 @@ impl ExecServerClient {
         struct Status {
             status: String,
         }
-        let status: Status = self.call_as("environment/status", Value::Null).await?;
+        let status: Status = self
+            .call_as(environment::METHOD_STATUS, Value::Null)
+            .await?;
         Ok(status.status)
     }
 

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::Notification;
+use crate::protocol::process::{PtySize, StreamKind, NOTIFY_CLOSED, NOTIFY_EXITED, NOTIFY_OUTPUT};
 
 /// Standard padded base64, the encoding of every byte field on the wire.
 pub(crate) fn b64() -> &'static base64::engine::GeneralPurpose {
@@ -38,7 +39,7 @@ pub struct StartParams {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub size: Option<TerminalSize>,
+    pub size: Option<PtySize>,
 }
 
 impl StartParams {
@@ -83,13 +84,6 @@ impl StartParams {
     }
 }
 
-/// A terminal size in character cells.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TerminalSize {
-    pub rows: u16,
-    pub cols: u16,
-}
-
 /// `process/read` params; `None` members are omitted.
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -107,7 +101,7 @@ pub struct ReadParams {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct ReadChunk {
     pub seq: u64,
-    pub stream: String,
+    pub stream: StreamKind,
     /// Base64 as sent; see [`decode_chunk`].
     pub chunk: String,
 }
@@ -135,7 +129,7 @@ pub enum ProcessEvent {
     Output {
         process_id: String,
         seq: u64,
-        stream: String,
+        stream: StreamKind,
         chunk: Vec<u8>,
     },
     Exited {
@@ -156,7 +150,7 @@ pub enum ProcessEvent {
 struct OutputParams {
     process_id: String,
     seq: u64,
-    stream: String,
+    stream: StreamKind,
     chunk: String,
 }
 
@@ -186,7 +180,7 @@ impl ProcessEvent {
     pub fn from_notification(notification: &Notification) -> Option<Self> {
         let params = &notification.params;
         match notification.method.as_str() {
-            "process/output" => {
+            NOTIFY_OUTPUT => {
                 let p = OutputParams::deserialize(params).ok()?;
                 Some(Self::Output {
                     process_id: p.process_id,
@@ -195,7 +189,7 @@ impl ProcessEvent {
                     chunk: decode_chunk(&p.chunk)?,
                 })
             }
-            "process/exited" => {
+            NOTIFY_EXITED => {
                 let p = ExitedParams::deserialize(params).ok()?;
                 Some(Self::Exited {
                     process_id: p.process_id,
@@ -205,7 +199,7 @@ impl ProcessEvent {
                     sandbox_denied: p.sandbox_denied,
                 })
             }
-            "process/closed" => {
+            NOTIFY_CLOSED => {
                 let p = ClosedParams::deserialize(params).ok()?;
                 Some(Self::Closed {
                     process_id: p.process_id,
@@ -267,7 +261,7 @@ mod tests {
             Some(ProcessEvent::Output {
                 process_id: "p".into(),
                 seq: 1,
-                stream: "stdout".into(),
+                stream: StreamKind::Stdout,
                 chunk: b"hello\n".to_vec()
             })
         );

@@ -353,9 +353,8 @@ pub fn decode_params<T: serde::de::DeserializeOwned>(params: Option<Value>) -> R
     let is_empty_object = matches!(&params, Value::Object(o) if o.is_empty());
     match serde_json::from_value::<T>(params) {
         Ok(value) => Ok(value),
-        Err(err) if is_empty_object => {
-            serde_json::from_value::<T>(Value::Null).map_err(|_| RpcError::invalid_params(err.to_string()))
-        }
+        Err(err) if is_empty_object => serde_json::from_value::<T>(Value::Null)
+            .map_err(|_| RpcError::invalid_params(err.to_string())),
         Err(err) => Err(RpcError::invalid_params(err.to_string())),
     }
 }
@@ -430,10 +429,7 @@ mod tests {
         }
         assert!(decode(b"not-json", MAX).is_err());
         assert!(decode(b"[1]", MAX).is_err());
-        assert_eq!(
-            decode(b"{}", MAX).unwrap_err(),
-            EnvelopeError::MissingError
-        );
+        assert_eq!(decode(b"{}", MAX).unwrap_err(), EnvelopeError::MissingError);
         assert!(matches!(
             decode(b"{}", 1),
             Err(EnvelopeError::TooLarge { .. })
