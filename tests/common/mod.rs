@@ -1,3 +1,4 @@
+//! Shared integration-test utilities, one submodule per area.
 #![allow(dead_code)]
 pub mod client;
 pub mod fs;
