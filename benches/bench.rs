@@ -3,12 +3,14 @@
 //! one line each. Each area adds a module with a `run(&mut Report)`.
 
 mod common;
+mod fs;
 mod process;
 
 fn main() {
     let mut report = common::Report::default();
     println!("codexbox benchmark (release build, {} CPUs)", cpus());
     process::run(&mut report);
+    fs::run(&mut report);
     if report.is_empty() {
         println!("no figures measured");
     } else {
