@@ -209,7 +209,7 @@ impl FileSystemSandboxEntry {
             access,
         )
     }
-    fn special(value: FileSystemSpecialPath, access: FileSystemAccessMode) -> Self {
+    pub fn special(value: FileSystemSpecialPath, access: FileSystemAccessMode) -> Self {
         Self::new(FileSystemPath::special(value), access)
     }
 }

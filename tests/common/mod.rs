@@ -1,4 +1,5 @@
 //! Shared integration-test utilities, one submodule per area.
 #![allow(dead_code)]
 pub mod client;
+pub mod confine;
 pub mod fs;
