@@ -40,6 +40,10 @@ pub fn prepare(
     let Some(sandbox) = sandbox.filter(|value| !value.is_null()) else {
         return Ok(());
     };
+    if spec.argv.is_empty() {
+        // Left for the caller's `argv must not be empty`.
+        return Ok(());
+    }
     let context = FileSystemSandboxContext::deserialize_value(sandbox)
         .map_err(|err| RpcError::invalid_params(format!("invalid sandbox: {err}")))?;
     let resolved = context.resolve().map_err(context_error)?;
