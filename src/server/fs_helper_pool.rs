@@ -6,7 +6,7 @@
 //! Bounds: at most [`MAX_HELPERS_PER_KEY`] helpers busy per sandbox, at most
 //! [`MAX_IDLE_HELPERS`] idle helpers kept in total (the oldest idle helper is
 //! closed first), and idle helpers are closed after the idle timeout
-//! (`CODEXBOX_FS_HELPER_IDLE_MS`, default 30 s). A helper that dies or
+//! (`CODEXBOX_FS_HELPER_IDLE_MS`, default 5 s). A helper that dies or
 //! answers garbage is discarded: the request it was serving fails with
 //! ‑32603 and the next request gets a fresh helper.
 
@@ -30,8 +30,11 @@ use crate::runtime_paths::ExecServerRuntimePaths;
 pub const MAX_HELPERS_PER_KEY: usize = 4;
 /// Idle helpers kept across all sandboxes.
 pub const MAX_IDLE_HELPERS: usize = 16;
-/// Default idle timeout.
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default idle timeout. Short on purpose: while a helper runs, the
+/// sandbox's read-only masks of missing `.git`/`.codex`/`.agents` in its
+/// writable roots exist on the host as empty directories (removed when the
+/// helper exits).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Environment variable overriding the idle timeout, in milliseconds.
 pub const IDLE_TIMEOUT_ENV: &str = "CODEXBOX_FS_HELPER_IDLE_MS";
 /// Variables the helper keeps from the server's environment.
@@ -44,7 +47,9 @@ const STDERR_KEEP: usize = 4096;
 pub struct HelperKey {
     /// The `--permission-profile` JSON (native paths).
     pub profile_json: String,
-    /// `--sandbox-policy-cwd` and `--command-cwd`.
+    /// `--sandbox-policy-cwd`. The helper itself always runs in `/` (it
+    /// only takes absolute paths), so it starts even when the policy cwd is
+    /// not visible inside the sandbox.
     pub cwd: PathBuf,
     /// `--use-legacy-landlock`.
     pub use_legacy_landlock: bool,
@@ -328,7 +333,7 @@ fn spawn_helper(paths: &ExecServerRuntimePaths, key: &HelperKey) -> Result<Helpe
         .arg("--sandbox-policy-cwd")
         .arg(&key.cwd)
         .arg("--command-cwd")
-        .arg(&key.cwd)
+        .arg("/")
         .arg("--permission-profile")
         .arg(&key.profile_json);
     if key.use_legacy_landlock {
