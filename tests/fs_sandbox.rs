@@ -333,6 +333,16 @@ async fn every_symlink_escape_is_denied_and_changes_nothing() {
         .await;
     assert!(std::fs::symlink_metadata(s.work.join("escape")).is_err());
     assert_eq!(snapshot(&s.outside), before_out);
+    // Once the helpers are gone, not even the sandbox's masks remain.
+    drop(client);
+    drop(server);
+    let mut expected = before_work.clone();
+    expected.retain(|(name, _)| !name.starts_with("escape"));
+    assert!(
+        eventually(|| snapshot(&s.work) == expected).await,
+        "left behind: {:?}",
+        snapshot(&s.work)
+    );
 }
 
 #[tokio::test]
