@@ -1,1 +1,15 @@
-//! Filesystem operations, implemented once and shared by the server's direct path and the fs-helper.
+//! Filesystem operations, implemented once and shared by the server's direct
+//! path and the fs-helper (SPEC §4, reference notes §8): the one-shot
+//! operations ([`ops::run`]), `fs/walk` ([`walk`]), the per-connection
+//! streaming reads ([`stream::FileStreams`]) and the error-to-code mapping
+//! ([`error::FsError`]). Where an operation runs (directly or in a sandboxed
+//! helper) is decided by the server, not here.
+
+pub mod error;
+pub mod ops;
+pub mod stream;
+pub mod walk;
+
+pub use error::FsError;
+pub use ops::run;
+pub use stream::FileStreams;

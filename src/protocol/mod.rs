@@ -3,8 +3,10 @@
 
 pub mod envelope;
 pub mod environment;
+pub mod fs;
 pub mod path;
 pub mod process;
+pub mod sandbox;
 
 pub use envelope::{RequestId, RpcError};
 pub use path::{PathDialect, PathError, WirePath};

@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod config;
 pub mod connection;
+pub mod fs_helper_pool;
 pub mod fs_methods;
 pub mod handlers;
 pub mod listen;

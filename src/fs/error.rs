@@ -1,0 +1,89 @@
+//! The error of a filesystem operation and its JSON-RPC code (reference
+//! notes §8.10): NotFound → ‑32004, PermissionDenied/InvalidInput → ‑32600,
+//! any other I/O error → ‑32603; the message is the I/O error's text.
+
+use std::io;
+
+/// JSON-RPC code: invalid request.
+pub const INVALID_REQUEST: i64 = -32600;
+/// JSON-RPC code: invalid params.
+pub const INVALID_PARAMS: i64 = -32602;
+/// JSON-RPC code: internal error.
+pub const INTERNAL_ERROR: i64 = -32603;
+/// JSON-RPC code: not found.
+pub const NOT_FOUND: i64 = -32004;
+
+/// A failed filesystem operation.
+#[derive(Debug, thiserror::Error)]
+pub enum FsError {
+    /// An OS error; its code follows its kind.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    /// A request the operation refuses (‑32600).
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// Params that do not decode (‑32602).
+    #[error("{0}")]
+    InvalidParams(String),
+    /// Something missing that is not an OS NotFound (‑32004).
+    #[error("{0}")]
+    NotFound(String),
+    /// Anything else (‑32603).
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// A result of a filesystem operation.
+pub type Result<T> = std::result::Result<T, FsError>;
+
+impl FsError {
+    /// An error with an explicit code, e.g. one relayed from a fs-helper.
+    pub fn from_code(code: i64, message: String) -> Self {
+        match code {
+            NOT_FOUND => FsError::NotFound(message),
+            INVALID_REQUEST => FsError::InvalidRequest(message),
+            INVALID_PARAMS => FsError::InvalidParams(message),
+            _ => FsError::Internal(message),
+        }
+    }
+
+    /// The JSON-RPC error code.
+    pub fn code(&self) -> i64 {
+        match self {
+            FsError::Io(err) => match err.kind() {
+                io::ErrorKind::NotFound => NOT_FOUND,
+                io::ErrorKind::PermissionDenied | io::ErrorKind::InvalidInput => INVALID_REQUEST,
+                _ => INTERNAL_ERROR,
+            },
+            FsError::InvalidRequest(_) => INVALID_REQUEST,
+            FsError::InvalidParams(_) => INVALID_PARAMS,
+            FsError::NotFound(_) => NOT_FOUND,
+            FsError::Internal(_) => INTERNAL_ERROR,
+        }
+    }
+
+    /// The code a helper's answer keeps: ‑32004 and ‑32600 survive, the rest
+    /// fold into ‑32603 (reference notes §8.10).
+    pub fn helper_code(&self) -> i64 {
+        match self.code() {
+            code @ (NOT_FOUND | INVALID_REQUEST) => code,
+            _ => INTERNAL_ERROR,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_kinds_map_to_the_reference_codes() {
+        let code = |kind| FsError::Io(io::Error::from(kind)).code();
+        assert_eq!(code(io::ErrorKind::NotFound), -32004);
+        assert_eq!(code(io::ErrorKind::PermissionDenied), -32600);
+        assert_eq!(code(io::ErrorKind::InvalidInput), -32600);
+        assert_eq!(code(io::ErrorKind::AlreadyExists), -32603);
+        let err = FsError::Io(io::Error::from_raw_os_error(libc::ENOENT));
+        assert_eq!(err.to_string(), "No such file or directory (os error 2)");
+    }
+}

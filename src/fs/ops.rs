@@ -1,0 +1,325 @@
+//! The one-shot filesystem operations of reference notes §8 on native paths,
+//! with the reference's defaults, limits and messages. Both the server's
+//! direct path and the fs-helper call [`run`]; nothing here knows about
+//! sandboxes, connections or transports.
+
+use std::fs::{self, File, Metadata, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use base64::Engine;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::error::{FsError, Result};
+use super::walk;
+use crate::protocol::fs::{
+    method, CanonicalizeResponse, CopyParams, CreateDirectoryParams, DirectoryEntry, EmptyResponse,
+    GetMetadataResponse, PathFieldsProbe, PathParams, ReadDirectoryResponse, ReadFileParams,
+    ReadFileResponse, RemoveParams, WalkParams, WriteFileParams, READ_DIRECTORY_MAX_ENTRIES,
+    READ_FILE_MAX_BYTES,
+};
+
+/// Decodes fs params: a bad wire path is ‑32600 naming the path (SPEC §2.4),
+/// any other shape problem ‑32602.
+pub fn decode_params<T: DeserializeOwned>(params: Value) -> Result<T> {
+    let params = if params.is_null() {
+        Value::Object(Default::default())
+    } else {
+        params
+    };
+    match T::deserialize(&params) {
+        Ok(value) => Ok(value),
+        Err(err) => {
+            let probe = PathFieldsProbe::deserialize(&params).unwrap_or_default();
+            match probe.first_invalid() {
+                Some(path_err) => Err(FsError::InvalidRequest(path_err.to_string())),
+                None => Err(FsError::InvalidParams(err.to_string())),
+            }
+        }
+    }
+}
+
+fn to_value<T: Serialize>(value: T) -> Result<Value> {
+    serde_json::to_value(value).map_err(|err| FsError::Internal(err.to_string()))
+}
+
+/// Checks that `params` decode for `operation`, without running it (the
+/// server does this before handing a request to a helper).
+pub fn validate(operation: &str, params: &Value) -> Result<()> {
+    fn check<T: DeserializeOwned>(params: &Value) -> Result<()> {
+        decode_params::<T>(params.clone()).map(drop)
+    }
+    match operation {
+        method::READ_FILE => check::<ReadFileParams>(params),
+        method::WRITE_FILE => check::<WriteFileParams>(params),
+        method::CREATE_DIRECTORY => check::<CreateDirectoryParams>(params),
+        method::GET_METADATA | method::CANONICALIZE | method::READ_DIRECTORY => {
+            check::<PathParams>(params)
+        }
+        method::WALK => check::<WalkParams>(params),
+        method::REMOVE => check::<RemoveParams>(params),
+        method::COPY => check::<CopyParams>(params),
+        other => Err(FsError::InvalidRequest(format!(
+            "unsupported fs operation `{other}`"
+        ))),
+    }
+}
+
+/// Runs one of the one-shot operations (`fs/readFile` … `fs/copy`) on
+/// undecoded params and returns its JSON result. The `sandbox` field is not
+/// looked at: the caller has already decided where this runs.
+pub fn run(operation: &str, params: Value) -> Result<Value> {
+    match operation {
+        method::READ_FILE => to_value(read_file(&decode_params(params)?)?),
+        method::WRITE_FILE => to_value(write_file(&decode_params(params)?)?),
+        method::CREATE_DIRECTORY => to_value(create_directory(&decode_params(params)?)?),
+        method::GET_METADATA => to_value(get_metadata(&decode_params(params)?)?),
+        method::CANONICALIZE => to_value(canonicalize(&decode_params(params)?)?),
+        method::READ_DIRECTORY => to_value(read_directory(&decode_params(params)?)?),
+        method::WALK => to_value(walk::walk(&decode_params::<WalkParams>(params)?)?),
+        method::REMOVE => to_value(remove(&decode_params(params)?)?),
+        method::COPY => to_value(copy(&decode_params(params)?)?),
+        other => Err(FsError::InvalidRequest(format!(
+            "unsupported fs operation `{other}`"
+        ))),
+    }
+}
+
+/// ``path `{p}` is not a file``.
+pub fn not_a_file(path: &Path) -> FsError {
+    FsError::InvalidRequest(format!("path `{}` is not a file", path.display()))
+}
+
+/// Opens a regular file for reading without ever blocking on a FIFO
+/// (`O_NONBLOCK`), refusing anything that is not a regular file.
+pub fn open_regular_file(path: &Path) -> Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(not_a_file(path));
+    }
+    Ok(file)
+}
+
+/// `fs/readFile`: the whole regular file, at most 512 MiB.
+pub fn read_file(params: &ReadFileParams) -> Result<ReadFileResponse> {
+    let path = params.path.path();
+    let file = open_regular_file(path)?;
+    let too_large = || {
+        FsError::InvalidRequest(format!(
+            "file is too large to read: limit is {READ_FILE_MAX_BYTES} bytes"
+        ))
+    };
+    let size = file.metadata()?.len();
+    if size > READ_FILE_MAX_BYTES {
+        return Err(too_large());
+    }
+    let capacity = usize::try_from(size).unwrap_or(0);
+    let mut data = Vec::with_capacity(capacity);
+    // Read one byte past the cap so a file growing under us is still refused.
+    file.take(READ_FILE_MAX_BYTES + 1).read_to_end(&mut data)?;
+    if data.len() as u64 > READ_FILE_MAX_BYTES {
+        return Err(too_large());
+    }
+    Ok(ReadFileResponse {
+        data_base64: base64::engine::general_purpose::STANDARD.encode(&data),
+    })
+}
+
+/// `fs/writeFile`: create or truncate, following symlinks and hard links,
+/// never creating parents.
+pub fn write_file(params: &WriteFileParams) -> Result<EmptyResponse> {
+    let data = base64::engine::general_purpose::STANDARD
+        .decode(params.data_base64.as_bytes())
+        .map_err(|err| {
+            FsError::InvalidRequest(format!(
+                "fs/writeFile requires valid base64 dataBase64: {err}"
+            ))
+        })?;
+    fs::write(params.path.path(), data)?;
+    Ok(EmptyResponse {})
+}
+
+/// `fs/createDirectory`: recursive (the default) succeeds when it exists.
+pub fn create_directory(params: &CreateDirectoryParams) -> Result<EmptyResponse> {
+    if params.recursive.unwrap_or(true) {
+        fs::create_dir_all(params.path.path())?;
+    } else {
+        fs::create_dir(params.path.path())?;
+    }
+    Ok(EmptyResponse {})
+}
+
+fn millis(time: io::Result<SystemTime>) -> i64 {
+    time.ok()
+        .and_then(|time| time.duration_since(SystemTime::UNIX_EPOCH).ok())
+        .and_then(|duration| i64::try_from(duration.as_millis()).ok())
+        .unwrap_or(0)
+}
+
+fn metadata_response(target: &Metadata, is_symlink: bool) -> GetMetadataResponse {
+    GetMetadataResponse {
+        is_directory: target.is_dir(),
+        is_file: target.is_file(),
+        is_symlink,
+        size: target.len(),
+        created_at_ms: millis(target.created()),
+        modified_at_ms: millis(target.modified()),
+    }
+}
+
+/// `fs/getMetadata`: `stat` for the kind and size, `lstat` for `isSymlink`.
+pub fn get_metadata(params: &PathParams) -> Result<GetMetadataResponse> {
+    let path = params.path.path();
+    let link = fs::symlink_metadata(path)?;
+    let target = if link.file_type().is_symlink() {
+        fs::metadata(path)?
+    } else {
+        link.clone()
+    };
+    Ok(metadata_response(&target, link.file_type().is_symlink()))
+}
+
+/// `fs/canonicalize`: the real path, in the request's dialect.
+pub fn canonicalize(params: &PathParams) -> Result<CanonicalizeResponse> {
+    let real = fs::canonicalize(params.path.path())?;
+    Ok(CanonicalizeResponse {
+        path: params.path.sibling(real),
+    })
+}
+
+/// `fs/readDirectory`: entries sorted by name, kinds following symlinks,
+/// entries whose `stat` fails skipped, at most 50,000 entries.
+pub fn read_directory(params: &PathParams) -> Result<ReadDirectoryResponse> {
+    let dir = params.path.path();
+    let mut names = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        names.push(entry?.file_name());
+    }
+    if names.len() > READ_DIRECTORY_MAX_ENTRIES {
+        return Err(FsError::Internal(format!(
+            "fs/readDirectory returned {} entries; limit is {READ_DIRECTORY_MAX_ENTRIES}",
+            names.len()
+        )));
+    }
+    names.sort();
+    let entries = names
+        .into_iter()
+        .filter_map(|name| {
+            let meta = fs::metadata(dir.join(&name)).ok()?;
+            Some(DirectoryEntry {
+                file_name: name.to_string_lossy().into_owned(),
+                is_directory: meta.is_dir(),
+                is_file: meta.is_file(),
+            })
+        })
+        .collect();
+    Ok(ReadDirectoryResponse { entries })
+}
+
+/// `fs/remove`: `lstat`, then `remove_dir_all`/`rmdir` for a directory and
+/// `unlink` for anything else (a symlink goes, its target stays).
+/// `recursive` and `force` default to true; `force` ignores NotFound.
+pub fn remove(params: &RemoveParams) -> Result<EmptyResponse> {
+    let path = params.path.path();
+    let force = params.force.unwrap_or(true);
+    let result = fs::symlink_metadata(path).and_then(|meta| {
+        if meta.is_dir() {
+            if params.recursive.unwrap_or(true) {
+                fs::remove_dir_all(path)
+            } else {
+                fs::remove_dir(path)
+            }
+        } else {
+            fs::remove_file(path)
+        }
+    });
+    match result {
+        Err(err) if force && err.kind() == io::ErrorKind::NotFound => Ok(EmptyResponse {}),
+        other => Ok(other.map(|()| EmptyResponse {})?),
+    }
+}
+
+/// The canonical form of a path that may not exist yet: its deepest
+/// existing ancestor canonicalized, the rest appended.
+fn canonical_for_compare(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut cursor = path.to_path_buf();
+    loop {
+        if let Ok(real) = fs::canonicalize(&cursor) {
+            let mut out = real;
+            out.extend(rest.iter().rev());
+            return out;
+        }
+        match (
+            cursor.file_name().map(|n| n.to_os_string()),
+            cursor.parent(),
+        ) {
+            (Some(name), Some(parent)) => {
+                rest.push(name);
+                cursor = parent.to_path_buf();
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
+}
+
+/// `fs/copy`: files, symlinks (recreated with the same target) and, with
+/// `recursive`, directory trees (special files inside are skipped).
+pub fn copy(params: &CopyParams) -> Result<EmptyResponse> {
+    let source = params.source_path.path();
+    let destination = params.destination_path.path();
+    let meta = fs::symlink_metadata(source)?;
+    let kind = meta.file_type();
+    if kind.is_dir() {
+        if !params.recursive {
+            return Err(FsError::InvalidRequest(
+                "fs/copy requires recursive: true when sourcePath is a directory".into(),
+            ));
+        }
+        let source_real = fs::canonicalize(source)?;
+        let destination_real =
+            canonical_for_compare(&crate::sandbox::policy::normalize(destination));
+        if destination_real.starts_with(&source_real) {
+            return Err(FsError::InvalidRequest(
+                "fs/copy cannot copy a directory to itself or one of its descendants".into(),
+            ));
+        }
+        copy_tree(source, destination)?;
+    } else if kind.is_symlink() {
+        std::os::unix::fs::symlink(fs::read_link(source)?, destination)?;
+    } else if kind.is_file() {
+        fs::copy(source, destination)?;
+    } else {
+        return Err(FsError::InvalidRequest(
+            "fs/copy only supports regular files, directories, and symlinks".into(),
+        ));
+    }
+    Ok(EmptyResponse {})
+}
+
+fn copy_tree(source: &Path, destination: &Path) -> io::Result<()> {
+    fs::create_dir_all(destination)?;
+    let mut entries = fs::read_dir(source)?.collect::<io::Result<Vec<_>>>()?;
+    entries.sort_by_key(|entry| entry.file_name());
+    for entry in entries {
+        let from = entry.path();
+        let to = destination.join(entry.file_name());
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            copy_tree(&from, &to)?;
+        } else if kind.is_symlink() {
+            std::os::unix::fs::symlink(fs::read_link(&from)?, &to)?;
+        } else if kind.is_file() {
+            fs::copy(&from, &to)?;
+        }
+        // Anything else (FIFOs, sockets, devices) is skipped in a recursive copy.
+    }
+    Ok(())
+}

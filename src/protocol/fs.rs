@@ -1,0 +1,289 @@
+//! Wire types of the `fs/*` methods (SPEC §4.1, reference notes §8): params
+//! and results in the reference's camelCase shapes. Paths are [`WirePath`]s,
+//! so a request may use native paths or `file:` URIs and results answer in the
+//! request's dialect. The operations themselves live in [`crate::fs`].
+
+use serde::{Deserialize, Serialize};
+
+use super::path::WirePath;
+use super::sandbox::FileSystemSandboxContext;
+
+/// Method names of the filesystem API.
+pub mod method {
+    pub const READ_FILE: &str = "fs/readFile";
+    pub const WRITE_FILE: &str = "fs/writeFile";
+    pub const CREATE_DIRECTORY: &str = "fs/createDirectory";
+    pub const GET_METADATA: &str = "fs/getMetadata";
+    pub const CANONICALIZE: &str = "fs/canonicalize";
+    pub const READ_DIRECTORY: &str = "fs/readDirectory";
+    pub const WALK: &str = "fs/walk";
+    pub const REMOVE: &str = "fs/remove";
+    pub const COPY: &str = "fs/copy";
+    pub const OPEN: &str = "fs/open";
+    pub const READ_BLOCK: &str = "fs/readBlock";
+    pub const CLOSE: &str = "fs/close";
+
+    /// The one-shot operations a fs-helper can run (no streaming).
+    pub const HELPER_OPERATIONS: [&str; 9] = [
+        READ_FILE,
+        WRITE_FILE,
+        CREATE_DIRECTORY,
+        GET_METADATA,
+        CANONICALIZE,
+        READ_DIRECTORY,
+        WALK,
+        REMOVE,
+        COPY,
+    ];
+}
+
+/// Largest file `fs/readFile` returns: 512 MiB.
+pub const READ_FILE_MAX_BYTES: u64 = 512 * 1024 * 1024;
+/// Largest directory `fs/readDirectory` lists.
+pub const READ_DIRECTORY_MAX_ENTRIES: usize = 50_000;
+/// Longest `fs/open` handle id, in bytes.
+pub const MAX_HANDLE_ID_BYTES: usize = 32;
+/// Open `fs/open` handles per connection.
+pub const MAX_OPEN_HANDLES: usize = 128;
+/// Largest `fs/readBlock` length: 1 MiB.
+pub const MAX_READ_BLOCK_LEN: usize = 1024 * 1024;
+/// `fs/walk` maximums.
+pub const WALK_MAX_DEPTH: usize = 64;
+pub const WALK_MAX_DIRECTORIES: usize = 10_000;
+pub const WALK_MAX_ENTRIES: usize = 50_000;
+/// `fs/walk` response budget and per-item overhead.
+pub const WALK_RESPONSE_BUDGET: usize = 4 * 1024 * 1024;
+pub const WALK_ITEM_OVERHEAD: usize = 64;
+
+/// `fs/readFile` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadFileParams {
+    pub path: WirePath,
+    #[serde(default)]
+    pub sandbox: Option<FileSystemSandboxContext>,
+}
+
+/// `fs/readFile` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadFileResponse {
+    pub data_base64: String,
+}
+
+/// `fs/writeFile` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WriteFileParams {
+    pub path: WirePath,
+    pub data_base64: String,
+    #[serde(default)]
+    pub sandbox: Option<FileSystemSandboxContext>,
+}
+
+/// `fs/createDirectory` params (`recursive` defaults to true).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateDirectoryParams {
+    pub path: WirePath,
+    #[serde(default)]
+    pub recursive: Option<bool>,
+    #[serde(default)]
+    pub sandbox: Option<FileSystemSandboxContext>,
+}
+
+/// Params of the methods that take only a path (`fs/getMetadata`,
+/// `fs/canonicalize`, `fs/readDirectory`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PathParams {
+    pub path: WirePath,
+    #[serde(default)]
+    pub sandbox: Option<FileSystemSandboxContext>,
+}
+
+pub type GetMetadataParams = PathParams;
+pub type CanonicalizeParams = PathParams;
+pub type ReadDirectoryParams = PathParams;
+
+/// `fs/getMetadata` result: `isDirectory`/`isFile`/`size` follow symlinks,
+/// `isSymlink` does not; timestamps in ms since the epoch, 0 if unknown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GetMetadataResponse {
+    pub is_directory: bool,
+    pub is_file: bool,
+    pub is_symlink: bool,
+    pub size: u64,
+    pub created_at_ms: i64,
+    pub modified_at_ms: i64,
+}
+
+/// `fs/canonicalize` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CanonicalizeResponse {
+    pub path: WirePath,
+}
+
+/// One `fs/readDirectory` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DirectoryEntry {
+    pub file_name: String,
+    pub is_directory: bool,
+    pub is_file: bool,
+}
+
+/// `fs/readDirectory` result (sorted by name).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadDirectoryResponse {
+    pub entries: Vec<DirectoryEntry>,
+}
+
+/// `fs/walk` limits and switches.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WalkOptions {
+    pub max_depth: usize,
+    pub max_directories: usize,
+    pub max_entries: usize,
+    pub follow_directory_symlinks: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prune_hidden_directories: bool,
+}
+
+/// `fs/walk` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WalkParams {
+    pub path: WirePath,
+    pub options: WalkOptions,
+    #[serde(default)]
+    pub sandbox: Option<FileSystemSandboxContext>,
+}
+
+/// Kind of a walked entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WalkEntryKind {
+    Directory,
+    File,
+}
+
+/// One walked entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WalkEntry {
+    pub path: WirePath,
+    pub kind: WalkEntryKind,
+}
+
+/// A path the walk could not read, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WalkError {
+    pub path: WirePath,
+    pub message: String,
+}
+
+/// `fs/walk` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WalkResponse {
+    pub entries: Vec<WalkEntry>,
+    pub errors: Vec<WalkError>,
+    pub truncated: bool,
+}
+
+/// `fs/remove` params (`recursive` and `force` default to true).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RemoveParams {
+    pub path: WirePath,
+    #[serde(default)]
+    pub recursive: Option<bool>,
+    #[serde(default)]
+    pub force: Option<bool>,
+    #[serde(default)]
+    pub sandbox: Option<FileSystemSandboxContext>,
+}
+
+/// `fs/copy` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CopyParams {
+    pub source_path: WirePath,
+    pub destination_path: WirePath,
+    pub recursive: bool,
+    #[serde(default)]
+    pub sandbox: Option<FileSystemSandboxContext>,
+}
+
+/// `fs/open` params and result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenParams {
+    pub handle_id: String,
+    pub path: WirePath,
+    #[serde(default)]
+    pub sandbox: Option<FileSystemSandboxContext>,
+}
+
+/// `fs/open` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenResponse {
+    pub handle_id: String,
+}
+
+/// `fs/readBlock` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadBlockParams {
+    pub handle_id: String,
+    pub offset: u64,
+    pub len: usize,
+}
+
+/// `fs/readBlock` result: `eof` is true when fewer than `len` bytes were read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadBlockResponse {
+    pub chunk: String,
+    pub eof: bool,
+}
+
+/// `fs/close` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CloseParams {
+    pub handle_id: String,
+}
+
+/// The empty result `{}` of writeFile, createDirectory, remove, copy, close.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct EmptyResponse {}
+
+/// The wire-path fields a fs request can carry, decoded leniently so a bad
+/// path can be reported with the fs error code (‑32600) rather than as a
+/// generic params error.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PathFieldsProbe {
+    #[serde(default)]
+    pub path: Option<serde_json::Value>,
+    #[serde(default)]
+    pub source_path: Option<serde_json::Value>,
+    #[serde(default)]
+    pub destination_path: Option<serde_json::Value>,
+}
+
+impl PathFieldsProbe {
+    /// The first path field that is a string but not a valid wire path.
+    pub fn first_invalid(&self) -> Option<super::path::PathError> {
+        [&self.path, &self.source_path, &self.destination_path]
+            .into_iter()
+            .flatten()
+            .filter_map(|value| value.as_str())
+            .find_map(|text| WirePath::parse(text).err())
+    }
+}

@@ -1,0 +1,394 @@
+//! A bounded pool of warm `fs-helper --serve` processes (SPEC §4.3), one set
+//! per distinct sandbox (profile JSON, policy cwd, Landlock choice). Each
+//! helper runs under `codex-linux-sandbox … -- <self> --codex-run-as-fs-helper
+//! --serve` and answers one request at a time.
+//!
+//! Bounds: at most [`MAX_HELPERS_PER_KEY`] helpers busy per sandbox, at most
+//! [`MAX_IDLE_HELPERS`] idle helpers kept in total (the oldest idle helper is
+//! closed first), and idle helpers are closed after the idle timeout
+//! (`CODEXBOX_FS_HELPER_IDLE_MS`, default 5 s). A helper that dies or
+//! answers garbage is discarded: the request it was serving fails with
+//! ‑32603 and the next request gets a fresh helper.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout};
+use tokio::sync::Semaphore;
+
+use crate::arg0::FS_HELPER_ARG1;
+use crate::fs_helper::{HelperResponse, ServeResponse};
+use crate::protocol::RpcError;
+use crate::runtime_paths::ExecServerRuntimePaths;
+
+/// Busy helpers per distinct sandbox.
+pub const MAX_HELPERS_PER_KEY: usize = 4;
+/// Idle helpers kept across all sandboxes.
+pub const MAX_IDLE_HELPERS: usize = 16;
+/// Default idle timeout. Short on purpose: while a helper runs, the
+/// sandbox's read-only masks of missing `.git`/`.codex`/`.agents` in its
+/// writable roots exist on the host as empty directories (removed when the
+/// helper exits).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Environment variable overriding the idle timeout, in milliseconds.
+pub const IDLE_TIMEOUT_ENV: &str = "CODEXBOX_FS_HELPER_IDLE_MS";
+/// Variables the helper keeps from the server's environment.
+pub const HELPER_ENV_ALLOWLIST: [&str; 4] = ["PATH", "TMPDIR", "TMP", "TEMP"];
+/// Bytes of helper stderr kept for error messages.
+const STDERR_KEEP: usize = 4096;
+
+/// What makes two helpers interchangeable.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HelperKey {
+    /// The `--permission-profile` JSON (native paths).
+    pub profile_json: String,
+    /// `--sandbox-policy-cwd`. The helper itself always runs in `/` (it
+    /// only takes absolute paths), so it starts even when the policy cwd is
+    /// not visible inside the sandbox.
+    pub cwd: PathBuf,
+    /// `--use-legacy-landlock`.
+    pub use_legacy_landlock: bool,
+}
+
+/// One live helper process.
+struct Helper {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    stderr: Arc<Mutex<Vec<u8>>>,
+    stderr_task: tokio::task::JoinHandle<()>,
+    next_id: u64,
+    idle_since: Instant,
+}
+
+#[derive(Default)]
+struct PoolState {
+    idle: HashMap<HelperKey, Vec<Helper>>,
+    busy_limits: HashMap<HelperKey, Arc<Semaphore>>,
+}
+
+/// The pool. One per server process ([`HelperPool::global`]).
+pub struct HelperPool {
+    state: Mutex<PoolState>,
+    idle_timeout: Duration,
+    reaper: OnceLock<()>,
+}
+
+impl std::fmt::Debug for HelperPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HelperPool")
+            .field("idle_timeout", &self.idle_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+fn idle_timeout_from_env() -> Duration {
+    std::env::var(IDLE_TIMEOUT_ENV)
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .map(Duration::from_millis)
+        .unwrap_or(DEFAULT_IDLE_TIMEOUT)
+}
+
+impl HelperPool {
+    /// A pool with the given idle timeout.
+    pub fn new(idle_timeout: Duration) -> Self {
+        Self {
+            state: Mutex::new(PoolState::default()),
+            idle_timeout,
+            reaper: OnceLock::new(),
+        }
+    }
+
+    /// The server-wide pool.
+    pub fn global() -> Arc<HelperPool> {
+        static POOL: OnceLock<Arc<HelperPool>> = OnceLock::new();
+        POOL.get_or_init(|| Arc::new(HelperPool::new(idle_timeout_from_env())))
+            .clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Runs `operation` with `params` in a helper for `key`.
+    pub async fn call(
+        self: &Arc<Self>,
+        paths: &ExecServerRuntimePaths,
+        key: &HelperKey,
+        operation: &str,
+        params: Value,
+    ) -> Result<Value, RpcError> {
+        self.start_reaper();
+        let limit = self
+            .lock()
+            .busy_limits
+            .entry(key.clone())
+            .or_insert_with(|| Arc::new(Semaphore::new(MAX_HELPERS_PER_KEY)))
+            .clone();
+        let _permit = limit
+            .acquire_owned()
+            .await
+            .map_err(|err| RpcError::internal(format!("fs sandbox helper pool closed: {err}")))?;
+        let idle = self.lock().idle.get_mut(key).and_then(Vec::pop);
+        let mut helper = match idle {
+            Some(helper) => helper,
+            None => spawn_helper(paths, key)?,
+        };
+        match helper.request(operation, params).await {
+            Ok(answer) => {
+                self.put_idle(key, helper);
+                answer
+            }
+            Err(err) => {
+                let message = helper.failure_message(err).await;
+                Err(RpcError::internal(message))
+            }
+        }
+    }
+
+    fn put_idle(&self, key: &HelperKey, mut helper: Helper) {
+        helper.idle_since = Instant::now();
+        let mut evicted = Vec::new();
+        {
+            let mut state = self.lock();
+            state.idle.entry(key.clone()).or_default().push(helper);
+            let total: usize = state.idle.values().map(Vec::len).sum();
+            if total > MAX_IDLE_HELPERS {
+                let oldest = state
+                    .idle
+                    .iter()
+                    .flat_map(|(k, helpers)| {
+                        helpers
+                            .iter()
+                            .enumerate()
+                            .map(move |(i, h)| (h.idle_since, k.clone(), i))
+                    })
+                    .min_by_key(|(since, _, _)| *since);
+                if let Some((_, k, i)) = oldest {
+                    if let Some(helpers) = state.idle.get_mut(&k) {
+                        evicted.push(helpers.remove(i));
+                    }
+                }
+            }
+        }
+        evicted.into_iter().for_each(close_helper);
+    }
+
+    /// Number of idle helpers (for tests and diagnostics).
+    pub fn idle_count(&self) -> usize {
+        self.lock().idle.values().map(Vec::len).sum()
+    }
+
+    fn start_reaper(self: &Arc<Self>) {
+        if self.reaper.set(()).is_err() {
+            return;
+        }
+        let pool = Arc::downgrade(self);
+        let period = (self.idle_timeout / 2).max(Duration::from_millis(10));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(period).await;
+                let Some(pool) = pool.upgrade() else {
+                    return;
+                };
+                pool.reap();
+            }
+        });
+    }
+
+    /// Closes helpers idle for longer than the timeout.
+    fn reap(&self) {
+        let now = Instant::now();
+        let mut expired = Vec::new();
+        {
+            let mut state = self.lock();
+            for helpers in state.idle.values_mut() {
+                let (old, keep): (Vec<_>, Vec<_>) = helpers
+                    .drain(..)
+                    .partition(|h| now.duration_since(h.idle_since) >= self.idle_timeout);
+                *helpers = keep;
+                expired.extend(old);
+            }
+            state.idle.retain(|_, helpers| !helpers.is_empty());
+        }
+        expired.into_iter().for_each(close_helper);
+    }
+}
+
+/// Closes a helper's stdin (it exits at EOF) and reaps it in the background;
+/// a helper that does not exit within a second is killed.
+fn close_helper(helper: Helper) {
+    let Helper {
+        mut child, stdin, ..
+    } = helper;
+    drop(stdin);
+    tokio::spawn(async move {
+        if tokio::time::timeout(Duration::from_secs(1), child.wait())
+            .await
+            .is_err()
+        {
+            let _ = child.kill().await;
+        }
+    });
+}
+
+/// Why a helper exchange failed.
+#[derive(Debug, thiserror::Error)]
+enum ExchangeError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("fs sandbox helper closed its output")]
+    Closed,
+    #[error("failed to encode or decode fs sandbox helper message: {0}")]
+    Codec(#[from] serde_json::Error),
+    #[error("unexpected fs sandbox helper response: expected {expected}, got {got}")]
+    Mismatch { expected: String, got: String },
+}
+
+impl Helper {
+    /// One request/answer exchange. The outer `Err` means the helper is
+    /// unusable; the inner result is the operation's own outcome.
+    async fn request(
+        &mut self,
+        operation: &str,
+        params: Value,
+    ) -> Result<Result<Value, RpcError>, ExchangeError> {
+        self.next_id += 1;
+        let id = self.next_id;
+        let mut line = serde_json::to_vec(&serde_json::json!({
+            "id": id,
+            "operation": operation,
+            "params": params,
+        }))?;
+        line.push(b'\n');
+        self.stdin.write_all(&line).await?;
+        self.stdin.flush().await?;
+        let mut answer = Vec::new();
+        if self.stdout.read_until(b'\n', &mut answer).await? == 0 {
+            return Err(ExchangeError::Closed);
+        }
+        let answer: ServeResponse = serde_json::from_slice(&answer)?;
+        if answer.id != serde_json::json!(id) {
+            return Err(ExchangeError::Mismatch {
+                expected: format!("id {id}"),
+                got: format!("id {}", answer.id),
+            });
+        }
+        Ok(match answer.response {
+            HelperResponse::Ok(ok) if ok.operation == operation => Ok(ok.response),
+            HelperResponse::Ok(ok) => {
+                return Err(ExchangeError::Mismatch {
+                    expected: operation.to_owned(),
+                    got: ok.operation,
+                })
+            }
+            HelperResponse::Error(err) => Err(RpcError::new(
+                crate::fs::FsError::from_code(err.code, String::new()).helper_code(),
+                err.message,
+            )),
+        })
+    }
+
+    /// The message for a helper that failed mid-exchange: its exit status and
+    /// stderr when it died, the exchange error otherwise. The helper is gone
+    /// afterwards.
+    async fn failure_message(mut self, err: ExchangeError) -> String {
+        drop(self.stdin);
+        let status = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await;
+        // Let the stderr reader catch the last bytes.
+        if status.is_ok() {
+            let _ = tokio::time::timeout(Duration::from_secs(1), &mut self.stderr_task).await;
+        }
+        let stderr = String::from_utf8_lossy(
+            &self
+                .stderr
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+        .trim()
+        .to_owned();
+        match (status, &err) {
+            (Ok(Ok(status)), ExchangeError::Closed | ExchangeError::Io(_)) => {
+                format!("fs sandbox helper failed with status {status}: {stderr}")
+            }
+            _ => {
+                let _ = self.child.kill().await;
+                err.to_string()
+            }
+        }
+    }
+}
+
+fn spawn_helper(paths: &ExecServerRuntimePaths, key: &HelperKey) -> Result<Helper, RpcError> {
+    let mut command = paths.linux_sandbox_command();
+    command
+        .arg("--sandbox-policy-cwd")
+        .arg(&key.cwd)
+        .arg("--command-cwd")
+        .arg("/")
+        .arg("--permission-profile")
+        .arg(&key.profile_json);
+    if key.use_legacy_landlock {
+        command.arg("--use-legacy-landlock");
+    }
+    command
+        .arg("--")
+        .arg(&paths.codex_self_exe)
+        .arg(FS_HELPER_ARG1)
+        .arg("--serve");
+    command.env_clear();
+    for name in HELPER_ENV_ALLOWLIST {
+        if let Some(value) = std::env::var_os(name) {
+            command.env(name, value);
+        }
+    }
+    let mut command = tokio::process::Command::from(command);
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = command
+        .spawn()
+        .map_err(|err| RpcError::internal(format!("failed to start fs sandbox helper: {err}")))?;
+    let (Some(stdin), Some(stdout), Some(mut stderr_pipe)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err(RpcError::internal(
+            "failed to start fs sandbox helper: missing stdio pipe",
+        ));
+    };
+    let stderr = Arc::new(Mutex::new(Vec::new()));
+    let sink = stderr.clone();
+    let stderr_task = tokio::spawn(async move {
+        let mut buf = [0u8; 1024];
+        while let Ok(n) = stderr_pipe.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            let mut kept = sink
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            kept.extend_from_slice(&buf[..n]);
+            let excess = kept.len().saturating_sub(STDERR_KEEP);
+            kept.drain(..excess);
+        }
+    });
+    Ok(Helper {
+        child,
+        stdin,
+        stdout: BufReader::new(stdout),
+        stderr,
+        stderr_task,
+        next_id: 0,
+        idle_since: Instant::now(),
+    })
+}
