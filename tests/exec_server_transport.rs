@@ -142,9 +142,8 @@ async fn the_token_can_come_from_the_environment() {
 #[tokio::test]
 async fn a_non_loopback_bind_needs_a_token_or_an_explicit_opt_out() {
     let refused = Server::try_start("ws://0.0.0.0:0", &[], &[]);
-    match refused {
-        Ok(server) => panic!("bound {} without a token", server.url),
-        Err(failure) => assert!(!failure.contains("ws://0.0.0.0"), "{failure}"),
+    if let Ok(server) = refused {
+        panic!("bound {} without a token", server.url);
     }
     let open = Server::start_listen("ws://0.0.0.0:0", &["--insecure-no-auth"], &[]);
     assert!(open.url.starts_with("ws://0.0.0.0:"), "{}", open.url);
