@@ -310,6 +310,19 @@ pub fn encode_response(id: &RequestId, result: &Value) -> String {
     to_text(&Response { id, result })
 }
 
+/// `{"id":…,"result":<raw>}` where `raw` is already JSON text (keeps the
+/// result's own key order).
+pub fn encode_response_raw(id: &RequestId, raw_result: &str) -> String {
+    let id = to_text(id);
+    let mut out = String::with_capacity(raw_result.len() + id.len() + 20);
+    out.push_str("{\"id\":");
+    out.push_str(&id);
+    out.push_str(",\"result\":");
+    out.push_str(raw_result);
+    out.push('}');
+    out
+}
+
 /// `{"error":{"code","message"},"id":…}` as compact JSON text.
 pub fn encode_error(id: &RequestId, error: &RpcError) -> String {
     #[derive(Serialize)]
