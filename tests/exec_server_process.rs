@@ -405,8 +405,9 @@ async fn signals_reach_the_group_and_exit_codes_are_128_plus_signal() {
         ws.call("process/start", sh(id, "echo ready; exec sleep 1000"))
             .await;
     }
+    let mut ready = std::collections::HashMap::new();
     for (id, _, _, _) in cases {
-        ws.output_until(id, "ready").await;
+        ready.insert(id, ws.output_until(id, "ready").await);
     }
     for (id, signal, _, _) in cases {
         let result = ws
@@ -415,7 +416,8 @@ async fn signals_reach_the_group_and_exit_codes_are_128_plus_signal() {
         assert_eq!(result, json!({}), "{id}");
     }
     for (id, _, code, name) in cases {
-        let events = ws.events_until_closed(id).await;
+        let mut events = ready.remove(id).unwrap_or_default();
+        events.extend(ws.events_until_closed(id).await);
         assert_well_ordered(&events);
         let exited = exited_of(&events);
         assert_eq!(exited.exit_code, Some(code), "{id}: {exited:?}");

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpStream, UnixStream};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
@@ -71,6 +71,8 @@ impl Endpoint {
 struct Shared {
     pending: Mutex<HashMap<i64, oneshot::Sender<Reply>>>,
     closed: AtomicBool,
+    /// Set once the reader has seen the end of the transport.
+    ended: watch::Sender<bool>,
 }
 
 impl Shared {
@@ -187,6 +189,7 @@ impl Connection {
         let shared = Arc::new(Shared {
             pending: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
+            ended: watch::channel(false).0,
         });
         let (out_tx, mut out_rx) = mpsc::channel::<Message>(OUTBOUND_QUEUE);
 
@@ -230,6 +233,7 @@ impl Connection {
                 route(&reader_shared, &notify_tx, incoming).await;
             }
             reader_shared.close();
+            reader_shared.ended.send_replace(true);
         });
 
         Ok(Self {
@@ -286,6 +290,14 @@ impl Connection {
     /// drains).
     pub(crate) fn shutdown(self) {
         drop(self.out_tx);
+    }
+
+    /// Closes the WebSocket and waits (at most `limit`) until the server has
+    /// closed its side, so the server has detached the session.
+    pub(crate) async fn shutdown_and_wait(self, limit: std::time::Duration) {
+        let mut ended = self.shared.ended.subscribe();
+        drop(self.out_tx);
+        let _ = tokio::time::timeout(limit, ended.wait_for(|ended| *ended)).await;
     }
 }
 
