@@ -657,3 +657,55 @@ async fn many_concurrent_processes_leave_no_zombie() {
     }
     assert_no_children(server.pid()).await;
 }
+
+/// VmHWM (peak resident set) of `pid` in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("VmHWM:"))
+                .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_slow_client_loses_nothing_and_the_server_does_not_buffer_it_all() {
+    let server = Server::start(&[]);
+    let (mut ws, _) = server.session().await;
+    let total: u64 = 256 << 20;
+    let count = total.to_string();
+    ws.call(
+        "process/start",
+        start_params("flood", &["head", "-c", &count, "/dev/zero"]),
+    )
+    .await;
+    // Not reading for a moment lets the outbound queue fill up: flow
+    // control must then hold the child back instead of buffering its output.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let mut received = 0u64;
+    let mut next_seq = 1u64;
+    loop {
+        let message = ws.recv().await;
+        let Some(event) = Event::parse(&message) else {
+            continue;
+        };
+        assert_eq!(event.seq, next_seq, "no event lost or reordered");
+        next_seq += 1;
+        match event.kind.as_str() {
+            "output" => received += event.data.len() as u64,
+            "closed" => break,
+            _ => {}
+        }
+    }
+    assert_eq!(received, total, "every byte delivered");
+    let peak_mib = peak_rss_kib(server.pid()) / 1024;
+    assert!(
+        peak_mib < 128,
+        "server peaked at {peak_mib} MiB while streaming {} MiB to a slow client",
+        total >> 20
+    );
+    assert_no_children(server.pid()).await;
+}
