@@ -709,3 +709,85 @@ async fn a_slow_client_loses_nothing_and_the_server_does_not_buffer_it_all() {
     );
     assert_no_children(server.pid()).await;
 }
+
+#[tokio::test]
+async fn process_ids_with_special_characters_round_trip() {
+    let server = Server::start(&[]);
+    let (mut ws, _) = server.session().await;
+    let id = "p\"1\\ é/\n✓";
+    let events = run_to_close(&mut ws, start_params(id, &["echo", "hi"])).await;
+    assert!(events.iter().all(|e| e.process_id == id), "{events:?}");
+    assert_eq!(text(&events, "stdout"), "hi\n");
+    let read = ws.call("process/read", json!({"processId": id})).await;
+    assert_eq!(read["closed"], true);
+}
+
+#[tokio::test]
+async fn a_long_poll_without_events_returns_empty_at_its_deadline() {
+    let server = Server::start(&[]);
+    let (mut ws, _) = server.session().await;
+    ws.call("process/start", start_params("quiet", &["sleep", "1000"]))
+        .await;
+    let read = ws
+        .call("process/read", json!({"processId": "quiet", "waitMs": 50}))
+        .await;
+    assert_eq!(read["chunks"], json!([]));
+    assert_eq!(read["exited"], false);
+    assert_eq!(read["closed"], false);
+    assert_eq!(read["nextSeq"], 1);
+    ws.call("process/terminate", json!({"processId": "quiet"}))
+        .await;
+    ws.events_until_closed("quiet").await;
+    assert_no_children(server.pid()).await;
+}
+
+#[tokio::test]
+async fn env_policy_include_only_keeps_matching_names_then_overlays_env() {
+    let server = Server::start_listen(
+        "ws://127.0.0.1:0",
+        &[],
+        &[("KEEP_ME", "1"), ("KEEP_TOO", "2"), ("DROP_ME", "3")],
+    );
+    let (mut ws, _) = server.session().await;
+    let mut params = start_params("only", &["/usr/bin/env"]);
+    params["envPolicy"] = json!({"inherit": "all", "ignoreDefaultExcludes": false,
+                                 "exclude": ["KEEP_TOO"], "set": {}, "includeOnly": ["KEEP_*"]});
+    params["env"] = json!({"OVERLAY": "x"});
+    let events = run_to_close(&mut ws, params).await;
+    let lines: BTreeSet<String> = text(&events, "stdout").lines().map(str::to_owned).collect();
+    assert_eq!(
+        lines,
+        BTreeSet::from(["KEEP_ME=1".to_owned(), "OVERLAY=x".to_owned()]),
+        "inherit all → exclude → includeOnly → overlay"
+    );
+}
+
+#[tokio::test]
+async fn sessions_do_not_see_each_others_processes() {
+    let server = Server::start(&[]);
+    let (mut first, _) = server.session().await;
+    let (mut second, _) = server.session().await;
+    first
+        .call("process/start", start_params("mine", &["sleep", "1000"]))
+        .await;
+    let (code, _) = second
+        .call_err("process/read", json!({"processId": "mine"}))
+        .await;
+    assert_eq!(code, -32600);
+    assert_eq!(
+        second
+            .call("process/terminate", json!({"processId": "mine"}))
+            .await,
+        json!({"running": false})
+    );
+    // The same id is free in the other session.
+    second
+        .call("process/start", start_params("mine", &["true"]))
+        .await;
+    second.events_until_closed("mine").await;
+    first
+        .call("process/terminate", json!({"processId": "mine"}))
+        .await;
+    first.events_until_closed("mine").await;
+    assert_no_children(server.pid()).await;
+}

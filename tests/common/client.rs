@@ -748,8 +748,17 @@ pub struct StdioServer {
 
 impl StdioServer {
     pub fn start(extra: &[&str]) -> StdioServer {
+        Self::start_with("stdio", extra)
+    }
+
+    /// Starts with another spelling of the stdio listen URL.
+    pub fn start_listen(listen: &str) -> StdioServer {
+        Self::start_with(listen, &[])
+    }
+
+    fn start_with(listen: &str, extra: &[&str]) -> StdioServer {
         let mut child = match Command::new(BIN)
-            .args(["exec-server", "--listen", "stdio"])
+            .args(["exec-server", "--listen", listen])
             .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
