@@ -73,6 +73,9 @@ struct Shared {
     closed: AtomicBool,
     /// Set once the reader has seen the end of the transport.
     ended: watch::Sender<bool>,
+    /// Whether the caller took the notification receiver. Until then a full
+    /// channel drops notifications instead of stalling responses.
+    receiver_taken: AtomicBool,
 }
 
 impl Shared {
@@ -190,6 +193,7 @@ impl Connection {
             pending: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
             ended: watch::channel(false).0,
+            receiver_taken: AtomicBool::new(false),
         });
         let (out_tx, mut out_rx) = mpsc::channel::<Message>(OUTBOUND_QUEUE);
 
@@ -241,6 +245,11 @@ impl Connection {
             shared,
             next_id: AtomicI64::new(1),
         })
+    }
+
+    /// Records that the caller now drains notifications.
+    pub(crate) fn mark_receiver_taken(&self) {
+        self.shared.receiver_taken.store(true, Ordering::Release);
     }
 
     /// Whether the transport has ended.
@@ -325,9 +334,15 @@ async fn route(shared: &Shared, notify_tx: &mpsc::Sender<Notification>, incoming
                 method,
                 params: incoming.params.unwrap_or(Value::Null),
             };
-            // A full channel holds the reader back, and with it the socket:
-            // the server then stops reading process output (flow control).
-            let _ = notify_tx.send(notification).await;
+            if shared.receiver_taken.load(Ordering::Acquire) {
+                // A full channel holds the reader back, and with it the
+                // socket: the server then stops reading process output.
+                let _ = notify_tx.send(notification).await;
+            } else {
+                // Nobody listens: never let unread notifications block
+                // responses.
+                let _ = notify_tx.try_send(notification);
+            }
         }
         (None, Some(id)) => {
             let Some(id) = id.as_i64() else {

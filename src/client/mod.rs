@@ -200,8 +200,16 @@ impl ExecServerClient {
 
     /// Takes the notification receiver of the current connection. Each
     /// connection has its own; it ends when the connection closes.
+    ///
+    /// Until it is taken, notifications that do not fit in the channel are
+    /// dropped; once taken, a full channel pauses reading from the server
+    /// (and with it responses), so keep draining it.
     pub fn take_notifications(&mut self) -> Option<mpsc::Receiver<Notification>> {
-        self.notifications.take()
+        let receiver = self.notifications.take();
+        if receiver.is_some() {
+            self.connection.mark_receiver_taken();
+        }
+        receiver
     }
 
     /// Whether the current connection has ended.
