@@ -203,3 +203,44 @@ async fn reconnect_resumes_the_session_and_catches_up() {
     assert!(read.exited);
     assert_no_children(server.pid()).await;
 }
+
+#[tokio::test]
+async fn an_untaken_notification_channel_never_stalls_responses() {
+    let server = Server::start(&[]);
+    let mut options = codexbox::client::ConnectOptions::new(&server.url);
+    options.notification_capacity = 1;
+    let client = match ExecServerClient::connect_and_initialize(options, "no-listener").await {
+        Ok(client) => client,
+        Err(err) => panic!("connect: {err}"),
+    };
+    for i in 0..10 {
+        let params = StartParams::new(format!("t{i}"), ["echo", "x"]);
+        assert!(client.process_start(&params).await.is_ok());
+    }
+    for i in 0..10 {
+        let mut after = 0;
+        loop {
+            let read = client
+                .process_read(&ReadParams {
+                    process_id: format!("t{i}"),
+                    after_seq: Some(after),
+                    wait_ms: Some(10_000),
+                    ..ReadParams::default()
+                })
+                .await;
+            let read = match read {
+                Ok(read) => read,
+                Err(err) => panic!("read t{i}: {err}"),
+            };
+            if read.closed {
+                break;
+            }
+            after = read.next_seq.saturating_sub(1).max(after);
+        }
+    }
+    assert_eq!(
+        client.environment_status().await.ok().as_deref(),
+        Some("ready")
+    );
+    assert_no_children(server.pid()).await;
+}

@@ -454,6 +454,35 @@ impl Raw {
         events
     }
 
+    /// Long-polls `process/read` until the process is closed, then returns
+    /// a full read of everything after `after_seq`.
+    pub async fn read_until_closed(&mut self, process_id: &str, after_seq: u64) -> Value {
+        let mut cursor = after_seq;
+        for round in 0.. {
+            assert!(round < 1000, "{process_id} never closed");
+            let read = self
+                .call(
+                    "process/read",
+                    json!({"processId": process_id, "afterSeq": cursor, "waitMs": 10000}),
+                )
+                .await;
+            if read["closed"] == true {
+                break;
+            }
+            let next = read["nextSeq"].as_u64().unwrap_or(cursor + 1);
+            assert!(
+                next > cursor || read["chunks"] == json!([]),
+                "nextSeq went back: {read}"
+            );
+            cursor = next.saturating_sub(1).max(cursor);
+        }
+        self.call(
+            "process/read",
+            json!({"processId": process_id, "afterSeq": after_seq}),
+        )
+        .await
+    }
+
     /// Closes the WebSocket.
     pub async fn close(mut self) {
         let _ = self.ws.close(None).await;
@@ -719,8 +748,17 @@ pub struct StdioServer {
 
 impl StdioServer {
     pub fn start(extra: &[&str]) -> StdioServer {
+        Self::start_with("stdio", extra)
+    }
+
+    /// Starts with another spelling of the stdio listen URL.
+    pub fn start_listen(listen: &str) -> StdioServer {
+        Self::start_with(listen, &[])
+    }
+
+    fn start_with(listen: &str, extra: &[&str]) -> StdioServer {
         let mut child = match Command::new(BIN)
-            .args(["exec-server", "--listen", "stdio"])
+            .args(["exec-server", "--listen", listen])
             .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
