@@ -72,18 +72,37 @@ enum Event {
     Exit(Option<i32>),
 }
 
-/// One non-blocking read: `Some(bytes)`, `None` at EOF, or `WouldBlock`.
+/// Reads what is available, up to [`CHUNK_BYTES`], coalescing several short
+/// reads (a PTY hands out a few KiB at a time) into one chunk: `Some(bytes)`,
+/// `None` at EOF, or `WouldBlock` when nothing was readable.
 fn read_chunk(fd: &OwnedFd, kind: StreamKind) -> io::Result<Option<Vec<u8>>> {
-    SCRATCH.with_borrow_mut(|buf| loop {
-        match nix::unistd::read(fd, buf) {
-            Ok(0) => return Ok(None),
-            Ok(n) => return Ok(buf.get(..n).map(<[u8]>::to_vec)),
-            Err(Errno::EINTR) => continue,
-            Err(Errno::EAGAIN) => return Err(io::ErrorKind::WouldBlock.into()),
-            // EIO on a PTY master means every slave descriptor is closed.
-            Err(Errno::EIO) if kind == StreamKind::Pty => return Ok(None),
-            Err(err) => return Err(err.into()),
+    SCRATCH.with_borrow_mut(|buf| {
+        let mut filled = 0;
+        loop {
+            let Some(free) = buf.get_mut(filled..) else {
+                break;
+            };
+            if free.is_empty() {
+                break;
+            }
+            match nix::unistd::read(fd, free) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(Errno::EINTR) => continue,
+                Err(Errno::EAGAIN) if filled == 0 => return Err(io::ErrorKind::WouldBlock.into()),
+                Err(Errno::EAGAIN) => break,
+                // EIO on a PTY master means every slave descriptor is closed.
+                Err(Errno::EIO) if kind == StreamKind::Pty => break,
+                Err(err) if filled == 0 => return Err(err.into()),
+                Err(_) => break,
+            }
         }
+        // EOF (or an error) with nothing read: the stream is done. With data,
+        // the next read reports the EOF again.
+        Ok(buf
+            .get(..filled)
+            .filter(|d| !d.is_empty())
+            .map(<[u8]>::to_vec))
     })
 }
 
