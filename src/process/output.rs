@@ -78,13 +78,7 @@ enum Event {
 fn read_chunk(fd: &OwnedFd, kind: StreamKind) -> io::Result<Option<Vec<u8>>> {
     SCRATCH.with_borrow_mut(|buf| {
         let mut filled = 0;
-        loop {
-            let Some(free) = buf.get_mut(filled..) else {
-                break;
-            };
-            if free.is_empty() {
-                break;
-            }
+        while let Some(free) = buf.get_mut(filled..).filter(|f| !f.is_empty()) {
             match nix::unistd::read(fd, free) {
                 Ok(0) => break,
                 Ok(n) => filled += n,
