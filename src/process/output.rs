@@ -100,7 +100,10 @@ fn read_chunk(fd: &OwnedFd, kind: StreamKind) -> io::Result<Option<Vec<u8>>> {
     })
 }
 
-async fn next_output(fd: &AsyncFd<OwnedFd>, kind: StreamKind) -> Event {
+async fn next_output(fd: Option<&AsyncFd<OwnedFd>>, kind: StreamKind) -> Event {
+    let Some(fd) = fd else {
+        return std::future::pending().await;
+    };
     loop {
         let mut guard = match fd.readable().await {
             Ok(guard) => guard,
@@ -114,7 +117,10 @@ async fn next_output(fd: &AsyncFd<OwnedFd>, kind: StreamKind) -> Event {
     }
 }
 
-async fn next_status(fd: &AsyncFd<OwnedFd>) -> Event {
+async fn next_status(fd: Option<&AsyncFd<OwnedFd>>) -> Event {
+    let Some(fd) = fd else {
+        return std::future::pending().await;
+    };
     loop {
         let mut guard = match fd.readable().await {
             Ok(guard) => guard,
@@ -131,44 +137,15 @@ async fn next_status(fd: &AsyncFd<OwnedFd>) -> Event {
     }
 }
 
+/// The next event of any open stream (and of the status pipe, when asked).
+/// Every branch is cancel-safe: data is only taken by a completed read.
 async fn next_event(streams: &Streams, with_status: bool) -> Event {
     tokio::select! {
-        ev = next_output(stream_ref(&streams.stdout), StreamKind::Stdout), if streams.stdout.is_some() => ev,
-        ev = next_output(stream_ref(&streams.stderr), StreamKind::Stderr), if streams.stderr.is_some() => ev,
-        ev = next_output(pty_ref(&streams.pty), StreamKind::Pty), if streams.pty.is_some() => ev,
-        ev = next_status(stream_ref(&streams.status)), if with_status && streams.status.is_some() => ev,
+        ev = next_output(streams.stdout.as_ref(), StreamKind::Stdout) => ev,
+        ev = next_output(streams.stderr.as_ref(), StreamKind::Stderr) => ev,
+        ev = next_output(streams.pty.as_deref(), StreamKind::Pty) => ev,
+        ev = next_status(streams.status.as_ref().filter(|_| with_status)) => ev,
     }
-}
-
-// The `if` guards of `select!` ensure these are only polled when present; a
-// dangling placeholder is never read.
-fn stream_ref(fd: &Option<AsyncFd<OwnedFd>>) -> &AsyncFd<OwnedFd> {
-    match fd {
-        Some(fd) => fd,
-        None => placeholder(),
-    }
-}
-
-fn pty_ref(fd: &Option<Arc<AsyncFd<OwnedFd>>>) -> &AsyncFd<OwnedFd> {
-    match fd {
-        Some(fd) => fd,
-        None => placeholder(),
-    }
-}
-
-fn placeholder() -> &'static AsyncFd<OwnedFd> {
-    static NEVER: std::sync::OnceLock<Option<AsyncFd<OwnedFd>>> = std::sync::OnceLock::new();
-    // Only reached for a branch whose guard is false, which select! never polls;
-    // still, give it a real (never readable) descriptor rather than panicking.
-    NEVER
-        .get_or_init(|| {
-            let (read, write) = nix::unistd::pipe().ok()?;
-            std::mem::forget(write);
-            super::pty::set_nonblocking(&read).ok()?;
-            register(read).ok()
-        })
-        .as_ref()
-        .unwrap_or_else(|| std::process::abort())
 }
 
 /// Runs until the process is closed, then forgets it after [`CLOSED_PROCESS_TTL`].
