@@ -320,7 +320,8 @@ impl ManagedProcess {
             if let Some(id) = write_id {
                 stdin.write_ids.insert(id);
             }
-            if close {
+            // A PTY stays writable after its EOF character; a pipe is closed.
+            if close && self.pty_master.is_none() {
                 stdin.tx = None;
             }
         }
