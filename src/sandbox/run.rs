@@ -175,6 +175,13 @@ pub fn run(
             ] {
                 libc::signal(sig, libc::SIG_DFL);
             }
+            // The forwarded signals are blocked in the helper; the launcher
+            // must start with an empty mask.
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            if libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             Ok(())
         });
     }
