@@ -90,6 +90,20 @@ fn codex_symlink_to_decoy_is_masked_not_refused() {
     assert!(stdout(&out).contains("w-denied"));
     assert!(stdout(&out).contains("ok"));
     assert!(!w.ws.join("decoy/config.toml").exists());
+    // Swapping the link for a real directory during the run is undone.
+    let out = sh(
+        &w.ws,
+        &workspace_only("restricted"),
+        &[],
+        "rm .codex && mkdir .codex && echo evil > .codex/config.toml",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("blocked replacement of protected workspace metadata"));
+    assert_eq!(
+        std::fs::read_link(w.ws.join(".codex")).unwrap(),
+        std::path::PathBuf::from("decoy")
+    );
+    assert!(!w.ws.join("decoy/config.toml").exists());
 }
 
 #[test]
