@@ -492,7 +492,11 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
             mount_proc = false;
             continue;
         }
-        if outcome.code != 0 && auto && attempt <= 2 && run::is_userns_failure(&text) {
+        let setup_failed = outcome.code != 0 && text.contains("bwrap: ");
+        if auto
+            && setup_failed
+            && (run::is_userns_failure(&text) || !crate::sandbox::probe::host().userns_usable())
+        {
             eprintln!("{PREFIX}: note: bubblewrap cannot create user namespaces here; using the Landlock backend");
             return landlock_backend(args, prepared);
         }
