@@ -326,3 +326,16 @@ fn dev_nodes_proc_and_tty_basics_work() {
     assert!(!s.contains("MISSING"), "{s}");
     assert!(s.contains("4\nproc\npid1\n"), "{s}");
 }
+
+#[test]
+fn no_proc_hides_the_host_proc_instead_of_exposing_it() {
+    require_sandbox!();
+    let w = Ws::new();
+    let out = sh(
+        &w.ws,
+        "read-only",
+        &["--no-proc"],
+        "ls /proc | grep -c '^[0-9]'; echo ok",
+    );
+    assert_eq!(stdout(&out), "0\nok\n");
+}

@@ -549,6 +549,17 @@ impl Builder<'_> {
         }
         if i.mount_proc {
             self.out.texts(&["--proc", "/proc"]);
+        } else {
+            // Without a fresh procfs the host's /proc (bound with `/`) would
+            // show every host process: hide it instead.
+            self.out.texts(&[
+                "--perms",
+                "555",
+                "--tmpfs",
+                "/proc",
+                "--remount-ro",
+                "/proc",
+            ]);
         }
         let cwd = canonical_or_self(&i.command_cwd);
         self.out.text("--chdir");
@@ -660,7 +671,7 @@ mod tests {
             render(&cmd),
             format!(
                 "--new-session --die-with-parent --ro-bind / / --dev /dev {NS} --cap-drop ALL \
-                 --chdir / -- /opt/codexbox linux-sandbox --apply-seccomp-then-exec -- \
+                 --perms 555 --tmpfs /proc --remount-ro /proc --chdir / -- /opt/codexbox linux-sandbox --apply-seccomp-then-exec -- \
                  /opt/codexbox -- x"
             )
         );
