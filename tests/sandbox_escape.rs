@@ -339,3 +339,24 @@ fn no_proc_hides_the_host_proc_instead_of_exposing_it() {
     );
     assert_eq!(stdout(&out), "0\nok\n");
 }
+
+#[test]
+#[cfg(target_arch = "x86_64")] // syscall numbers below are x86_64's
+fn io_uring_and_process_vm_are_denied() {
+    require_sandbox!();
+    if !python3() {
+        return;
+    }
+    let w = Ws::new();
+    let out = sh(
+        &w.ws,
+        "read-only",
+        &[],
+        "python3 -c 'import ctypes,os; l=ctypes.CDLL(None,use_errno=True); p=ctypes.create_string_buffer(120); \
+         print(\"uring\", l.syscall(425, 4, p), ctypes.get_errno()); \
+         print(\"vm\", l.syscall(310, 1, p, 1, p, 1, 0), ctypes.get_errno())'",
+    );
+    let s = stdout(&out);
+    assert!(s.contains("uring -1 1\n"), "{s}");
+    assert!(s.contains("vm -1 1\n"), "{s}");
+}
