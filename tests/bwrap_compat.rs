@@ -250,7 +250,7 @@ fn spawn_with_info(which: Impl, extra: &[&str]) -> (std::process::Child, i32) {
     pass_fd(&mut cmd, &write, 3);
     cmd.stdout(Stdio::null()).stderr(Stdio::null());
     let child = cmd.spawn().expect("spawn launcher");
-    drop(write);
+    drop((cmd, write));
     let mut info = String::new();
     fs::File::from(read).read_to_string(&mut info).expect("read info");
     let pid = info
@@ -354,7 +354,7 @@ fn block_fd_and_sync_fd_behave_like_bubblewrap() {
         pass_fd(&mut cmd, &sync_w, 6);
         cmd.stdout(Stdio::piped());
         let child = cmd.spawn().expect("spawn");
-        drop((block_r, sync_w));
+        drop((cmd, block_r, sync_w));
         // The command only runs once unblocked, so it sees the marker.
         fs::write(&marker, "seen\n").expect("marker");
         fs::File::from(block_w).write_all(b"x").expect("unblock");
