@@ -179,10 +179,6 @@ fn launch(config: Config) -> Result<i32, BwrapError> {
         Forked::Parent(pid) => {
             drop(status_write);
             drop(alive_read);
-    // The status documents are the outer process's business.
-    for fd in [config.info_fd, config.json_status_fd].into_iter().flatten() {
-        fds::close(fd);
-    }
             report_child(pid, &config, flags);
             let code = proc_pid1::monitor(pid, status_read, config.json_status_fd);
             drop(alive_write);
@@ -289,6 +285,13 @@ fn sandbox_child(
         }
     }
     drop(alive_read);
+    // The status documents are the outer process's business.
+    for fd in [config.info_fd, config.json_status_fd]
+        .into_iter()
+        .flatten()
+    {
+        fds::close(fd);
+    }
 
     let uid = config.uid.unwrap_or(caller.uid);
     let gid = config.gid.unwrap_or(caller.gid);

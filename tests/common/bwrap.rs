@@ -84,7 +84,11 @@ pub fn command<S: AsRef<OsStr>>(which: Impl, args: &[S]) -> Command {
 pub fn pass_fd(cmd: &mut Command, fd: &OwnedFd, target: i32) {
     // SAFETY: F_DUPFD_CLOEXEC returns a new fd (or -1) and takes no pointer.
     let high = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 100) };
-    assert!(high >= 0, "dup {target}: {}", std::io::Error::last_os_error());
+    assert!(
+        high >= 0,
+        "dup {target}: {}",
+        std::io::Error::last_os_error()
+    );
     // SAFETY: `high` was just created and is owned by nothing else.
     let high = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(high) };
     // SAFETY: dup2 is async-signal-safe; it runs in the child between fork and exec.
