@@ -900,3 +900,42 @@ fn builtin_sets_argv0_and_runs_as_a_subcommand() {
     );
     assert_eq!(sub.stdout, "2\n", "{sub:?}");
 }
+
+/// Runs `python3` TIOCSTI injection through `which` inside a pseudo-terminal.
+fn tiocsti_in_pty(which: &str, new_session: bool) -> String {
+    let session = if new_session { "--new-session " } else { "" };
+    let program = "import fcntl, termios\n\
+                   try:\n    fcntl.ioctl(0, termios.TIOCSTI, b'x'); print('injected')\n\
+                   except OSError as e:\n    print('refused', e.errno)";
+    let inner =
+        format!("{which} --ro-bind / / --dev /dev {session}/usr/bin/python3 -c \"{program}\"");
+    let output = std::process::Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run script");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn builtin_new_session_blocks_terminal_injection() {
+    if !Path::new("/usr/bin/script").exists() || !Path::new("/usr/bin/python3").exists() {
+        eprintln!(
+            "skipping builtin_new_session_blocks_terminal_injection: needs script and python3"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let link = dir.path().join("bwrap");
+    std::os::unix::fs::symlink(common::bwrap::CODEXBOX, &link).expect("symlink");
+    let link = link.to_str().expect("utf-8");
+    let blocked = tiocsti_in_pty(link, true);
+    assert!(blocked.contains("refused 1"), "{blocked:?}");
+    // Documented difference: bubblewrap run by root keeps host capabilities
+    // (no user namespace), with which TIOCSTI still works after setsid().
+    let legacy = fs::read_to_string("/proc/sys/dev/tty/legacy_tiocsti").unwrap_or_default();
+    if legacy.trim() != "0" {
+        let same_session = tiocsti_in_pty(link, false);
+        assert!(same_session.contains("injected"), "{same_session:?}");
+    }
+}

@@ -67,7 +67,7 @@ pub fn block_on(fd: RawFd) {
 
 /// Marks every fd from 3 upwards close-on-exec, except those in `keep`.
 pub fn cloexec_all_but(keep: &[RawFd]) -> io::Result<()> {
-    for_ranges_but(keep, |first, last| cloexec_range(first, last))
+    for_ranges_but(keep, cloexec_range)
 }
 
 /// Closes every fd from 3 upwards except those in `keep` (for a process
