@@ -213,34 +213,39 @@ async fn an_untaken_notification_channel_never_stalls_responses() {
         Ok(client) => client,
         Err(err) => panic!("connect: {err}"),
     };
-    for i in 0..10 {
-        let params = StartParams::new(format!("t{i}"), ["echo", "x"]);
-        assert!(client.process_start(&params).await.is_ok());
-    }
-    for i in 0..10 {
-        let mut after = 0;
-        loop {
-            let read = client
-                .process_read(&ReadParams {
-                    process_id: format!("t{i}"),
-                    after_seq: Some(after),
-                    wait_ms: Some(10_000),
-                    ..ReadParams::default()
-                })
-                .await;
-            let read = match read {
-                Ok(read) => read,
-                Err(err) => panic!("read t{i}: {err}"),
-            };
-            if read.closed {
-                break;
-            }
-            after = read.next_seq.saturating_sub(1).max(after);
+    let body = async {
+        for i in 0..10 {
+            let params = StartParams::new(format!("t{i}"), ["echo", "x"]);
+            assert!(client.process_start(&params).await.is_ok());
         }
+        for i in 0..10 {
+            let mut after = 0;
+            loop {
+                let read = client
+                    .process_read(&ReadParams {
+                        process_id: format!("t{i}"),
+                        after_seq: Some(after),
+                        wait_ms: Some(10_000),
+                        ..ReadParams::default()
+                    })
+                    .await;
+                let read = match read {
+                    Ok(read) => read,
+                    Err(err) => panic!("read t{i}: {err}"),
+                };
+                if read.closed {
+                    break;
+                }
+                after = read.next_seq.saturating_sub(1).max(after);
+            }
+        }
+        assert_eq!(
+            client.environment_status().await.ok().as_deref(),
+            Some("ready")
+        );
+    };
+    if tokio::time::timeout(WAIT * 3, body).await.is_err() {
+        panic!("responses stalled behind unread notifications");
     }
-    assert_eq!(
-        client.environment_status().await.ok().as_deref(),
-        Some("ready")
-    );
     assert_no_children(server.pid()).await;
 }
