@@ -33,11 +33,7 @@ pub async fn serve(shared: Shared) {
     );
     let mut stdin = BufReader::with_capacity(64 * 1024, tokio::io::stdin());
     let mut line = Vec::new();
-    'read: loop {
-        let buf = match stdin.fill_buf().await {
-            Ok(buf) => buf,
-            Err(_) => break,
-        };
+    while let Ok(buf) = stdin.fill_buf().await {
         if buf.is_empty() {
             if !line.is_empty() {
                 handle_line(&conn, &line).await;
@@ -49,7 +45,7 @@ pub async fn serve(shared: Shared) {
                 line.extend_from_slice(&buf[..pos]);
                 stdin.consume(pos + 1);
                 if line.len() > cap {
-                    break 'read;
+                    break;
                 }
                 handle_line(&conn, &line).await;
                 line.clear();
@@ -59,7 +55,7 @@ pub async fn serve(shared: Shared) {
                 line.extend_from_slice(buf);
                 stdin.consume(len);
                 if line.len() > cap {
-                    break 'read;
+                    break;
                 }
             }
         }
