@@ -1,1 +1,3 @@
+//! Shared integration-test utilities, one submodule per area.
 pub mod bwrap;
+pub mod client;
