@@ -1,8 +1,538 @@
-//! The `cli` front end of the sandbox.
+//! The `codex-linux-sandbox` command line (SPEC §5.1) and what it runs.
+//!
+//! Parses the reference helper's flags (and the older policy flags), picks
+//! the backend, and drives one run: the full-disk-write shortcut (confine +
+//! seccomp, then exec), the bubblewrap backend (argv from
+//! `sandbox::bwrap_args`, launcher from `sandbox::launcher`, run and cleanup
+//! in `sandbox::run` and `sandbox::state`), the Landlock backend
+//! (`sandbox::landlock`), or the inner stage (`sandbox::inner`).
+//!
+//! Never panics: every failure is one line `codex-linux-sandbox: …` and exit
+//! 1, usage errors exit 2, the command's status passes through.
+//!
+//! Managed proxy routing (`--allow-network-for-proxy`) is accepted but not
+//! implemented: such runs get no network at all (fail closed), with a note.
+
+use std::collections::BTreeSet;
 use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use clap::{Parser, ValueEnum};
+
+use crate::sandbox::bwrap_args::{self, BwrapInputs, InnerCommand};
+use crate::sandbox::launcher;
+use crate::sandbox::policy::{
+    FileSystemSandboxPolicy, NetworkSandboxPolicy, PermissionProfile, ResolvedPolicy, SandboxPolicy,
+};
+use crate::sandbox::seccomp::SeccompMode;
+use crate::sandbox::{glob, inner, run, state};
+
+/// Prefix of every message of this mode.
+pub const PREFIX: &str = "codex-linux-sandbox";
+
+/// Which enforcement backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    /// bubblewrap, or Landlock when user namespaces are unusable.
+    Auto,
+    Bwrap,
+    Landlock,
+}
+
+/// Command line of the helper.
+#[derive(Debug, Parser)]
+#[command(
+    name = "codex-linux-sandbox",
+    version,
+    about = "Run one command inside the Linux sandbox (bubblewrap + seccomp, or Landlock)."
+)]
+pub struct Args {
+    /// Directory that cwd-relative policy entries resolve against.
+    #[arg(long, value_name = "DIR")]
+    pub sandbox_policy_cwd: Option<PathBuf>,
+    /// Working directory of the command (default: the policy cwd).
+    #[arg(long, value_name = "DIR")]
+    pub command_cwd: Option<PathBuf>,
+    /// PermissionProfile JSON (or read-only, workspace, danger-full-access).
+    #[arg(long, value_name = "JSON")]
+    pub permission_profile: Option<String>,
+    /// Legacy SandboxPolicy JSON.
+    #[arg(long, value_name = "JSON", hide = true)]
+    pub sandbox_policy: Option<String>,
+    /// FileSystemSandboxPolicy JSON (with --network-sandbox-policy).
+    #[arg(long, value_name = "JSON", hide = true)]
+    pub file_system_sandbox_policy: Option<String>,
+    /// restricted | enabled (with --file-system-sandbox-policy).
+    #[arg(long, value_name = "POLICY", hide = true)]
+    pub network_sandbox_policy: Option<String>,
+    /// Use the Landlock backend.
+    #[arg(long)]
+    pub use_legacy_landlock: bool,
+    /// Managed proxy mode (not implemented: network stays off).
+    #[arg(long, hide = true)]
+    pub allow_network_for_proxy: bool,
+    /// Internal: proxy routes for the inner stage.
+    #[arg(long, value_name = "JSON", hide = true)]
+    pub proxy_route_spec: Option<String>,
+    /// Do not mount a fresh /proc (restrictive containers).
+    #[arg(long)]
+    pub no_proc: bool,
+    /// Internal: the inner stage inside bubblewrap.
+    #[arg(long, hide = true)]
+    pub apply_seccomp_then_exec: bool,
+    /// Internal: the fd holding the command's stderr.
+    #[arg(long, value_name = "FD", hide = true)]
+    pub restore_stderr_fd: Option<i32>,
+    /// Print the resolved policy and the launcher argv instead of running.
+    #[arg(long)]
+    pub explain: bool,
+    /// Enforcement backend.
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
+    pub backend: Backend,
+    /// The command to run.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// A failure with its exit code.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: i32,
+    pub message: String,
+}
+
+fn usage(message: impl Into<String>) -> Failure {
+    Failure {
+        code: 2,
+        message: message.into(),
+    }
+}
+
+fn fail(message: impl std::fmt::Display) -> Failure {
+    Failure {
+        code: 1,
+        message: message.to_string(),
+    }
+}
 
 /// Entry point of this mode.
-pub fn main(_argv: Vec<OsString>) -> i32 {
-    eprintln!("codexbox: not built yet");
-    1
+pub fn main(argv: Vec<OsString>) -> i32 {
+    let args = match Args::try_parse_from(&argv) {
+        Ok(a) => a,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = e.print();
+                return 0;
+            }
+            let text = e.to_string();
+            let line = text
+                .lines()
+                .next()
+                .unwrap_or("invalid arguments")
+                .trim_start_matches("error: ");
+            eprintln!("{PREFIX}: {line} (see --help)");
+            return 2;
+        }
+    };
+    match run_args(args) {
+        Ok(code) => code,
+        Err(f) => {
+            eprintln!("{PREFIX}: {}", f.message);
+            f.code
+        }
+    }
+}
+
+/// Resolves which profile the flags describe.
+pub fn profile_from_args(args: &Args) -> Result<PermissionProfile, Failure> {
+    let split = match (
+        &args.file_system_sandbox_policy,
+        &args.network_sandbox_policy,
+    ) {
+        (Some(fs), Some(net)) => {
+            let fs: FileSystemSandboxPolicy = serde_json::from_str(fs)
+                .map_err(|e| usage(format!("invalid file-system sandbox policy JSON: {e}")))?;
+            let net: NetworkSandboxPolicy =
+                serde_json::from_value(serde_json::Value::String(net.trim_matches('"').to_owned()))
+                    .map_err(|_| {
+                        usage(format!(
+                    "invalid network sandbox policy `{net}` (expected restricted or enabled)"
+                ))
+                    })?;
+            Some(PermissionProfile::from_runtime(&fs, net))
+        }
+        (None, None) => None,
+        _ => {
+            return Err(usage(
+                "file-system and network sandbox policies must be provided together",
+            ))
+        }
+    };
+    let legacy = match &args.sandbox_policy {
+        Some(text) => {
+            let p: SandboxPolicy = serde_json::from_str(text)
+                .map_err(|e| usage(format!("invalid sandbox policy JSON: {e}")))?;
+            Some(PermissionProfile::from_legacy(&p))
+        }
+        None => None,
+    };
+    if let Some(text) = &args.permission_profile {
+        return PermissionProfile::parse(text).map_err(|e| usage(e.to_string()));
+    }
+    match (legacy, split) {
+        (Some(l), Some(s)) if l.to_runtime() != s.to_runtime() => Err(fail(format!(
+            "legacy sandbox policy must match split sandbox policies: provided={}, derived={}",
+            s.to_json(),
+            l.to_json()
+        ))),
+        (_, Some(s)) => Ok(s),
+        (Some(l), None) => Ok(l),
+        (None, None) => Err(usage(
+            "missing permission profile configuration (--permission-profile)",
+        )),
+    }
+}
+
+fn absolute(p: &Path) -> Result<PathBuf, Failure> {
+    if p.is_absolute() {
+        return Ok(crate::sandbox::policy::normalize(p));
+    }
+    let here = std::env::current_dir()
+        .map_err(|e| fail(format!("cannot read the current directory: {e}")))?;
+    Ok(crate::sandbox::policy::normalize(&here.join(p)))
+}
+
+/// Everything a run needs, resolved once.
+pub struct Prepared {
+    pub profile: PermissionProfile,
+    pub network: NetworkSandboxPolicy,
+    pub policy_cwd: PathBuf,
+    pub command_cwd: PathBuf,
+    pub fs: FileSystemSandboxPolicy,
+    pub resolved: ResolvedPolicy,
+}
+
+fn prepare(args: &Args) -> Result<Prepared, Failure> {
+    let Some(cwd) = &args.sandbox_policy_cwd else {
+        return Err(usage(
+            "the following required argument was not provided: --sandbox-policy-cwd <DIR>",
+        ));
+    };
+    let policy_cwd = absolute(cwd)?;
+    let command_cwd = match &args.command_cwd {
+        Some(c) => absolute(c)?,
+        None => policy_cwd.clone(),
+    };
+    let mut profile = profile_from_args(args)?;
+    if args.allow_network_for_proxy {
+        // No proxy bridges in this build: keep the network closed.
+        profile = match profile {
+            PermissionProfile::Disabled => PermissionProfile::Managed {
+                file_system: crate::sandbox::policy::ManagedFileSystemPermissions::Unrestricted,
+                network: NetworkSandboxPolicy::Restricted,
+            },
+            p => p.with_network(NetworkSandboxPolicy::Restricted),
+        };
+    }
+    let (fs, network) = profile.to_runtime();
+    let resolved = fs.resolve(&policy_cwd);
+    Ok(Prepared {
+        profile,
+        network,
+        policy_cwd,
+        command_cwd,
+        fs,
+        resolved,
+    })
+}
+
+fn seccomp_mode(network: NetworkSandboxPolicy) -> SeccompMode {
+    if network.is_enabled() {
+        SeccompMode::NetworkEnabled
+    } else {
+        SeccompMode::Restricted
+    }
+}
+
+fn run_args(args: Args) -> Result<i32, Failure> {
+    if args.command.is_empty() && !args.explain {
+        return Err(usage("no command specified to execute"));
+    }
+    if args.apply_seccomp_then_exec {
+        if args.use_legacy_landlock || args.backend == Backend::Landlock {
+            return Err(usage(
+                "--apply-seccomp-then-exec is incompatible with --use-legacy-landlock",
+            ));
+        }
+        return inner_stage(&args);
+    }
+    if args.allow_network_for_proxy {
+        eprintln!("{PREFIX}: note: managed proxy routing is not supported; the command runs without network");
+    }
+    let prepared = prepare(&args)?;
+    let backend = if args.use_legacy_landlock {
+        Backend::Landlock
+    } else {
+        args.backend
+    };
+
+    // No filesystem sandbox needed: confine, seccomp for the network, exec.
+    let needs_fs_sandbox = !prepared.resolved.full_write;
+    if !needs_fs_sandbox {
+        if args.explain {
+            println!("backend: none (full-disk write: no filesystem sandbox)");
+            println!("profile: {}", prepared.profile.to_json());
+            println!("network: {}", net_name(prepared.network));
+            println!(
+                "seccomp: {}",
+                if prepared.profile == PermissionProfile::Disabled {
+                    "none (sandbox disabled)"
+                } else {
+                    seccomp_mode(prepared.network).as_str()
+                }
+            );
+            return Ok(0);
+        }
+        std::env::set_current_dir(&prepared.command_cwd).map_err(|e| {
+            fail(format!(
+                "cannot change directory to {}: {e}",
+                prepared.command_cwd.display()
+            ))
+        })?;
+        if prepared.profile != PermissionProfile::Disabled {
+            if prepared.network.is_enabled() {
+                crate::sandbox::confine::set_no_new_privs().map_err(fail)?;
+            } else {
+                inner::confine(SeccompMode::Restricted).map_err(fail)?;
+            }
+        }
+        return Err(fail(inner::exec(&args.command)));
+    }
+
+    match backend {
+        Backend::Landlock => landlock_backend(&args, &prepared),
+        Backend::Bwrap | Backend::Auto => bwrap_backend(&args, &prepared, backend == Backend::Auto),
+    }
+}
+
+fn net_name(n: NetworkSandboxPolicy) -> &'static str {
+    if n.is_enabled() {
+        "enabled"
+    } else {
+        "restricted"
+    }
+}
+
+fn inner_stage(args: &Args) -> Result<i32, Failure> {
+    inner::check_inside_sandbox().map_err(fail)?;
+    if let Some(fd) = args.restore_stderr_fd {
+        inner::restore_stderr(fd).map_err(fail)?;
+    }
+    let profile = profile_from_args(args)?;
+    let network = if args.allow_network_for_proxy {
+        NetworkSandboxPolicy::Restricted
+    } else {
+        profile.network()
+    };
+    if let Some(cwd) = &args.command_cwd {
+        // bwrap already did --chdir; a symlinked alias may not exist inside.
+        let _ = std::env::set_current_dir(cwd);
+    }
+    inner::confine(seccomp_mode(network)).map_err(fail)?;
+    Err(fail(inner::exec(&args.command)))
+}
+
+fn landlock_backend(args: &Args, prepared: &Prepared) -> Result<i32, Failure> {
+    if args.explain {
+        let abi = crate::sandbox::probe::host().landlock_abi.unwrap_or(0);
+        let plan = crate::sandbox::landlock::plan(&prepared.resolved, abi);
+        println!("backend: landlock (ABI {abi})");
+        println!("profile: {}", prepared.profile.to_json());
+        println!("network: {}", net_name(prepared.network));
+        println!("read: {}", join_paths(&plan.read));
+        println!("write: {}", join_paths(&plan.write));
+        if !plan.unenforced.is_empty() {
+            println!("not enforced: {}", plan.unenforced.join("; "));
+        }
+        return Ok(0);
+    }
+    std::env::set_current_dir(&prepared.command_cwd).map_err(|e| {
+        fail(format!(
+            "cannot change directory to {}: {e}",
+            prepared.command_cwd.display()
+        ))
+    })?;
+    crate::sandbox::landlock::apply(&prepared.resolved, prepared.network, PREFIX).map_err(fail)?;
+    Err(fail(inner::exec(&args.command)))
+}
+
+fn join_paths(p: &[PathBuf]) -> String {
+    p.iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Shell-quotes one word for display.
+pub fn quote(word: &std::ffi::OsStr) -> String {
+    let s = word.to_string_lossy();
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
+    {
+        s.into_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Failure> {
+    run::cloexec_inherited_fds();
+    let state_dir = state::state_dir().map_err(fail)?;
+    let choice = launcher::select(&prepared.policy_cwd, Some(&state_dir)).map_err(fail)?;
+    let exe =
+        std::env::current_exe().map_err(|e| fail(format!("cannot locate this executable: {e}")))?;
+
+    // Deny globs, expanded now (a snapshot), fail closed.
+    let globs = prepared.resolved.unreadable_globs();
+    let mut glob_matches = BTreeSet::new();
+    if !globs.is_empty() {
+        let scanner = glob::Scanner::detect(&prepared.policy_cwd);
+        let depth = prepared.resolved.glob_scan_max_depth.map(|d| d.get());
+        let expansion = glob::expand(globs, depth, &scanner)
+            .map_err(|e| fail(format!("error building bubblewrap command: {e}")))?;
+        if !expansion.skipped.is_empty() {
+            eprintln!(
+                "{PREFIX}: warning: deny globs scanning from / are too broad to expand and are not enforced: {}",
+                expansion.skipped.join(", ")
+            );
+        }
+        glob_matches = expansion.paths;
+    }
+
+    let inner_profile = prepared.profile.with_network(prepared.network);
+    let mut mount_proc = !args.no_proc;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let fds = run::RunFds::open(0).map_err(fail)?;
+        let mut flags: Vec<OsString> = vec![
+            "--sandbox-policy-cwd".into(),
+            prepared.policy_cwd.clone().into(),
+            "--command-cwd".into(),
+            prepared.command_cwd.clone().into(),
+            "--permission-profile".into(),
+            inner_profile.to_json().into(),
+            "--apply-seccomp-then-exec".into(),
+        ];
+        if !args.explain {
+            flags.push("--restore-stderr-fd".into());
+            flags.push(
+                std::os::fd::AsRawFd::as_raw_fd(&fds.stderr)
+                    .to_string()
+                    .into(),
+            );
+        }
+        let inputs = BwrapInputs {
+            policy: &prepared.resolved,
+            command_cwd: prepared.command_cwd.clone(),
+            network_enabled: prepared.network.is_enabled(),
+            mount_proc,
+            caps: choice.caps,
+            glob_matches: glob_matches.clone(),
+            extra_deny: if prepared.resolved.can_read(&state_dir) {
+                vec![state_dir.clone()]
+            } else {
+                Vec::new()
+            },
+            extra_read: vec![exe.clone()],
+            inner: InnerCommand {
+                exe: exe.clone(),
+                flags,
+                command: args.command.clone(),
+            },
+        };
+        let built = bwrap_args::build(&inputs)
+            .map_err(|e| fail(format!("error building bubblewrap command: {e}")))?;
+        if args.explain {
+            print_explain(prepared, &choice, &built);
+            return Ok(0);
+        }
+        let fds = fds.with_masks(built.fd_count()).map_err(fail)?;
+        let argv = built.render(&fds.mask_numbers());
+        let registration = state::register(&state_dir, &built.synthetic_targets).map_err(fail)?;
+        let outcome = run::run(&choice, &argv, &fds);
+        drop(fds);
+        registration.cleanup();
+        let outcome = outcome.map_err(fail)?;
+        let text = String::from_utf8_lossy(&outcome.stderr).into_owned();
+        if outcome.code != 0 && mount_proc && attempt == 1 && run::is_proc_mount_failure(&text) {
+            mount_proc = false;
+            continue;
+        }
+        if outcome.code != 0 && auto && attempt <= 2 && run::is_userns_failure(&text) {
+            eprintln!("{PREFIX}: note: bubblewrap cannot create user namespaces here; using the Landlock backend");
+            return landlock_backend(args, prepared);
+        }
+        use std::io::Write;
+        let _ = std::io::stderr().write_all(&outcome.stderr);
+        return Ok(outcome.code);
+    }
+}
+
+fn print_explain(
+    prepared: &Prepared,
+    choice: &launcher::LauncherChoice,
+    built: &bwrap_args::BwrapCommand,
+) {
+    let r = &prepared.resolved;
+    println!("backend: bwrap");
+    println!(
+        "launcher: {} {} ({})",
+        choice.kind.as_str(),
+        choice.path.display(),
+        choice.reason
+    );
+    println!("profile: {}", prepared.profile.to_json());
+    println!("policy cwd: {}", prepared.policy_cwd.display());
+    println!("command cwd: {}", prepared.command_cwd.display());
+    println!("network: {}", net_name(prepared.network));
+    println!("seccomp: {}", seccomp_mode(prepared.network).as_str());
+    println!("readable: {}", join_paths(&r.readable_roots()));
+    for w in r.writable_roots() {
+        println!(
+            "writable: {} (read-only inside: {})",
+            w.root.display(),
+            if w.read_only_subpaths.is_empty() && w.protected_metadata_names.is_empty() {
+                "nothing".to_owned()
+            } else {
+                let mut v: Vec<String> = w
+                    .read_only_subpaths
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect();
+                for n in &w.protected_metadata_names {
+                    let p = w.root.join(n).display().to_string();
+                    if !v.contains(&p) {
+                        v.push(p);
+                    }
+                }
+                v.join(" ")
+            }
+        );
+    }
+    println!("denied: {}", join_paths(&r.unreadable_roots()));
+    if !r.unreadable_globs().is_empty() {
+        println!("denied globs: {}", r.unreadable_globs().join(" "));
+    }
+    let argv: Vec<String> = std::iter::once(OsString::from("bwrap"))
+        .chain(built.render_example())
+        .map(|w| quote(&w))
+        .collect();
+    println!("argv: {}", argv.join(" "));
 }

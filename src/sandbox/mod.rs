@@ -1,5 +1,15 @@
 //! The Linux sandbox: policy model, bubblewrap argv, launcher selection, seccomp, Landlock, and the `linux-sandbox`, `sandbox` and `doctor` front ends.
+pub mod bwrap_args;
 pub mod cli;
+pub mod confine;
 pub mod debug;
 pub mod doctor;
+pub mod glob;
+pub mod inner;
+pub mod landlock;
+pub mod launcher;
 pub mod policy;
+pub mod probe;
+pub mod run;
+pub mod seccomp;
+pub mod state;

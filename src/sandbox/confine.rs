@@ -1,0 +1,345 @@
+//! Process confinement primitives: no_new_privs, dropping every capability
+//! (also for a root caller), and a fresh anonymous session keyring.
+//!
+//! These are the last steps before a sandboxed command is exec'ed, shared by
+//! the inner stage of `linux-sandbox`, the Landlock backend
+//! ([`crate::sandbox::landlock`]) and the built-in bwrap. The seccomp filter
+//! lives in [`crate::sandbox::seccomp`].
+//!
+//! Everything except [`last_cap`] and [`confine_process`] is async-signal-safe
+//! (no allocation, no locks), so it may run between fork and exec: read
+//! [`last_cap`] before forking and pass it to [`drop_capabilities_through`].
+//!
+//! Why the securebits: a process whose uid is 0 regains the full capability
+//! set on `execve` unless `SECBIT_NOROOT` is set, and regains it on a setuid
+//! transition unless `SECBIT_NO_SETUID_FIXUP` is set. Emptying the bounding
+//! set (PR_CAPBSET_DROP) removes what any later exec could grant; the locked
+//! securebits make the "no caps for root" rule permanent for every
+//! descendant. no_new_privs additionally forbids any exec from gaining
+//! permitted capabilities.
+
+use std::io;
+
+/// `SECBIT_NOROOT`: uid 0 gets no capabilities on execve.
+const SECBIT_NOROOT: libc::c_ulong = 1 << 0;
+const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;
+/// `SECBIT_NO_SETUID_FIXUP`: uid transitions leave capabilities alone.
+const SECBIT_NO_SETUID_FIXUP: libc::c_ulong = 1 << 2;
+const SECBIT_NO_SETUID_FIXUP_LOCKED: libc::c_ulong = 1 << 3;
+/// `SECBIT_KEEP_CAPS` stays clear and locked: setuid() from 0 never keeps caps.
+const SECBIT_KEEP_CAPS_LOCKED: libc::c_ulong = 1 << 5;
+/// `SECBIT_NO_CAP_AMBIENT_RAISE` and its lock: ambient caps can never come back.
+const SECBIT_NO_CAP_AMBIENT_RAISE: libc::c_ulong = 1 << 6;
+const SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED: libc::c_ulong = 1 << 7;
+
+/// The securebits set by [`drop_capabilities_through`].
+pub const LOCKED_SECUREBITS: libc::c_ulong = SECBIT_NOROOT
+    | SECBIT_NOROOT_LOCKED
+    | SECBIT_NO_SETUID_FIXUP
+    | SECBIT_NO_SETUID_FIXUP_LOCKED
+    | SECBIT_KEEP_CAPS_LOCKED
+    | SECBIT_NO_CAP_AMBIENT_RAISE
+    | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+
+/// Highest capability number any kernel is expected to have (cap numbers fit
+/// in the two 32-bit words of the capset v3 ABI).
+const MAX_CAP: u32 = 63;
+
+/// `_LINUX_CAPABILITY_VERSION_3`.
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+/// `KEYCTL_GET_KEYRING_ID`.
+const KEYCTL_GET_KEYRING_ID: libc::c_long = 0;
+/// `KEYCTL_JOIN_SESSION_KEYRING`.
+const KEYCTL_JOIN_SESSION_KEYRING: libc::c_long = 1;
+/// `KEY_SPEC_SESSION_KEYRING`.
+const KEY_SPEC_SESSION_KEYRING: libc::c_long = -3;
+
+/// A confinement step that failed; each variant names the call.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfineError {
+    #[error("prctl(PR_SET_NO_NEW_PRIVS) failed: {0}")]
+    NoNewPrivs(#[source] io::Error),
+    #[error("prctl(PR_SET_SECUREBITS) failed: {0}")]
+    Securebits(#[source] io::Error),
+    #[error("prctl(PR_CAPBSET_DROP, {cap}) failed: {source}")]
+    BoundingDrop {
+        cap: u32,
+        #[source]
+        source: io::Error,
+    },
+    #[error("prctl(PR_CAP_AMBIENT_CLEAR_ALL) failed: {0}")]
+    AmbientClear(#[source] io::Error),
+    #[error("capset failed: {0}")]
+    Capset(#[source] io::Error),
+    #[error("capget failed: {0}")]
+    Capget(#[source] io::Error),
+    #[error("capabilities still present after dropping them ({0})")]
+    StillPresent(&'static str),
+    #[error("keyctl(KEYCTL_JOIN_SESSION_KEYRING) failed: {0}")]
+    Keyring(#[source] io::Error),
+}
+
+/// Result of this module.
+pub type Result<T, E = ConfineError> = std::result::Result<T, E>;
+
+/// `struct __user_cap_header_struct`.
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+/// `struct __user_cap_data_struct`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// prctl with every argument widened to `unsigned long` (the kernel reads
+/// all five as such; a variadic `int` would leave the upper half undefined).
+fn prctl(option: libc::c_int, arg2: libc::c_ulong, arg3: libc::c_ulong) -> io::Result<libc::c_int> {
+    let zero: libc::c_ulong = 0;
+    // SAFETY: every option used in this module takes integer arguments only;
+    // no pointer is passed.
+    let rc = unsafe { libc::prctl(option, arg2, arg3, zero, zero) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(rc)
+}
+
+/// Sets no_new_privs: no later exec can gain privileges (setuid bits and
+/// file capabilities are ignored). Async-signal-safe.
+pub fn set_no_new_privs() -> Result<()> {
+    prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0).map_err(ConfineError::NoNewPrivs)?;
+    Ok(())
+}
+
+/// Whether no_new_privs is set on the calling thread.
+pub fn no_new_privs() -> bool {
+    matches!(prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0), Ok(1))
+}
+
+/// The highest capability number of this kernel, from
+/// `/proc/sys/kernel/cap_last_cap`, else found by probing the bounding set.
+/// Allocates: call it before forking.
+pub fn last_cap() -> u32 {
+    if let Ok(text) = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap") {
+        if let Ok(n) = text.trim().parse::<u32>() {
+            return n.min(MAX_CAP);
+        }
+    }
+    // PR_CAPBSET_READ fails with EINVAL for numbers above the last capability.
+    let mut last = 0;
+    for cap in 0..=MAX_CAP {
+        if capbset_read(cap).is_err() {
+            break;
+        }
+        last = cap;
+    }
+    last
+}
+
+/// PR_CAPBSET_READ: whether `cap` is in the bounding set.
+fn capbset_read(cap: u32) -> io::Result<bool> {
+    Ok(prctl(libc::PR_CAPBSET_READ, libc::c_ulong::from(cap), 0)? == 1)
+}
+
+fn capget() -> io::Result<[CapData; 2]> {
+    let mut header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: header and data are valid, writable, correctly laid out for
+    // the v3 ABI (one header, two data words).
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_capget,
+            &mut header as *mut CapHeader,
+            data.as_mut_ptr(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(data)
+}
+
+fn capset_empty() -> io::Result<()> {
+    let mut header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [CapData::default(); 2];
+    // SAFETY: header and data are valid and laid out for the v3 ABI; the
+    // kernel only reads data.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_capset,
+            &mut header as *mut CapHeader,
+            data.as_ptr(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn current_securebits() -> io::Result<libc::c_ulong> {
+    let bits = prctl(libc::PR_GET_SECUREBITS, 0, 0)?;
+    Ok(libc::c_ulong::try_from(bits).unwrap_or(0))
+}
+
+/// Drops every capability for good: locks the securebits so uid 0 gains
+/// nothing on exec, empties the bounding set for caps `0..=last`, clears the
+/// ambient set, then empties the effective, permitted and inheritable sets,
+/// and verifies all of it. Async-signal-safe.
+///
+/// A caller without CAP_SETPCAP cannot touch the bounding set or the
+/// securebits; that is accepted only when it holds no capabilities at all
+/// and no uid is 0 (nothing to lose and nothing to regain on exec besides
+/// setuid binaries, which no_new_privs neutralises).
+pub fn drop_capabilities_through(last: u32) -> Result<()> {
+    let last = last.min(MAX_CAP);
+    let wanted = LOCKED_SECUREBITS;
+    let bits = current_securebits().map_err(ConfineError::Securebits)?;
+    let mut privileged_steps_done = true;
+    if bits & wanted != wanted {
+        if let Err(err) = prctl(libc::PR_SET_SECUREBITS, bits | wanted, 0) {
+            if err.raw_os_error() != Some(libc::EPERM) {
+                return Err(ConfineError::Securebits(err));
+            }
+            privileged_steps_done = false;
+        }
+    }
+    for cap in 0..=last {
+        if let Err(err) = prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0) {
+            match err.raw_os_error() {
+                // Unknown to this kernel: nothing to drop.
+                Some(libc::EINVAL) => break,
+                Some(libc::EPERM) if matches!(capbset_read(cap), Ok(false)) => {}
+                Some(libc::EPERM) => privileged_steps_done = false,
+                _ => return Err(ConfineError::BoundingDrop { cap, source: err }),
+            }
+        }
+    }
+    let clear_all = libc::c_ulong::try_from(libc::PR_CAP_AMBIENT_CLEAR_ALL).unwrap_or(4);
+    if let Err(err) = prctl(libc::PR_CAP_AMBIENT, clear_all, 0) {
+        // Kernels before 4.3 have no ambient set.
+        if err.raw_os_error() != Some(libc::EINVAL) {
+            return Err(ConfineError::AmbientClear(err));
+        }
+    }
+    capset_empty().map_err(ConfineError::Capset)?;
+
+    let data = capget().map_err(ConfineError::Capget)?;
+    if data.iter().any(|d| d.effective != 0 || d.permitted != 0) {
+        return Err(ConfineError::StillPresent("effective or permitted"));
+    }
+    if data.iter().any(|d| d.inheritable != 0) {
+        return Err(ConfineError::StillPresent("inheritable"));
+    }
+    for cap in 0..=last {
+        let is_set = libc::c_ulong::try_from(libc::PR_CAP_AMBIENT_IS_SET).unwrap_or(1);
+        if matches!(prctl(libc::PR_CAP_AMBIENT, is_set, libc::c_ulong::from(cap)), Ok(r) if r > 0) {
+            return Err(ConfineError::StillPresent("ambient"));
+        }
+    }
+    // An empty bounding set already means uid 0 regains nothing on exec
+    // (e.g. bubblewrap ran with `--cap-drop ALL` and took CAP_SETPCAP too).
+    let bounding_empty = (0..=last).all(|cap| matches!(capbset_read(cap), Ok(false)));
+    if !privileged_steps_done && any_uid_is_root() && !bounding_empty {
+        return Err(ConfineError::StillPresent(
+            "bounding set or securebits unchangeable for a uid 0 process",
+        ));
+    }
+    if privileged_steps_done {
+        for cap in 0..=last {
+            if matches!(capbset_read(cap), Ok(true)) {
+                return Err(ConfineError::StillPresent("bounding"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn any_uid_is_root() -> bool {
+    let (mut r, mut e, mut s) = (0, 0, 0);
+    // SAFETY: the three pointers are valid, writable uid_t locations.
+    let rc = unsafe { libc::getresuid(&mut r, &mut e, &mut s) };
+    rc != 0 || r == 0 || e == 0 || s == 0
+}
+
+/// [`drop_capabilities_through`] with [`last_cap`]. Allocates.
+pub fn drop_all_capabilities() -> Result<()> {
+    drop_capabilities_through(last_cap())
+}
+
+/// Joins a new anonymous session keyring, so the caller's session keyring
+/// (and the keys linked from it) is no longer reachable. Async-signal-safe.
+///
+/// A kernel without keys support (ENOSYS), or a container whose seccomp
+/// profile denies `keyctl` (EPERM/ENOSYS, as Docker's does), has no keyring
+/// to leak: that is accepted after checking that looking up the current
+/// session keyring fails the same way.
+pub fn join_fresh_session_keyring() -> Result<()> {
+    // SAFETY: a NULL name asks for a new anonymous keyring; no other pointer.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_keyctl,
+            KEYCTL_JOIN_SESSION_KEYRING,
+            std::ptr::null::<libc::c_char>(),
+        )
+    };
+    if rc >= 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    if matches!(err.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) {
+        // SAFETY: integer arguments only.
+        let lookup = unsafe {
+            libc::syscall(
+                libc::SYS_keyctl,
+                KEYCTL_GET_KEYRING_ID,
+                KEY_SPEC_SESSION_KEYRING,
+                0,
+            )
+        };
+        if lookup < 0 {
+            return Ok(());
+        }
+    }
+    Err(ConfineError::Keyring(err))
+}
+
+/// The serial of the current session keyring (creating none), for tests and
+/// the doctor.
+pub fn session_keyring_id() -> io::Result<i64> {
+    // SAFETY: integer arguments only; create flag 0.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_keyctl,
+            KEYCTL_GET_KEYRING_ID,
+            KEY_SPEC_SESSION_KEYRING,
+            0,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(rc)
+}
+
+/// The whole confinement of a sandboxed command, in order: fresh session
+/// keyring, all capabilities dropped, no_new_privs. Allocates (reads
+/// `cap_last_cap`); use the individual steps after a fork.
+pub fn confine_process() -> Result<()> {
+    join_fresh_session_keyring()?;
+    drop_all_capabilities()?;
+    set_no_new_privs()
+}

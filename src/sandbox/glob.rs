@@ -1,0 +1,445 @@
+//! Deny-glob expansion: turns `deny` glob patterns into the concrete paths
+//! bubblewrap must mask, with ripgrep when it is installed and a built-in
+//! walker otherwise. Fails closed: any scan error stops the launch.
+//!
+//! Matching rules (same as the reference): `*` and `?` never cross `/`,
+//! `**` spans directories, `[...]` is a class (`!`/`^` negate); only files
+//! and symlinks match; symlinked directories are not followed; the scan is
+//! bounded by `glob_scan_max_depth` when given and by [`MAX_GLOB_MATCHES`].
+//! A pattern whose static prefix is `/` (e.g. `/**/*.env`) would scan the
+//! whole machine: it is reported and skipped, never silently.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// More matches than this for one search root aborts the launch.
+pub const MAX_GLOB_MATCHES: usize = 8192;
+
+/// Errors of glob expansion.
+#[derive(Debug, thiserror::Error)]
+pub enum GlobError {
+    #[error("ripgrep unreadable glob scan failed for {}: {stderr}", .root.display())]
+    Ripgrep { root: PathBuf, stderr: String },
+    #[error("cannot run ripgrep for {}: {source}", .root.display())]
+    RipgrepSpawn {
+        root: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("unreadable glob scan failed for {}: {source}", .path.display())]
+    Walk {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("unreadable glob expansion for {} matched more than {MAX_GLOB_MATCHES} paths", .root.display())]
+    TooManyMatches { root: PathBuf },
+}
+
+/// What the expansion produced.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct GlobExpansion {
+    /// Matches and, for matches crossing a symlink, their canonical targets.
+    pub paths: BTreeSet<PathBuf>,
+    /// Patterns not expanded because they would scan from `/`.
+    pub skipped: Vec<String>,
+}
+
+/// Which scanner to use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scanner {
+    Ripgrep(PathBuf),
+    BuiltIn,
+}
+
+impl Scanner {
+    /// ripgrep from PATH (never one under `cwd`), else the built-in walker.
+    pub fn detect(cwd: &Path) -> Scanner {
+        let cwd = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        if let Ok(found) = which::which_in_all("rg", Some(path), &cwd) {
+            for candidate in found {
+                let Ok(real) = candidate.canonicalize() else {
+                    continue;
+                };
+                if cwd != Path::new("/") && real.starts_with(&cwd) {
+                    continue;
+                }
+                return Scanner::Ripgrep(real);
+            }
+        }
+        Scanner::BuiltIn
+    }
+}
+
+/// Splits a pattern into (search root, relative glob). None: too broad.
+pub fn split_pattern(pattern: &str) -> Option<(PathBuf, String)> {
+    let first_meta = pattern.find(['*', '?', '[', ']'])?;
+    let slash = pattern[..first_meta].rfind('/')?;
+    let root = &pattern[..slash];
+    if root.is_empty() {
+        return None;
+    }
+    Some((PathBuf::from(root), pattern[slash + 1..].to_owned()))
+}
+
+/// Expands `patterns` (absolute) into the paths to mask.
+pub fn expand(
+    patterns: &[String],
+    max_depth: Option<usize>,
+    scanner: &Scanner,
+) -> Result<GlobExpansion, GlobError> {
+    let mut out = GlobExpansion::default();
+    if max_depth == Some(0) {
+        return Ok(out);
+    }
+    let mut groups: BTreeMap<PathBuf, Vec<String>> = BTreeMap::new();
+    for pattern in patterns {
+        match split_pattern(pattern) {
+            Some((root, glob)) => groups.entry(root).or_default().push(glob),
+            None => out.skipped.push(pattern.clone()),
+        }
+    }
+    for (root, globs) in groups {
+        if !root.is_dir() {
+            continue;
+        }
+        let matches = match scanner {
+            Scanner::Ripgrep(rg) => ripgrep(rg, &root, &globs, max_depth)?,
+            Scanner::BuiltIn => walk(&root, &globs, max_depth)?,
+        };
+        if matches.len() > MAX_GLOB_MATCHES {
+            return Err(GlobError::TooManyMatches { root });
+        }
+        for m in matches {
+            if let Ok(real) = m.canonicalize() {
+                if real != m {
+                    out.paths.insert(real);
+                }
+            }
+            out.paths.insert(m);
+        }
+    }
+    Ok(out)
+}
+
+/// Escapes an unclosed `[` so ripgrep does not reject the glob.
+fn escape_unclosed_classes(glob: &str) -> String {
+    let mut out = String::with_capacity(glob.len());
+    let chars: Vec<char> = glob.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '[' && class_end(&chars, i).is_none() {
+            out.push_str("\\[");
+        } else {
+            out.push(c);
+        }
+        i += 1;
+    }
+    out
+}
+
+fn ripgrep(
+    rg: &Path,
+    root: &Path,
+    globs: &[String],
+    max_depth: Option<usize>,
+) -> Result<Vec<PathBuf>, GlobError> {
+    let mut cmd = Command::new(rg);
+    cmd.args(["--files", "--hidden", "--no-ignore", "--null"]);
+    if let Some(depth) = max_depth {
+        cmd.arg("--max-depth").arg(depth.to_string());
+    }
+    for g in globs {
+        cmd.arg("--glob").arg(escape_unclosed_classes(g));
+    }
+    cmd.arg("--").arg(root);
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let output = cmd.output().map_err(|source| GlobError::RipgrepSpawn {
+        root: root.to_path_buf(),
+        source,
+    })?;
+    let ok =
+        output.status.success() || (output.status.code() == Some(1) && output.stderr.is_empty());
+    if !ok {
+        return Err(GlobError::Ripgrep {
+            root: root.to_path_buf(),
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        });
+    }
+    Ok(output
+        .stdout
+        .split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| PathBuf::from(OsString::from_vec(s.to_vec())))
+        .collect())
+}
+
+fn walk(
+    root: &Path,
+    globs: &[String],
+    max_depth: Option<usize>,
+) -> Result<Vec<PathBuf>, GlobError> {
+    let mut out = Vec::new();
+    let mut stack = vec![(root.to_path_buf(), 1usize)];
+    while let Some((dir, level)) = stack.pop() {
+        let entries = std::fs::read_dir(&dir).map_err(|source| GlobError::Walk {
+            path: dir.clone(),
+            source,
+        })?;
+        for entry in entries {
+            let entry = entry.map_err(|source| GlobError::Walk {
+                path: dir.clone(),
+                source,
+            })?;
+            let path = entry.path();
+            let ft = entry.file_type().map_err(|source| GlobError::Walk {
+                path: path.clone(),
+                source,
+            })?;
+            if ft.is_dir() {
+                if max_depth.map_or(true, |d| level < d) {
+                    stack.push((path, level + 1));
+                }
+                continue;
+            }
+            let Ok(rel) = path.strip_prefix(root) else {
+                continue;
+            };
+            let rel = rel.to_string_lossy();
+            if globs.iter().any(|g| glob_match(g, &rel)) {
+                out.push(path);
+                if out.len() > MAX_GLOB_MATCHES {
+                    return Ok(out);
+                }
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Index of the `]` closing the class opened at `start`, if any.
+fn class_end(p: &[char], start: usize) -> Option<usize> {
+    let mut i = start + 1;
+    if i < p.len() && (p[i] == '!' || p[i] == '^') {
+        i += 1;
+    }
+    if i < p.len() && p[i] == ']' {
+        i += 1;
+    }
+    while i < p.len() {
+        if p[i] == ']' {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
+}
+
+/// Matches `text` (a relative path) against a gitignore-style glob with
+/// literal separators. A glob without `/` matches the basename at any depth.
+pub fn glob_match(glob: &str, text: &str) -> bool {
+    let pattern: Vec<char> = if glob.contains('/') {
+        glob.trim_start_matches('/').chars().collect()
+    } else {
+        format!("**/{glob}").chars().collect()
+    };
+    let text: Vec<char> = text.chars().collect();
+    match_from(&pattern, 0, &text, 0)
+}
+
+fn match_from(p: &[char], mut pi: usize, t: &[char], mut ti: usize) -> bool {
+    while pi < p.len() {
+        match p[pi] {
+            '*' if p.get(pi + 1) == Some(&'*') => {
+                // `**`, `**/`: any number of whole components.
+                let mut rest = pi + 2;
+                if p.get(rest) == Some(&'/') {
+                    rest += 1;
+                }
+                if rest >= p.len() {
+                    return true;
+                }
+                let mut k = ti;
+                loop {
+                    if match_from(p, rest, t, k) {
+                        return true;
+                    }
+                    match t[k..].iter().position(|c| *c == '/') {
+                        Some(off) => k += off + 1,
+                        None => return false,
+                    }
+                }
+            }
+            '*' => {
+                let rest = pi + 1;
+                let mut k = ti;
+                loop {
+                    if match_from(p, rest, t, k) {
+                        return true;
+                    }
+                    if k >= t.len() || t[k] == '/' {
+                        return false;
+                    }
+                    k += 1;
+                }
+            }
+            '?' => {
+                if ti >= t.len() || t[ti] == '/' {
+                    return false;
+                }
+                pi += 1;
+                ti += 1;
+            }
+            '[' => match class_end(p, pi) {
+                Some(end) => {
+                    if ti >= t.len() || t[ti] == '/' {
+                        return false;
+                    }
+                    if !class_matches(&p[pi + 1..end], t[ti]) {
+                        return false;
+                    }
+                    pi = end + 1;
+                    ti += 1;
+                }
+                None => {
+                    if t.get(ti) != Some(&'[') {
+                        return false;
+                    }
+                    pi += 1;
+                    ti += 1;
+                }
+            },
+            '\\' if pi + 1 < p.len() => {
+                if t.get(ti) != Some(&p[pi + 1]) {
+                    return false;
+                }
+                pi += 2;
+                ti += 1;
+            }
+            c => {
+                if t.get(ti) != Some(&c) {
+                    return false;
+                }
+                pi += 1;
+                ti += 1;
+            }
+        }
+    }
+    ti == t.len()
+}
+
+fn class_matches(class: &[char], c: char) -> bool {
+    let (negate, body) = match class.first() {
+        Some('!' | '^') => (true, &class[1..]),
+        _ => (false, class),
+    };
+    let mut found = false;
+    let mut i = 0;
+    while i < body.len() {
+        if i + 2 < body.len() && body[i + 1] == '-' {
+            if body[i] <= c && c <= body[i + 2] {
+                found = true;
+            }
+            i += 3;
+        } else {
+            if body[i] == c {
+                found = true;
+            }
+            i += 1;
+        }
+    }
+    found != negate
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_matching_rules() {
+        assert!(glob_match("*.env", "a/b/.env"));
+        assert!(glob_match("*.env", "x.env"));
+        assert!(glob_match("**/*.env", "x.env"));
+        assert!(glob_match("**/*.env", "a/b/x.env"));
+        assert!(!glob_match("src/*.rs", "src/a/b.rs"));
+        assert!(glob_match("src/**/*.rs", "src/a/b.rs"));
+        assert!(glob_match("secret?.txt", "secret1.txt"));
+        assert!(!glob_match("secret?.txt", "secret/.txt"));
+        assert!(glob_match("key[0-9].pem", "key7.pem"));
+        assert!(!glob_match("key[!0-9].pem", "key7.pem"));
+        assert!(glob_match("a[b", "a[b"));
+        assert!(glob_match("docs/**", "docs/x/y"));
+    }
+
+    #[test]
+    fn split_and_too_broad_patterns() {
+        assert_eq!(
+            split_pattern("/w/**/*.env"),
+            Some((PathBuf::from("/w"), "**/*.env".to_owned()))
+        );
+        assert_eq!(split_pattern("/**/*.env"), None);
+        let r = expand(&["/**/*.env".to_owned()], None, &Scanner::BuiltIn).unwrap();
+        assert_eq!(r.skipped, vec!["/**/*.env".to_owned()]);
+    }
+
+    #[test]
+    fn unclosed_character_classes_are_escaped_for_ripgrep() {
+        assert_eq!(escape_unclosed_classes("a[b"), "a\\[b");
+        assert_eq!(escape_unclosed_classes("a[bc]"), "a[bc]");
+    }
+
+    fn tree() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("a/b")).unwrap();
+        std::fs::write(d.join(".gitignore"), "*.env\n").unwrap();
+        std::fs::write(d.join("top.env"), "x").unwrap();
+        std::fs::write(d.join("a/mid.env"), "x").unwrap();
+        std::fs::write(d.join("a/b/deep.env"), "x").unwrap();
+        std::fs::write(d.join("a/keep.txt"), "x").unwrap();
+        dir
+    }
+
+    #[test]
+    fn walker_and_ripgrep_agree_and_honour_depth() {
+        let dir = tree();
+        let d = dir.path().canonicalize().unwrap();
+        let pat = vec![format!("{}/**/*.env", d.display())];
+        let mut scanners = vec![Scanner::BuiltIn];
+        if let Scanner::Ripgrep(rg) = Scanner::detect(Path::new("/")) {
+            scanners.push(Scanner::Ripgrep(rg));
+        }
+        for scanner in scanners {
+            let all = expand(&pat, None, &scanner).unwrap();
+            let expected: BTreeSet<PathBuf> = ["top.env", "a/mid.env", "a/b/deep.env"]
+                .iter()
+                .map(|p| d.join(p))
+                .collect();
+            assert_eq!(all.paths, expected, "{scanner:?}");
+            let shallow = expand(&pat, Some(2), &scanner).unwrap();
+            assert!(
+                !shallow.paths.contains(&d.join("a/b/deep.env")),
+                "{scanner:?}"
+            );
+            assert!(shallow.paths.contains(&d.join("a/mid.env")), "{scanner:?}");
+        }
+    }
+
+    #[test]
+    fn symlink_matches_add_canonical_targets() {
+        let dir = tree();
+        let d = dir.path().canonicalize().unwrap();
+        std::os::unix::fs::symlink(d.join("a/keep.txt"), d.join("link.env")).unwrap();
+        let r = expand(&[format!("{}/*.env", d.display())], None, &Scanner::BuiltIn).unwrap();
+        assert!(r.paths.contains(&d.join("link.env")));
+        assert!(r.paths.contains(&d.join("a/keep.txt")));
+    }
+}

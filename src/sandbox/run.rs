@@ -1,0 +1,312 @@
+//! Runs the launcher once for a built bwrap argv (the outer stage's fork,
+//! wait and cleanup), SPEC §5.3 items 1 and 5.
+//!
+//! Why fork and wait instead of exec'ing bubblewrap: the helper must remove
+//! the mount points bwrap creates on the host once the run ends (also when
+//! the command is killed), and must see bwrap's own error output to detect
+//! a `/proc` mount failure from the real run. bwrap's stderr is therefore a
+//! pipe read by the helper, while the command's stderr stays the caller's:
+//! the original stderr travels to the inner stage as an extra fd that it
+//! `dup2`s back before exec (`--restore-stderr-fd`). Only bubblewrap's and
+//! the inner stage's own messages pass through the pipe; they are relayed
+//! when bwrap exits.
+//!
+//! Signals: SIGHUP, SIGINT, SIGQUIT and SIGTERM are blocked in the helper
+//! and forwarded to bwrap (which dies; `--die-with-parent` then kills the
+//! sandbox); SIGCHLD is waited for with `sigwait`, so no handler runs.
+//! The child gets default dispositions and an empty mask (bwrap started
+//! with SIGCHLD ignored would hang).
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::Stdio;
+
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+use crate::sandbox::launcher::LauncherChoice;
+
+/// Most bytes of launcher stderr kept.
+pub const MAX_CAPTURED_STDERR: usize = 64 * 1024;
+
+/// Errors running the launcher.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cannot open /dev/null for a mask: {0}")]
+    DevNull(#[source] std::io::Error),
+    #[error("cannot create a pipe: {0}")]
+    Pipe(#[source] nix::Error),
+    #[error("cannot duplicate stderr: {0}")]
+    DupStderr(#[source] std::io::Error),
+    #[error("cannot start bubblewrap {launcher}: {source}")]
+    Spawn {
+        launcher: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("waiting for bubblewrap failed: {0}")]
+    Wait(#[source] nix::Error),
+}
+
+/// The fds a run hands to bwrap.
+pub struct RunFds {
+    /// One `/dev/null` fd per empty-file mask.
+    pub masks: Vec<OwnedFd>,
+    /// The caller's stderr, restored by the inner stage.
+    pub stderr: OwnedFd,
+}
+
+impl RunFds {
+    /// Opens `masks` fds and duplicates stderr (all close-on-exec here;
+    /// made inheritable in the child only).
+    pub fn open(masks: usize) -> Result<RunFds, RunError> {
+        let stderr = std::io::stderr().as_raw_fd().to_owned();
+        // SAFETY: F_DUPFD_CLOEXEC duplicates a valid fd; no memory involved.
+        let dup = unsafe { libc::fcntl(stderr, libc::F_DUPFD_CLOEXEC, 3) };
+        if dup < 0 {
+            return Err(RunError::DupStderr(std::io::Error::last_os_error()));
+        }
+        // SAFETY: `dup` is a fresh fd we own.
+        let stderr = unsafe { OwnedFd::from_raw_fd(dup) };
+        RunFds {
+            masks: Vec::new(),
+            stderr,
+        }
+        .with_masks(masks)
+    }
+
+    /// The same stderr with `masks` fresh mask fds.
+    pub fn with_masks(self, masks: usize) -> Result<RunFds, RunError> {
+        let mut v = Vec::with_capacity(masks);
+        for _ in 0..masks {
+            let f = File::open("/dev/null").map_err(RunError::DevNull)?;
+            v.push(OwnedFd::from(f));
+        }
+        Ok(RunFds {
+            masks: v,
+            stderr: self.stderr,
+        })
+    }
+
+    pub fn mask_numbers(&self) -> Vec<i32> {
+        self.masks.iter().map(|f| f.as_raw_fd()).collect()
+    }
+}
+
+/// The outcome of one bwrap run.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// Exit code (128+signal when bwrap died of a signal).
+    pub code: i32,
+    /// What bwrap and the inner stage printed before exec (truncated).
+    pub stderr: Vec<u8>,
+}
+
+fn forwarded() -> SigSet {
+    let mut s = SigSet::empty();
+    for sig in [
+        Signal::SIGHUP,
+        Signal::SIGINT,
+        Signal::SIGQUIT,
+        Signal::SIGTERM,
+        Signal::SIGCHLD,
+    ] {
+        s.add(sig);
+    }
+    s
+}
+
+/// Marks every fd ≥ 3 close-on-exec (so nothing of the caller leaks into
+/// the sandbox except what a run passes on purpose).
+pub fn cloexec_inherited_fds() {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only flags fds.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if rc == 0 {
+        return;
+    }
+    if let Ok(rd) = std::fs::read_dir("/proc/self/fd") {
+        let fds: Vec<RawFd> = rd
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+            .filter(|fd| *fd >= 3)
+            .collect();
+        for fd in fds {
+            // SAFETY: flags an fd; a stale number fails harmlessly with EBADF.
+            unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        }
+    }
+}
+
+/// Runs `launcher` with `argv` (after `bwrap`), passing `fds`.
+pub fn run(
+    launcher: &LauncherChoice,
+    argv: &[OsString],
+    fds: &RunFds,
+) -> Result<RunOutcome, RunError> {
+    let (read_end, write_end) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(RunError::Pipe)?;
+    let mut inherit: Vec<RawFd> = fds.mask_numbers();
+    inherit.push(fds.stderr.as_raw_fd());
+
+    let set = forwarded();
+    let old = set
+        .thread_swap_mask(nix::sys::signal::SigmaskHow::SIG_BLOCK)
+        .map_err(RunError::Wait)?;
+
+    let mut cmd = launcher.command();
+    cmd.args(argv);
+    cmd.stderr(Stdio::from(write_end));
+    // SAFETY: the closure only calls async-signal-safe functions (fcntl,
+    // signal) on values prepared before the fork; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            for fd in &inherit {
+                let flags = libc::fcntl(*fd, libc::F_GETFD);
+                if flags < 0 || libc::fcntl(*fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            for sig in [
+                libc::SIGCHLD,
+                libc::SIGHUP,
+                libc::SIGINT,
+                libc::SIGQUIT,
+                libc::SIGTERM,
+                libc::SIGPIPE,
+            ] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            // The forwarded signals are blocked in the helper; the launcher
+            // must start with an empty mask.
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            if libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let spawned = cmd.spawn();
+    drop(cmd); // closes our copy of the pipe's write end
+    let child = match spawned {
+        Ok(c) => c,
+        Err(source) => {
+            let _ = old.thread_set_mask();
+            return Err(RunError::Spawn {
+                launcher: launcher.path.display().to_string(),
+                source,
+            });
+        }
+    };
+    let pid = Pid::from_raw(child.id() as i32);
+
+    let reader = std::thread::spawn(move || {
+        let mut file = File::from(read_end);
+        let mut kept = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match file.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    let room = MAX_CAPTURED_STDERR.saturating_sub(kept.len());
+                    kept.extend_from_slice(&buf[..n.min(room)]);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        kept
+    });
+
+    let code = loop {
+        match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(_, c)) => break c,
+            Ok(WaitStatus::Signaled(_, s, _)) => break 128 + s as i32,
+            Ok(_) => {}
+            Err(nix::Error::EINTR) => continue,
+            Err(e) => {
+                let _ = old.thread_set_mask();
+                return Err(RunError::Wait(e));
+            }
+        }
+        match set.wait() {
+            Ok(Signal::SIGCHLD) => {}
+            Ok(sig) => {
+                let _ = nix::sys::signal::kill(pid, sig);
+            }
+            Err(_) => {}
+        }
+    };
+    let _ = old.thread_set_mask();
+    let stderr = reader.join().unwrap_or_default();
+    Ok(RunOutcome { code, stderr })
+}
+
+/// Does bwrap's stderr show a failed `/proc` mount (old and 0.12 wording)?
+pub fn is_proc_mount_failure(stderr: &str) -> bool {
+    stderr.lines().any(|l| {
+        l.contains("Can't mount proc")
+            && (l.contains("/newroot/proc") || l.contains("on /proc"))
+            && (l.contains("Invalid argument")
+                || l.contains("Operation not permitted")
+                || l.contains("Permission denied"))
+    })
+}
+
+/// Does bwrap's stderr show that user namespaces are unusable here?
+pub fn is_userns_failure(stderr: &str) -> bool {
+    [
+        "No permissions to create a new namespace",
+        "setting up uid map: Permission denied",
+        "loopback: Failed RTM_NEWADDR",
+        "loopback: Failed RTM_NEWLINK",
+        "Creating new namespace failed",
+        "unshare failed",
+    ]
+    .iter()
+    .any(|m| stderr.contains(m))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detects_proc_mount_failures_in_both_wordings() {
+        assert!(is_proc_mount_failure(
+            "bwrap: Can't mount proc on /newroot/proc: Invalid argument"
+        ));
+        assert!(is_proc_mount_failure(
+            "bwrap: Can't mount proc on /newroot/proc: Operation not permitted"
+        ));
+        assert!(is_proc_mount_failure(
+            "bwrap: Can't mount proc on /proc: Permission denied"
+        ));
+        assert!(!is_proc_mount_failure(
+            "bwrap: Can't bind mount /x on /newroot/x: Invalid argument"
+        ));
+        assert!(!is_proc_mount_failure("bwrap: Unknown option --argv0"));
+    }
+
+    #[test]
+    fn detects_user_namespace_failures() {
+        assert!(is_userns_failure(
+            "bwrap: setting up uid map: Permission denied"
+        ));
+        assert!(is_userns_failure("bwrap: No permissions to create a new namespace, likely because the kernel does not allow non-privileged user namespaces."));
+        assert!(!is_userns_failure(
+            "bwrap: execvp x: No such file or directory"
+        ));
+    }
+}

@@ -1,0 +1,382 @@
+//! The seccomp filter of the sandbox (SPEC §5.3 item 3), for x86_64 and
+//! aarch64, built with seccompiler and installed on the calling thread right
+//! before exec.
+//!
+//! Described as data ([`rules`]), compiled ([`SeccompProgram::build`]) and
+//! installed ([`SeccompProgram::install`], async-signal-safe) as separate
+//! steps. No capability or keyring handling here: see
+//! [`crate::sandbox::confine`].
+//!
+//! Every matching rule returns `EPERM`; anything else is allowed.
+//!
+//! In **every** mode (network enabled too): `ptrace`, `process_vm_readv`,
+//! `process_vm_writev`, `io_uring_setup|enter|register`, `unshare` and
+//! `clone` with `CLONE_NEWUSER` (nested user namespaces), `keyctl`,
+//! `add_key`, `request_key` (the caller's user keyring is otherwise reachable
+//! by number when no user namespace separates it), `socket`/`socketpair` of
+//! `AF_VSOCK` (hypervisor and WSL2 interop). `clone3`, whose flags live in
+//! memory seccomp cannot read, returns `ENOSYS` so libc falls back to
+//! `clone`, and on x86_64 the x32 syscall ABI (numbers with bit 30 set, a
+//! second syscall table these rules don't cover) returns `EPERM`. These
+//! never concern the network, and with network enabled bubblewrap's pid
+//! namespace is not the only thing standing between the command and the
+//! host (the Landlock backend has none).
+//!
+//! [`SeccompMode::Restricted`] adds: `socket` of any family but `AF_UNIX`,
+//! and `AF_UNIX` of any type but `SOCK_STREAM`/`SOCK_SEQPACKET`;
+//! `socketpair` likewise (only stream/seqpacket `AF_UNIX` pairs);
+//! `connect`, `bind`, `listen`, `accept`, `accept4`; `sendto` with a
+//! destination address. Allowed: `socketpair`, `send`/`recv*`/`sendmsg`,
+//! `setsockopt`/`getsockopt`, `getpeername`/`getsockname`, `shutdown`.
+//! Why `connect`/`bind` are denied for `AF_UNIX` too: only `AF_UNIX`
+//! sockets can be created, so a `connect` could only reach a host Unix
+//! socket (docker.sock, D-Bus, ssh-agent), which is exactly what must be
+//! unreachable; socketpairs are connected at birth and need neither.
+//! Why datagram sockets are refused: `sendmsg` carries its destination in
+//! memory seccomp cannot inspect, and an `AF_UNIX` datagram socket (even one
+//! of a socketpair) would deliver to any named host socket; stream and
+//! seqpacket sockets refuse a destination on `sendmsg`.
+//!
+//! [`SeccompMode::ProxyRouted`] (the managed-proxy inner stage, after its
+//! bridges exist): `socket` of any family but `AF_INET`/`AF_INET6` (the
+//! network namespace holds only loopback and the bridges), `socketpair` of
+//! any family but `AF_UNIX`.
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+/// Which network rules the filter carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeccompMode {
+    /// No network: only local IPC over socketpairs.
+    Restricted,
+    /// Network through the managed proxy bridges only.
+    ProxyRouted,
+    /// Network allowed; only the always-on denials.
+    NetworkEnabled,
+}
+
+impl SeccompMode {
+    /// Stable lower-case name (for `--explain` and the doctor).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SeccompMode::Restricted => "restricted",
+            SeccompMode::ProxyRouted => "proxy-routed",
+            SeccompMode::NetworkEnabled => "network-enabled",
+        }
+    }
+}
+
+/// Building or installing the filter failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SeccompError {
+    #[error("seccomp filters are not supported on this architecture ({0})")]
+    UnsupportedArch(&'static str),
+    #[error("cannot build the seccomp filter: {0}")]
+    Build(#[source] seccompiler::BackendError),
+    #[error("cannot compile the seccomp filter: {0}")]
+    Compile(#[source] seccompiler::BackendError),
+    #[error("cannot install the seccomp filter: {0}")]
+    Install(#[source] seccompiler::Error),
+    #[error(transparent)]
+    NoNewPrivs(#[from] crate::sandbox::confine::ConfineError),
+}
+
+/// Result of this module.
+pub type Result<T, E = SeccompError> = std::result::Result<T, E>;
+
+/// The compiled filters, ready to install (two programs: the rule table and
+/// a small hand-written one for `clone3` and the x32 ABI).
+#[derive(Debug, Clone)]
+pub struct SeccompProgram {
+    rules: BpfProgram,
+    extra: BpfProgram,
+}
+
+#[cfg(target_arch = "x86_64")]
+const ARCH: Option<TargetArch> = Some(TargetArch::x86_64);
+#[cfg(target_arch = "aarch64")]
+const ARCH: Option<TargetArch> = Some(TargetArch::aarch64);
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const ARCH: Option<TargetArch> = None;
+
+/// `AUDIT_ARCH_*` of the build target, checked by the hand-written program.
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH: u32 = 62 | 0x8000_0000 | 0x4000_0000;
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH: u32 = 183 | 0x8000_0000 | 0x4000_0000;
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const AUDIT_ARCH: u32 = 0;
+
+/// `__X32_SYSCALL_BIT`.
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+/// `SOCK_TYPE_MASK`.
+const SOCK_TYPE_MASK: u64 = 0xf;
+
+fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition> {
+    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value).map_err(SeccompError::Build)
+}
+
+fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule> {
+    SeccompRule::new(conditions).map_err(SeccompError::Build)
+}
+
+fn family(value: libc::c_int) -> u64 {
+    u64::try_from(value).unwrap_or(u64::MAX)
+}
+
+/// Rules matching `socket`/`socketpair` of `AF_UNIX` with a type other than
+/// stream or seqpacket (the kernel turns `SOCK_RAW` into `SOCK_DGRAM`).
+fn unix_non_stream(out: &mut Vec<SeccompRule>) -> Result<()> {
+    let allowed = [
+        family(libc::SOCK_STREAM) & SOCK_TYPE_MASK,
+        family(libc::SOCK_SEQPACKET) & SOCK_TYPE_MASK,
+    ];
+    for ty in (0..=SOCK_TYPE_MASK).filter(|ty| !allowed.contains(ty)) {
+        out.push(rule(vec![
+            cond(0, SeccompCmpOp::Eq, family(libc::AF_UNIX))?,
+            cond(1, SeccompCmpOp::MaskedEq(SOCK_TYPE_MASK), ty)?,
+        ])?);
+    }
+    Ok(())
+}
+
+/// The rule table for `mode`: syscall number → rules, any of which matching
+/// means `EPERM` (an empty list matches unconditionally).
+pub fn rules(mode: SeccompMode) -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
+    let mut map: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for nr in [
+        libc::SYS_ptrace,
+        libc::SYS_process_vm_readv,
+        libc::SYS_process_vm_writev,
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+        libc::SYS_keyctl,
+        libc::SYS_add_key,
+        libc::SYS_request_key,
+    ] {
+        map.insert(nr, Vec::new());
+    }
+    let newuser = u64::try_from(libc::CLONE_NEWUSER).unwrap_or(0x1000_0000);
+    // clone's flags are arg0 on x86_64 and aarch64 alike.
+    for nr in [libc::SYS_unshare, libc::SYS_clone] {
+        map.insert(
+            nr,
+            vec![rule(vec![cond(
+                0,
+                SeccompCmpOp::MaskedEq(newuser),
+                newuser,
+            )?])?],
+        );
+    }
+
+    let vsock = || -> Result<SeccompRule> {
+        rule(vec![cond(0, SeccompCmpOp::Eq, family(libc::AF_VSOCK))?])
+    };
+    let mut socket_rules = Vec::new();
+    let mut socketpair_rules = Vec::new();
+    match mode {
+        SeccompMode::NetworkEnabled => {
+            socket_rules.push(vsock()?);
+            socketpair_rules.push(vsock()?);
+        }
+        SeccompMode::Restricted => {
+            socket_rules.push(rule(vec![cond(
+                0,
+                SeccompCmpOp::Ne,
+                family(libc::AF_UNIX),
+            )?])?);
+            unix_non_stream(&mut socket_rules)?;
+            socketpair_rules.push(rule(vec![cond(
+                0,
+                SeccompCmpOp::Ne,
+                family(libc::AF_UNIX),
+            )?])?);
+            unix_non_stream(&mut socketpair_rules)?;
+            for nr in [
+                libc::SYS_connect,
+                libc::SYS_bind,
+                libc::SYS_listen,
+                libc::SYS_accept,
+                libc::SYS_accept4,
+            ] {
+                map.insert(nr, Vec::new());
+            }
+            // sendto(fd, buf, len, flags, dest_addr, addrlen): a non-NULL
+            // destination pointer. `send()` is sendto with NULL.
+            map.insert(
+                libc::SYS_sendto,
+                vec![SeccompRule::new(vec![SeccompCondition::new(
+                    4,
+                    SeccompCmpArgLen::Qword,
+                    SeccompCmpOp::Ne,
+                    0,
+                )
+                .map_err(SeccompError::Build)?])
+                .map_err(SeccompError::Build)?],
+            );
+        }
+        SeccompMode::ProxyRouted => {
+            socket_rules.push(rule(vec![
+                cond(0, SeccompCmpOp::Ne, family(libc::AF_INET))?,
+                cond(0, SeccompCmpOp::Ne, family(libc::AF_INET6))?,
+            ])?);
+            socketpair_rules.push(rule(vec![cond(
+                0,
+                SeccompCmpOp::Ne,
+                family(libc::AF_UNIX),
+            )?])?);
+        }
+    }
+    map.insert(libc::SYS_socket, socket_rules);
+    map.insert(libc::SYS_socketpair, socketpair_rules);
+    Ok(map)
+}
+
+/// BPF helpers for the hand-written program.
+mod bpf {
+    use seccompiler::sock_filter;
+
+    /// BPF_LD | BPF_W | BPF_ABS (both of the first are 0).
+    pub const LD_W_ABS: u16 = 0x20;
+    pub const JEQ_K: u16 = 0x05 | 0x10;
+    pub const JGE_K: u16 = 0x05 | 0x30;
+    pub const RET_K: u16 = 0x06;
+    /// `offsetof(struct seccomp_data, nr)`.
+    pub const NR_OFFSET: u32 = 0;
+    /// `offsetof(struct seccomp_data, arch)`.
+    pub const ARCH_OFFSET: u32 = 4;
+
+    pub fn stmt(code: u16, k: u32) -> sock_filter {
+        sock_filter {
+            code,
+            jt: 0,
+            jf: 0,
+            k,
+        }
+    }
+
+    pub fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
+        sock_filter { code, jt, jf, k }
+    }
+}
+
+fn errno_ret(errno: libc::c_int) -> u32 {
+    libc::SECCOMP_RET_ERRNO | (u32::try_from(errno).unwrap_or(1) & libc::SECCOMP_RET_DATA)
+}
+
+/// `clone3` → ENOSYS (glibc then uses `clone`, whose flags the rule table
+/// checks); on x86_64 any x32 syscall → EPERM. A foreign architecture is
+/// left to the rule table, which kills the process.
+fn extra_program() -> BpfProgram {
+    use bpf::*;
+    let clone3 = u32::try_from(libc::SYS_clone3).unwrap_or(u32::MAX);
+    let allow = libc::SECCOMP_RET_ALLOW;
+    let mut program = vec![
+        stmt(LD_W_ABS, ARCH_OFFSET),
+        // 0: arch != ours → allow (the rule table kills it).
+        jump(JEQ_K, AUDIT_ARCH, 1, 0),
+        stmt(RET_K, allow),
+        stmt(LD_W_ABS, NR_OFFSET),
+    ];
+    if cfg!(target_arch = "x86_64") {
+        program.push(jump(JGE_K, X32_SYSCALL_BIT, 0, 1));
+        program.push(stmt(RET_K, errno_ret(libc::EPERM)));
+    }
+    program.push(jump(JEQ_K, clone3, 0, 1));
+    program.push(stmt(RET_K, errno_ret(libc::ENOSYS)));
+    program.push(stmt(RET_K, allow));
+    program
+}
+
+impl SeccompProgram {
+    /// Builds and compiles the filters for `mode` on this architecture.
+    pub fn build(mode: SeccompMode) -> Result<SeccompProgram> {
+        let arch = ARCH.ok_or(SeccompError::UnsupportedArch(std::env::consts::ARCH))?;
+        let filter = SeccompFilter::new(
+            rules(mode)?,
+            SeccompAction::Allow,
+            SeccompAction::Errno(u32::try_from(libc::EPERM).unwrap_or(1)),
+            arch,
+        )
+        .map_err(SeccompError::Build)?;
+        let rules: BpfProgram = filter.try_into().map_err(SeccompError::Compile)?;
+        Ok(SeccompProgram {
+            rules,
+            extra: extra_program(),
+        })
+    }
+
+    /// Installs both filters on the calling thread (inherited by children
+    /// and kept across exec). no_new_privs must already be set (seccompiler
+    /// sets it too). Does not allocate.
+    pub fn install(&self) -> Result<()> {
+        seccompiler::apply_filter(&self.rules).map_err(SeccompError::Install)?;
+        seccompiler::apply_filter(&self.extra).map_err(SeccompError::Install)?;
+        Ok(())
+    }
+
+    /// Number of BPF instructions, for `--explain` and the doctor.
+    pub fn len(&self) -> usize {
+        self.rules.len() + self.extra.len()
+    }
+
+    /// Whether the program is empty (never, once built).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Sets no_new_privs, then builds and installs the filter for `mode` on the
+/// calling thread. Call it last before exec, single-threaded.
+pub fn install(mode: SeccompMode) -> Result<()> {
+    let program = SeccompProgram::build(mode)?;
+    crate::sandbox::confine::set_no_new_privs()?;
+    program.install()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_mode_compiles_for_this_arch() {
+        for mode in [
+            SeccompMode::Restricted,
+            SeccompMode::ProxyRouted,
+            SeccompMode::NetworkEnabled,
+        ] {
+            let program = SeccompProgram::build(mode).expect("build");
+            assert!(program.len() > 10, "{mode:?}");
+        }
+    }
+
+    #[test]
+    fn restricted_denies_connect_but_not_socketpair_unconditionally() {
+        let map = rules(SeccompMode::Restricted).expect("rules");
+        assert!(map[&libc::SYS_connect].is_empty());
+        assert!(!map[&libc::SYS_socketpair].is_empty());
+        assert!(!map.contains_key(&libc::SYS_getpeername));
+        assert!(!map.contains_key(&libc::SYS_setsockopt));
+        assert!(!map.contains_key(&libc::SYS_sendmsg));
+    }
+
+    #[test]
+    fn network_enabled_keeps_the_always_on_denials() {
+        let map = rules(SeccompMode::NetworkEnabled).expect("rules");
+        for nr in [
+            libc::SYS_ptrace,
+            libc::SYS_process_vm_readv,
+            libc::SYS_io_uring_setup,
+            libc::SYS_unshare,
+        ] {
+            assert!(map.contains_key(&nr), "{nr}");
+        }
+        assert!(!map.contains_key(&libc::SYS_connect));
+    }
+}
