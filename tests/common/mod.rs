@@ -2,3 +2,4 @@
 pub mod bwrap;
 pub mod client;
 pub mod confine;
+pub mod sandbox;
