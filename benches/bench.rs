@@ -1,1 +1,23 @@
-fn main() {}
+//! The project's benchmark (`scripts/bench`, or `cargo bench --bench bench`):
+//! prints every SPEC §8 figure beside a baseline measured in the same run,
+//! one line each. Each area adds a module with a `run(&mut Report)`.
+
+mod bwrap;
+mod common;
+mod process;
+
+fn main() {
+    let mut report = common::Report::default();
+    println!("codexbox benchmark (release build, {} CPUs)", cpus());
+    process::run(&mut report);
+    bwrap::run(&mut report);
+    if report.is_empty() {
+        println!("no figures measured");
+    } else {
+        println!("{} figures", report.len());
+    }
+}
+
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}

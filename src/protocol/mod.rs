@@ -1,6 +1,31 @@
 //! Wire types of the Codex JSON-RPC dialect: envelope, methods, params and
 //! results, and path URIs.
 
+pub mod envelope;
+pub mod environment;
 pub mod path;
+pub mod process;
 
+pub use envelope::{RequestId, RpcError};
 pub use path::{PathDialect, PathError, WirePath};
+
+/// `initialize`.
+pub const METHOD_INITIALIZE: &str = "initialize";
+/// The client's handshake acknowledgement notification.
+pub const NOTIFY_INITIALIZED: &str = "initialized";
+
+/// `initialize` params.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeParams {
+    pub client_name: String,
+    #[serde(default)]
+    pub resume_session_id: Option<String>,
+}
+
+/// `initialize` result.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeResult {
+    pub session_id: String,
+}

@@ -1,8 +1,146 @@
-//! Command line of the `exec-server` mode.
+//! Command line of the `exec-server` mode: parses flags, sets up logging,
+//! builds the tokio runtime (dispatch happened before any runtime existed)
+//! and runs the server until SIGINT/SIGTERM or stdin EOF (stdio).
+
 use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+use super::config::{ServerConfig, MAX_MESSAGE_BYTES, MAX_PROCESSES_PER_SESSION};
+use super::listen::{ListenUrl, DEFAULT_LISTEN_URL};
+use crate::logging::{self, LogFormat};
+use crate::process::retention::RETAINED_OUTPUT_BYTES;
+use crate::runtime_paths::ExecServerRuntimePaths;
+
+/// Environment variable holding the bearer token (alternative to the file).
+pub const AUTH_TOKEN_ENV: &str = "CODEXBOX_AUTH_TOKEN";
+
+/// Run processes and serve files over JSON-RPC (WebSocket, Unix socket or stdio).
+#[derive(Debug, Parser)]
+#[command(version, about, long_about = None)]
+struct Args {
+    /// Where to listen: ws://IP:PORT, unix:///path/to.sock, or stdio.
+    #[arg(long, value_name = "URL", default_value = DEFAULT_LISTEN_URL)]
+    listen: String,
+    /// Seconds a detached session survives before its processes are killed (0 = at once).
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    session_grace_secs: u64,
+    /// Output bytes retained per process for process/read.
+    #[arg(long, value_name = "BYTES", default_value_t = RETAINED_OUTPUT_BYTES)]
+    retained_output_bytes: usize,
+    /// Largest JSON-RPC message accepted; larger ones get an error reply.
+    #[arg(long, value_name = "BYTES", default_value_t = MAX_MESSAGE_BYTES)]
+    max_message_bytes: usize,
+    /// Live processes allowed per session.
+    #[arg(long, value_name = "N", default_value_t = MAX_PROCESSES_PER_SESSION)]
+    max_processes: usize,
+    /// File holding the bearer token required on the WebSocket upgrade
+    /// (or set CODEXBOX_AUTH_TOKEN).
+    #[arg(long, value_name = "PATH")]
+    auth_token_file: Option<PathBuf>,
+    /// Origin allowed to connect (repeatable); any other Origin gets 403.
+    #[arg(long, value_name = "ORIGIN")]
+    allow_origin: Vec<String>,
+    /// Allow listening on a non-loopback address without a token.
+    #[arg(long)]
+    insecure_no_auth: bool,
+    /// Log line format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
 
 /// Entry point of the `exec-server` mode.
-pub fn main(_argv: Vec<OsString>) -> i32 {
-    eprintln!("codex-exec-server: not built yet");
-    1
+pub fn main(argv: Vec<OsString>) -> i32 {
+    let args = match Args::try_parse_from(&argv) {
+        Ok(args) => args,
+        Err(err) => {
+            let _ = err.print();
+            return err.exit_code();
+        }
+    };
+    let name = argv
+        .first()
+        .map(|a| a.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "codex-exec-server".into());
+    let config = match build_config(args) {
+        Ok(config) => config,
+        Err((message, code)) => {
+            eprintln!("{name}: {message}");
+            return code;
+        }
+    };
+    raise_fd_limit();
+    let paths = match ExecServerRuntimePaths::current() {
+        Ok(paths) => paths,
+        Err(err) => {
+            eprintln!("{name}: cannot locate the executable: {err}");
+            return 1;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("{name}: cannot start the runtime: {err}");
+            return 1;
+        }
+    };
+    let outcome = runtime.block_on(super::run(paths, config, super::shutdown_signal()));
+    // The stdin reader of the stdio transport may sit in a blocking read.
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    match outcome {
+        Ok(()) => 0,
+        Err(err) => {
+            eprintln!("{name}: {err}");
+            1
+        }
+    }
+}
+
+fn build_config(args: Args) -> Result<ServerConfig, (String, i32)> {
+    logging::init(args.log_format);
+    let listen: ListenUrl = args.listen.parse().map_err(|e| (format!("{e}"), 2))?;
+    let token = match &args.auth_token_file {
+        Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
+            (
+                format!("cannot read --auth-token-file {}: {e}", path.display()),
+                1,
+            )
+        })?),
+        None => std::env::var(AUTH_TOKEN_ENV).ok(),
+    }
+    .map(|t| t.trim().to_owned());
+    if token.as_deref() == Some("") {
+        return Err(("the auth token is empty".into(), 2));
+    }
+    if args.max_message_bytes == 0 || args.max_processes == 0 {
+        return Err((
+            "--max-message-bytes and --max-processes must be greater than zero".into(),
+            2,
+        ));
+    }
+    Ok(ServerConfig {
+        listen,
+        session_grace: Duration::from_secs(args.session_grace_secs),
+        retained_output_bytes: args.retained_output_bytes,
+        max_message_bytes: args.max_message_bytes,
+        max_processes: args.max_processes,
+        auth_token: token,
+        allowed_origins: args.allow_origin,
+        insecure_no_auth: args.insecure_no_auth,
+    })
+}
+
+/// Many managed processes need many descriptors: lift the soft limit to the hard one.
+fn raise_fd_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+        }
+    }
 }

@@ -1,2 +1,197 @@
 //! The exec-server: transports, connections, sessions and request handlers.
+//!
+//! [`run`] binds the configured listener, serves until `shutdown` completes
+//! (or stdin ends, for stdio), then kills every managed process tree.
+
 pub mod cli;
+pub mod config;
+pub mod connection;
+pub mod fs_methods;
+pub mod handlers;
+pub mod listen;
+pub mod process_sandbox;
+pub mod router;
+pub mod session;
+pub mod transport;
+
+use std::future::Future;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use config::ServerConfig;
+pub use listen::{ListenUrl, ListenUrlParseError, DEFAULT_LISTEN_URL};
+
+use crate::process::reaper;
+use crate::runtime_paths::ExecServerRuntimePaths;
+use connection::Shared;
+use session::Registry;
+
+/// How long shutdown waits for killed trees to be reaped.
+const SHUTDOWN_REAP_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Why the server could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("refusing to listen on non-loopback address {0} without an auth token (--auth-token-file or CODEXBOX_AUTH_TOKEN); pass --insecure-no-auth to allow it")]
+    UnauthenticatedPublicBind(SocketAddr),
+    #[error("cannot listen on {url}: {source}")]
+    Bind {
+        url: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Runs the server on `listen` with default settings until SIGINT/SIGTERM
+/// (or stdin EOF for stdio). For embedding.
+pub async fn run_main(paths: ExecServerRuntimePaths, listen: ListenUrl) -> Result<(), ServerError> {
+    run(paths, ServerConfig::new(listen), shutdown_signal()).await
+}
+
+/// Completes on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+}
+
+/// Runs the server until `shutdown` completes.
+pub async fn run(
+    paths: ExecServerRuntimePaths,
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
+    let registry = Registry::new(config.session_grace);
+    let shared = Shared {
+        registry: registry.clone(),
+        config: Arc::new(config),
+        paths: Arc::new(paths),
+    };
+    let mut socket_path: Option<PathBuf> = None;
+    match shared.config.listen.clone() {
+        ListenUrl::Stdio => {
+            tokio::select! {
+                _ = transport::stdio::serve(shared.clone()) => {}
+                _ = shutdown => {}
+            }
+        }
+        ListenUrl::WebSocket(addr) => {
+            if !addr.ip().is_loopback()
+                && shared.config.auth_token.is_none()
+                && !shared.config.insecure_no_auth
+            {
+                return Err(ServerError::UnauthenticatedPublicBind(addr));
+            }
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServerError::Bind {
+                    url: shared.config.listen.to_string(),
+                    source,
+                })?;
+            let bound = listener.local_addr().unwrap_or(addr);
+            announce(&format!("ws://{bound}"));
+            tokio::select! {
+                _ = accept_tcp(listener, shared.clone()) => {}
+                _ = shutdown => {}
+            }
+        }
+        ListenUrl::Unix(path) => {
+            let listener = bind_unix(&path).map_err(|source| ServerError::Bind {
+                url: shared.config.listen.to_string(),
+                source,
+            })?;
+            socket_path = Some(path.clone());
+            announce(&format!("unix://{}", path.display()));
+            tokio::select! {
+                _ = accept_unix(listener, shared.clone()) => {}
+                _ = shutdown => {}
+            }
+        }
+    }
+    let registry2 = registry.clone();
+    let _ = tokio::task::spawn_blocking(move || registry2.kill_everything_blocking()).await;
+    reaper::wait_all(SHUTDOWN_REAP_TIMEOUT).await;
+    if let Some(path) = socket_path {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
+/// Prints the one stdout line and flushes it.
+fn announce(line: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{line}");
+    let _ = stdout.flush();
+}
+
+async fn accept_tcp(listener: tokio::net::TcpListener, shared: Shared) {
+    let policy = Arc::new(transport::websocket::access_policy(&shared));
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(err) => {
+                tracing::warn!("accept failed: {err}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        tokio::spawn(transport::websocket::serve_stream(
+            stream,
+            peer.to_string(),
+            shared.clone(),
+            policy.clone(),
+        ));
+    }
+}
+
+async fn accept_unix(listener: tokio::net::UnixListener, shared: Shared) {
+    let policy = Arc::new(transport::websocket::access_policy(&shared));
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(err) => {
+                tracing::warn!("accept failed: {err}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        tokio::spawn(transport::websocket::serve_stream(
+            stream,
+            "unix socket".to_owned(),
+            shared.clone(),
+            policy.clone(),
+        ));
+    }
+}
+
+/// Binds a Unix socket readable and writable by the owner only. A stale
+/// socket at `path` is replaced; any other file is an error.
+fn bind_unix(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if meta.file_type().is_socket() {
+            std::fs::remove_file(path)?;
+        } else {
+            return Err(std::io::Error::from(std::io::ErrorKind::AlreadyExists));
+        }
+    }
+    // The umask covers the window between bind and chmod.
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let listener = tokio::net::UnixListener::bind(path);
+    nix::sys::stat::umask(old);
+    let listener = listener?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}

@@ -1,0 +1,167 @@
+//! Shared pieces of the benchmark: the [`Report`] printer (one line per
+//! figure, each beside the baseline measured in the same run), a running
+//! exec-server, and small statistics helpers.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// The release binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_codexbox");
+
+/// Prints figures as they are measured and remembers them.
+#[derive(Default)]
+pub struct Report {
+    lines: Vec<String>,
+}
+
+/// One measured value with its unit.
+#[derive(Clone, Copy, Debug)]
+pub struct Value<'a> {
+    pub name: &'a str,
+    pub value: f64,
+    pub unit: &'a str,
+}
+
+impl<'a> Value<'a> {
+    pub fn new(name: &'a str, value: f64, unit: &'a str) -> Self {
+        Self { name, value, unit }
+    }
+}
+
+impl Report {
+    /// Prints `<name>: <value> <unit> | baseline <name>: <value> <unit> | <verdict>`.
+    pub fn figure(&mut self, measured: Value<'_>, baseline: Value<'_>, verdict: &str) {
+        let line = format!(
+            "{}: {} {} | baseline {}: {} {} | {}",
+            measured.name,
+            format_number(measured.value),
+            measured.unit,
+            baseline.name,
+            format_number(baseline.value),
+            baseline.unit,
+            verdict
+        );
+        println!("{line}");
+        self.lines.push(line);
+    }
+
+    /// A figure that could not be measured, with the reason.
+    pub fn failed(&mut self, name: &str, reason: &str) {
+        let line = format!("{name}: FAILED | {reason}");
+        println!("{line}");
+        self.lines.push(line);
+    }
+
+    /// How many figures were printed.
+    pub fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    /// Whether nothing was printed.
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+}
+
+fn format_number(value: f64) -> String {
+    if value.abs() >= 100.0 {
+        format!("{value:.0}")
+    } else if value.abs() >= 10.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.2}")
+    }
+}
+
+/// `ratio X (target ≤ T): ok|MISSED` for "smaller is better" figures.
+pub fn ratio_at_most(measured: f64, baseline: f64, target: f64) -> String {
+    let ratio = if baseline > 0.0 {
+        measured / baseline
+    } else {
+        f64::INFINITY
+    };
+    let verdict = if ratio <= target { "ok" } else { "MISSED" };
+    format!("ratio {ratio:.2} (target <= {target}): {verdict}")
+}
+
+/// `ratio X | target ≥ T unit: ok|MISSED` for "bigger is better" figures.
+pub fn at_least(measured: f64, baseline: f64, target: f64, unit: &str) -> String {
+    let ratio = if baseline > 0.0 {
+        measured / baseline
+    } else {
+        0.0
+    };
+    let verdict = if measured >= target { "ok" } else { "MISSED" };
+    format!("ratio {ratio:.2} | target >= {target} {unit}: {verdict}")
+}
+
+/// The `q`-quantile (0..=1) of `samples` (sorted in place).
+pub fn quantile(samples: &mut [Duration], q: f64) -> Duration {
+    if samples.is_empty() {
+        return Duration::ZERO;
+    }
+    samples.sort_unstable();
+    let index = ((samples.len() - 1) as f64 * q).round() as usize;
+    samples[index.min(samples.len() - 1)]
+}
+
+/// Milliseconds as a float.
+pub fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}
+
+/// A running `codexbox exec-server` on an ephemeral loopback port.
+pub struct Server {
+    child: Child,
+    pub url: String,
+}
+
+impl Server {
+    pub fn start(extra: &[&str]) -> std::io::Result<Server> {
+        let mut child = Command::new(BIN)
+            .args(["exec-server", "--listen", "ws://127.0.0.1:0"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| std::io::Error::other("no stdout"))?;
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line)?;
+        if !line.starts_with("ws://") {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::Error::other(format!(
+                "exec-server printed {line:?} instead of its URL"
+            )));
+        }
+        Ok(Server {
+            child,
+            url: line.trim_end().to_owned(),
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// VmRSS of `pid` in KiB.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+}

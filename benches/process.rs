@@ -1,0 +1,432 @@
+//! Process figures of SPEC §8 through the exec-server, each beside a
+//! baseline measured in the same run: start→closed latency of `true`,
+//! streaming throughput (pipes and PTY), 500 concurrent processes on one
+//! connection, 64 concurrent connections, and idle server RSS.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use codexbox::client::{ExecServerClient, Notification, ProcessEvent, StartParams};
+use futures_util::future::join_all;
+use tokio::sync::mpsc;
+
+use crate::common::{at_least, ms, quantile, ratio_at_most, rss_kib, Report, Server, Value};
+
+type BenchResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+const LATENCY_WARMUP: usize = 20;
+const LATENCY_RUNS: usize = 300;
+const PIPE_BYTES: u64 = 512 << 20;
+const PTY_BYTES: u64 = 128 << 20;
+const ONE_CONNECTION_PROCESSES: usize = 500;
+const CONNECTIONS: usize = 64;
+const PROCESSES_PER_CONNECTION: usize = 8;
+/// Guard for any single wait; only reached when something is broken.
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Runs every process figure.
+pub fn run(report: &mut Report) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => return report.failed("process", &format!("tokio runtime: {err}")),
+    };
+    let server = match Server::start(&[]) {
+        Ok(server) => server,
+        Err(err) => return report.failed("process", &format!("exec-server: {err}")),
+    };
+    let sections: [(&str, SectionFn); 6] = [
+        ("request round trip", |r, url| Box::pin(round_trip(r, url))),
+        ("start->closed latency of true", |r, url| {
+            Box::pin(latency(r, url))
+        }),
+        ("pipe throughput", |r, url| {
+            Box::pin(throughput(r, url, false))
+        }),
+        ("pty throughput", |r, url| {
+            Box::pin(throughput(r, url, true))
+        }),
+        ("500 processes on one connection", |r, url| {
+            Box::pin(one_connection(r, url))
+        }),
+        ("64 connections", |r, url| {
+            Box::pin(many_connections(r, url))
+        }),
+    ];
+    for (name, section) in sections {
+        if let Err(err) = runtime.block_on(section(report, server.url.clone())) {
+            report.failed(name, &err.to_string());
+        }
+    }
+    drop(server);
+    if let Err(err) = runtime.block_on(idle_rss(report)) {
+        report.failed("idle server RSS", &err.to_string());
+    }
+}
+
+type SectionFn =
+    for<'a> fn(
+        &'a mut Report,
+        String,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = BenchResult> + 'a>>;
+
+async fn connect(url: &str) -> BenchResult<(ExecServerClient, mpsc::Receiver<Notification>)> {
+    let mut client = ExecServerClient::connect(url).await?;
+    let events = client
+        .take_notifications()
+        .ok_or("no notification receiver")?;
+    client.initialize("codexbox-bench", None).await?;
+    Ok((client, events))
+}
+
+async fn next_event(events: &mut mpsc::Receiver<Notification>) -> BenchResult<ProcessEvent> {
+    loop {
+        let notification = tokio::time::timeout(WAIT, events.recv())
+            .await
+            .map_err(|_| "no notification within the guard time")?
+            .ok_or("connection closed")?;
+        if let Some(event) = ProcessEvent::from_notification(&notification) {
+            return Ok(event);
+        }
+    }
+}
+
+fn program(name: &str) -> BenchResult<String> {
+    Ok(which::which(name)?.to_string_lossy().into_owned())
+}
+
+/// `environment/status` round trips through the client and server, beside
+/// a bare TCP echo round trip on loopback: the protocol's fixed cost.
+async fn round_trip(report: &mut Report, url: String) -> BenchResult {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const RUNS: usize = 2000;
+    let (client, _events) = connect(&url).await?;
+    let mut samples = Vec::with_capacity(RUNS);
+    for _ in 0..RUNS {
+        let started = Instant::now();
+        client.environment_status().await?;
+        samples.push(started.elapsed());
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        use std::io::{Read, Write};
+        let (mut stream, _) = listener.accept()?;
+        stream.set_nodelay(true)?;
+        let mut byte = [0u8; 64];
+        loop {
+            let n = stream.read(&mut byte)?;
+            if n == 0 {
+                return Ok(());
+            }
+            stream.write_all(&byte[..n])?;
+        }
+    });
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let mut baseline = Vec::with_capacity(RUNS);
+    let mut byte = [0u8; 1];
+    for _ in 0..RUNS {
+        let started = Instant::now();
+        stream.write_all(b"x").await?;
+        stream.read_exact(&mut byte).await?;
+        baseline.push(started.elapsed());
+    }
+    drop(stream);
+    let _ = echo.join();
+    let measured = quantile(&mut samples, 0.5).as_secs_f64() * 1e6;
+    let base = quantile(&mut baseline, 0.5).as_secs_f64() * 1e6;
+    report.figure(
+        Value::new("environment/status round trip p50", measured, "us"),
+        Value::new("loopback TCP echo round trip p50", base, "us"),
+        &format!(
+            "ratio {:.2} (informational)",
+            measured / base.max(f64::MIN_POSITIVE)
+        ),
+    );
+    Ok(())
+}
+
+async fn latency(report: &mut Report, url: String) -> BenchResult {
+    let (client, mut events) = connect(&url).await?;
+    let true_path = program("true")?;
+    let mut samples = Vec::with_capacity(LATENCY_RUNS);
+    let mut responses = Vec::with_capacity(LATENCY_RUNS);
+    for i in 0..LATENCY_WARMUP + LATENCY_RUNS {
+        let id = format!("lat{i}");
+        let started = Instant::now();
+        client
+            .process_start(&StartParams::new(id.as_str(), [true_path.as_str()]))
+            .await?;
+        if i >= LATENCY_WARMUP {
+            responses.push(started.elapsed());
+        }
+        loop {
+            if let ProcessEvent::Closed { process_id, .. } = next_event(&mut events).await? {
+                if process_id == id {
+                    break;
+                }
+            }
+        }
+        if i >= LATENCY_WARMUP {
+            samples.push(started.elapsed());
+        }
+    }
+    let mut baseline = Vec::with_capacity(LATENCY_RUNS);
+    let mut spawns = Vec::with_capacity(LATENCY_RUNS);
+    for i in 0..LATENCY_WARMUP + LATENCY_RUNS {
+        let started = Instant::now();
+        let mut child = Command::new(&true_path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let spawned = started.elapsed();
+        child.wait()?;
+        if i >= LATENCY_WARMUP {
+            spawns.push(spawned);
+            baseline.push(started.elapsed());
+        }
+    }
+    for (label, q) in [("p50", 0.5), ("p90", 0.9)] {
+        let measured = ms(quantile(&mut samples, q));
+        let base = ms(quantile(&mut baseline, q));
+        report.figure(
+            Value::new(&format!("start->closed of true {label}"), measured, "ms"),
+            Value::new(&format!("bare spawn+wait of true {label}"), base, "ms"),
+            &ratio_at_most(measured, base, 1.5),
+        );
+    }
+    let measured = ms(quantile(&mut responses, 0.5));
+    let base = ms(quantile(&mut spawns, 0.5));
+    report.figure(
+        Value::new("process/start response of true p50", measured, "ms"),
+        Value::new("bare spawn (exec done, no wait) p50", base, "ms"),
+        &format!(
+            "ratio {:.2} (informational: where the start->closed time goes)",
+            measured / base.max(f64::MIN_POSITIVE)
+        ),
+    );
+    Ok(())
+}
+
+async fn throughput(report: &mut Report, url: String, tty: bool) -> BenchResult {
+    let (client, mut events) = connect(&url).await?;
+    let bytes = if tty { PTY_BYTES } else { PIPE_BYTES };
+    let head = program("head")?;
+    let count = bytes.to_string();
+    let argv = [head.as_str(), "-c", count.as_str(), "/dev/zero"];
+    let id = if tty { "pty-stream" } else { "pipe-stream" };
+    let started = Instant::now();
+    client
+        .process_start(&StartParams::new(id, argv).tty(tty))
+        .await?;
+    let mut received = 0u64;
+    loop {
+        match next_event(&mut events).await? {
+            ProcessEvent::Output {
+                process_id, chunk, ..
+            } if process_id == id => {
+                received += chunk.len() as u64;
+            }
+            ProcessEvent::Closed { process_id, .. } if process_id == id => break,
+            _ => {}
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    if received != bytes {
+        return Err(format!("received {received} of {bytes} bytes").into());
+    }
+    let measured = received as f64 / 1e6 / elapsed;
+
+    let started = Instant::now();
+    let mut child = Command::new(&head)
+        .args(["-c", count.as_str(), "/dev/zero"])
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut buffer = vec![0u8; 64 * 1024];
+    let mut direct = 0u64;
+    loop {
+        let n = stdout.read(&mut buffer)?;
+        if n == 0 {
+            break;
+        }
+        direct += n as u64;
+    }
+    child.wait()?;
+    let base = direct as f64 / 1e6 / started.elapsed().as_secs_f64();
+    let (name, target) = if tty {
+        ("PTY streaming to the client", 100.0)
+    } else {
+        ("pipe streaming to the client", 300.0)
+    };
+    report.figure(
+        Value::new(name, measured, "MB/s"),
+        Value::new("direct pipe read in Rust", base, "MB/s"),
+        &at_least(measured, base, target, "MB/s"),
+    );
+    Ok(())
+}
+
+/// Per-process bookkeeping: every event of an `echo` process must arrive,
+/// in seq order: output 1, exited 2, closed 3.
+#[derive(Default)]
+struct Ledger {
+    next_seq: HashMap<String, u64>,
+    closed: usize,
+    bad: Vec<String>,
+}
+
+impl Ledger {
+    fn record(&mut self, event: &ProcessEvent) {
+        let id = event.process_id().to_owned();
+        let expected = self.next_seq.entry(id.clone()).or_insert(1);
+        let shape_ok = match event {
+            ProcessEvent::Output { seq, chunk, .. } => *seq == 1 && chunk == b"x\n",
+            ProcessEvent::Exited { seq, exit_code, .. } => *seq == 2 && *exit_code == 0,
+            ProcessEvent::Closed { seq, .. } => *seq == 3,
+        };
+        if !shape_ok || event.seq() != *expected {
+            self.bad.push(format!("{id}: {event:?}"));
+        }
+        *expected = event.seq() + 1;
+        if matches!(event, ProcessEvent::Closed { .. }) {
+            self.closed += 1;
+        }
+    }
+}
+
+async fn run_echoes(url: &str, prefix: &str, count: usize) -> BenchResult<Ledger> {
+    let (client, mut events) = connect(url).await?;
+    let echo = program("echo")?;
+    let params: Vec<StartParams> = (0..count)
+        .map(|i| StartParams::new(format!("{prefix}-{i}"), [echo.as_str(), "x"]))
+        .collect();
+    let mut ledger = Ledger::default();
+    let starts = join_all(params.iter().map(|p| client.process_start(p)));
+    tokio::pin!(starts);
+    // Drain notifications while the starts are in flight.
+    let results = loop {
+        tokio::select! {
+            results = &mut starts => break results,
+            event = next_event(&mut events) => ledger.record(&event?),
+        }
+    };
+    for result in results {
+        result?;
+    }
+    while ledger.closed < count {
+        let event = next_event(&mut events).await?;
+        ledger.record(&event);
+    }
+    Ok(ledger)
+}
+
+fn bare_echoes(count: usize) -> BenchResult<Duration> {
+    let echo = program("echo")?;
+    let started = Instant::now();
+    let children = (0..count)
+        .map(|_| Command::new(&echo).arg("x").stdout(Stdio::piped()).spawn())
+        .collect::<Result<Vec<_>, _>>()?;
+    for child in children {
+        let output = child.wait_with_output()?;
+        if output.stdout != b"x\n" {
+            return Err("bare echo printed something else".into());
+        }
+    }
+    Ok(started.elapsed())
+}
+
+fn lost_events(ledger: &Ledger, count: usize) -> usize {
+    let seen: u64 = ledger.next_seq.values().map(|next| next - 1).sum();
+    (count as u64 * 3).saturating_sub(seen) as usize + ledger.bad.len()
+}
+
+async fn one_connection(report: &mut Report, url: String) -> BenchResult {
+    let count = ONE_CONNECTION_PROCESSES;
+    let started = Instant::now();
+    let ledger = run_echoes(&url, "one", count).await?;
+    let elapsed = started.elapsed();
+    let lost = lost_events(&ledger, count);
+    let base = bare_echoes(count)?;
+    report.figure(
+        Value::new(
+            &format!(
+                "{count} concurrent processes on one connection ({lost} events lost or misordered)"
+            ),
+            ms(elapsed),
+            "ms",
+        ),
+        Value::new(&format!("{count} bare spawns"), ms(base), "ms"),
+        &format!(
+            "ratio {:.2} | target no lost event: {}",
+            ms(elapsed) / ms(base).max(f64::MIN_POSITIVE),
+            if lost == 0 { "ok" } else { "MISSED" }
+        ),
+    );
+    Ok(())
+}
+
+async fn many_connections(report: &mut Report, url: String) -> BenchResult {
+    let started = Instant::now();
+    let runs = join_all((0..CONNECTIONS).map(|c| {
+        let url = url.clone();
+        async move { run_echoes(&url, &format!("conn{c}"), PROCESSES_PER_CONNECTION).await }
+    }))
+    .await;
+    let elapsed = started.elapsed();
+    let mut lost = 0;
+    for run in runs {
+        lost += lost_events(&run?, PROCESSES_PER_CONNECTION);
+    }
+    let total = CONNECTIONS * PROCESSES_PER_CONNECTION;
+    let base = bare_echoes(total)?;
+    report.figure(
+        Value::new(
+            &format!(
+                "{CONNECTIONS} connections x {PROCESSES_PER_CONNECTION} processes ({lost} events lost or misordered)"
+            ),
+            ms(elapsed),
+            "ms",
+        ),
+        Value::new(&format!("{total} bare spawns"), ms(base), "ms"),
+        &format!(
+            "ratio {:.2} | target no lost event: {}",
+            ms(elapsed) / ms(base).max(f64::MIN_POSITIVE),
+            if lost == 0 { "ok" } else { "MISSED" }
+        ),
+    );
+    Ok(())
+}
+
+async fn idle_rss(report: &mut Report) -> BenchResult {
+    let server = Server::start(&[])?;
+    {
+        let (client, _events) = connect(&server.url).await?;
+        client.environment_status().await?;
+        client.close();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let server_kib = rss_kib(server.pid()).ok_or("cannot read the server's VmRSS")?;
+    let mut sleeper = Command::new(program("sleep")?).arg("10").spawn()?;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let sleep_kib = rss_kib(sleeper.id()).ok_or("cannot read sleep's VmRSS");
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    let sleep_kib = sleep_kib?;
+    let mib = server_kib as f64 / 1024.0;
+    report.figure(
+        Value::new("idle server RSS", mib, "MiB"),
+        Value::new("idle `sleep` RSS", sleep_kib as f64 / 1024.0, "MiB"),
+        &format!(
+            "target <= 10 MiB: {}",
+            if mib <= 10.0 { "ok" } else { "MISSED" }
+        ),
+    );
+    Ok(())
+}

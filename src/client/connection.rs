@@ -1,0 +1,403 @@
+//! One live WebSocket connection to an exec-server: dialing (TCP or Unix
+//! socket, optional bearer token), a writer task that alone owns the sink, and
+//! a reader task that routes responses to their waiting callers by id and
+//! notifications to a bounded channel.
+//!
+//! Reconnecting and the session handshake live in [`super`]; this module
+//! knows nothing about sessions.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures_util::{SinkExt, StreamExt};
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpStream, UnixStream};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::Message;
+
+use super::{ClientError, Notification, RpcError};
+
+/// Messages queued for the writer task before senders wait.
+const OUTBOUND_QUEUE: usize = 1024;
+/// Largest frame the client accepts (the server caps its own messages lower).
+const MAX_INBOUND_MESSAGE_BYTES: usize = 256 << 20;
+
+type Reply = Result<Value, ClientError>;
+
+/// Where a connection goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Endpoint {
+    /// `ws://HOST:PORT[/path]` over TCP.
+    Tcp { url: String, authority: String },
+    /// `unix:///path/to.sock`: WebSocket over a Unix stream socket.
+    Unix { path: String },
+}
+
+impl Endpoint {
+    pub(crate) fn parse(url: &str) -> Result<Self, ClientError> {
+        let invalid = |reason: &str| ClientError::InvalidUrl {
+            url: url.to_owned(),
+            reason: reason.to_owned(),
+        };
+        if let Some(rest) = url.strip_prefix("ws://") {
+            let authority = rest.split('/').next().unwrap_or_default();
+            if authority.is_empty() {
+                return Err(invalid("missing host:port"));
+            }
+            Ok(Self::Tcp {
+                url: url.to_owned(),
+                authority: authority.to_owned(),
+            })
+        } else if let Some(path) = url.strip_prefix("unix://") {
+            if !path.starts_with('/') {
+                return Err(invalid("the socket path must be absolute"));
+            }
+            Ok(Self::Unix {
+                path: path.to_owned(),
+            })
+        } else {
+            Err(invalid("expected ws://HOST:PORT or unix:///PATH"))
+        }
+    }
+}
+
+/// Routing state shared by the caller side and the reader task.
+struct Shared {
+    pending: Mutex<HashMap<i64, oneshot::Sender<Reply>>>,
+    closed: AtomicBool,
+    /// Set once the reader has seen the end of the transport.
+    ended: watch::Sender<bool>,
+    /// Whether the caller took the notification receiver. Until then a full
+    /// channel drops notifications instead of stalling responses.
+    receiver_taken: AtomicBool,
+}
+
+impl Shared {
+    /// Fails every waiting call; later calls fail at once.
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        let drained: Vec<_> = match self.pending.lock() {
+            Ok(mut pending) => pending.drain().collect(),
+            Err(poisoned) => poisoned.into_inner().drain().collect(),
+        };
+        for (_, tx) in drained {
+            let _ = tx.send(Err(ClientError::Closed));
+        }
+    }
+}
+
+/// The caller side of a connection; cheap to share behind an `Arc`.
+pub(crate) struct Connection {
+    out_tx: mpsc::Sender<Message>,
+    shared: Arc<Shared>,
+    next_id: AtomicI64,
+}
+
+/// A server message as it arrives; absent and `null` members are `None`.
+#[derive(Deserialize)]
+struct Incoming {
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default)]
+    params: Option<Value>,
+    #[serde(default)]
+    result: Option<Value>,
+    #[serde(default)]
+    error: Option<ErrorBody>,
+}
+
+/// The `error` member of a response.
+#[derive(Deserialize)]
+struct ErrorBody {
+    code: i64,
+    #[serde(default)]
+    message: String,
+}
+
+impl Connection {
+    /// Dials `endpoint`, performs the WebSocket upgrade and starts the reader
+    /// and writer tasks. Notifications go to `notify_tx`.
+    pub(crate) async fn open(
+        endpoint: &Endpoint,
+        auth_token: Option<&str>,
+        notify_tx: mpsc::Sender<Notification>,
+    ) -> Result<Self, ClientError> {
+        match endpoint {
+            Endpoint::Tcp { url, authority } => {
+                let stream =
+                    TcpStream::connect(authority)
+                        .await
+                        .map_err(|source| ClientError::Connect {
+                            url: url.clone(),
+                            source,
+                        })?;
+                // Small request/response frames must not wait for Nagle.
+                let _ = stream.set_nodelay(true);
+                Self::upgrade(stream, url, url, auth_token, notify_tx).await
+            }
+            Endpoint::Unix { path } => {
+                let stream =
+                    UnixStream::connect(path)
+                        .await
+                        .map_err(|source| ClientError::Connect {
+                            url: format!("unix://{path}"),
+                            source,
+                        })?;
+                let display = format!("unix://{path}");
+                Self::upgrade(stream, "ws://localhost/", &display, auth_token, notify_tx).await
+            }
+        }
+    }
+
+    async fn upgrade<S>(
+        stream: S,
+        request_url: &str,
+        display_url: &str,
+        auth_token: Option<&str>,
+        notify_tx: mpsc::Sender<Notification>,
+    ) -> Result<Self, ClientError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let handshake = |source| ClientError::Handshake {
+            url: display_url.to_owned(),
+            source: Box::new(source),
+        };
+        let mut request = request_url.into_client_request().map_err(handshake)?;
+        if let Some(token) = auth_token {
+            let value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+                ClientError::InvalidUrl {
+                    url: display_url.to_owned(),
+                    reason: "the auth token is not a valid header value".to_owned(),
+                }
+            })?;
+            request.headers_mut().insert("authorization", value);
+        }
+        let config = WebSocketConfig::default()
+            .max_message_size(Some(MAX_INBOUND_MESSAGE_BYTES))
+            .max_frame_size(Some(MAX_INBOUND_MESSAGE_BYTES));
+        let (ws, _response) =
+            tokio_tungstenite::client_async_with_config(request, stream, Some(config))
+                .await
+                .map_err(handshake)?;
+        let (mut sink, mut source) = ws.split();
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(HashMap::new()),
+            closed: AtomicBool::new(false),
+            ended: watch::channel(false).0,
+            receiver_taken: AtomicBool::new(false),
+        });
+        let (out_tx, mut out_rx) = mpsc::channel::<Message>(OUTBOUND_QUEUE);
+
+        tokio::spawn(async move {
+            // Feed every message already queued, then flush once: pipelined
+            // calls leave in one write instead of one syscall each.
+            while let Some(first) = out_rx.recv().await {
+                if sink.feed(first).await.is_err() {
+                    break;
+                }
+                let mut failed = false;
+                while let Ok(next) = out_rx.try_recv() {
+                    if sink.feed(next).await.is_err() {
+                        failed = true;
+                        break;
+                    }
+                }
+                if failed || sink.flush().await.is_err() {
+                    break;
+                }
+            }
+            let _ = sink.close().await;
+        });
+
+        let reader_shared = Arc::clone(&shared);
+        tokio::spawn(async move {
+            while let Some(frame) = source.next().await {
+                let bytes = match frame {
+                    Ok(Message::Text(text)) => text.into(),
+                    Ok(Message::Binary(bytes)) => bytes,
+                    Ok(Message::Close(_)) | Err(_) => break,
+                    Ok(_) => continue,
+                };
+                let incoming: Incoming = match serde_json::from_slice(&bytes) {
+                    Ok(incoming) => incoming,
+                    Err(err) => {
+                        tracing::warn!("ignoring unparsable server message: {err}");
+                        continue;
+                    }
+                };
+                route(&reader_shared, &notify_tx, incoming).await;
+            }
+            reader_shared.close();
+            reader_shared.ended.send_replace(true);
+        });
+
+        Ok(Self {
+            out_tx,
+            shared,
+            next_id: AtomicI64::new(1),
+        })
+    }
+
+    /// Records that the caller now drains notifications.
+    pub(crate) fn mark_receiver_taken(&self) {
+        self.shared.receiver_taken.store(true, Ordering::Release);
+    }
+
+    /// Whether the transport has ended.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Acquire)
+    }
+
+    /// Sends a request and waits for the response with the same id. Many
+    /// calls may be in flight at once.
+    pub(crate) async fn call(&self, method: &str, params: &Value) -> Reply {
+        if self.is_closed() {
+            return Err(ClientError::Closed);
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let text = encode_request(id, method, params)?;
+        let (tx, rx) = oneshot::channel();
+        match self.shared.pending.lock() {
+            Ok(mut pending) => pending.insert(id, tx),
+            Err(poisoned) => poisoned.into_inner().insert(id, tx),
+        };
+        // The reader may have closed between the check and the insert.
+        if self.is_closed() {
+            self.shared.close();
+        }
+        if self.out_tx.send(Message::text(text)).await.is_err() {
+            self.shared.close();
+        }
+        rx.await.unwrap_or(Err(ClientError::Closed))
+    }
+
+    /// Sends a notification (no response expected).
+    pub(crate) async fn notify(&self, method: &str, params: &Value) -> Result<(), ClientError> {
+        let text = serde_json::to_string(&NotificationOut { method, params })
+            .map_err(ClientError::Encode)?;
+        self.send_text(text).await
+    }
+
+    /// Sends one text frame as is.
+    pub(crate) async fn send_text(&self, text: String) -> Result<(), ClientError> {
+        self.out_tx
+            .send(Message::text(text))
+            .await
+            .map_err(|_| ClientError::Closed)
+    }
+
+    /// Closes the WebSocket (the writer sends a close frame once the queue
+    /// drains).
+    pub(crate) fn shutdown(self) {
+        drop(self.out_tx);
+    }
+
+    /// Closes the WebSocket and waits (at most `limit`) until the server has
+    /// closed its side, so the server has detached the session.
+    pub(crate) async fn shutdown_and_wait(self, limit: std::time::Duration) {
+        let mut ended = self.shared.ended.subscribe();
+        drop(self.out_tx);
+        let _ = tokio::time::timeout(limit, ended.wait_for(|ended| *ended)).await;
+    }
+}
+
+#[derive(serde::Serialize)]
+struct RequestOut<'a> {
+    id: i64,
+    method: &'a str,
+    params: &'a Value,
+}
+
+#[derive(serde::Serialize)]
+struct NotificationOut<'a> {
+    method: &'a str,
+    params: &'a Value,
+}
+
+fn encode_request(id: i64, method: &str, params: &Value) -> Result<String, ClientError> {
+    serde_json::to_string(&RequestOut { id, method, params }).map_err(ClientError::Encode)
+}
+
+async fn route(shared: &Shared, notify_tx: &mpsc::Sender<Notification>, incoming: Incoming) {
+    match (incoming.method, incoming.id) {
+        (Some(method), None) => {
+            let notification = Notification {
+                method,
+                params: incoming.params.unwrap_or(Value::Null),
+            };
+            if shared.receiver_taken.load(Ordering::Acquire) {
+                // A full channel holds the reader back, and with it the
+                // socket: the server then stops reading process output.
+                let _ = notify_tx.send(notification).await;
+            } else {
+                // Nobody listens: never let unread notifications block
+                // responses.
+                let _ = notify_tx.try_send(notification);
+            }
+        }
+        (None, Some(id)) => {
+            let Some(id) = id.as_i64() else {
+                tracing::warn!("ignoring response with foreign id {id}");
+                return;
+            };
+            let waiter = match shared.pending.lock() {
+                Ok(mut pending) => pending.remove(&id),
+                Err(poisoned) => poisoned.into_inner().remove(&id),
+            };
+            let reply = match incoming.error {
+                Some(error) => Err(ClientError::Rpc(RpcError::new(error.code, error.message))),
+                None => Ok(incoming.result.unwrap_or(Value::Null)),
+            };
+            match waiter {
+                Some(tx) => {
+                    let _ = tx.send(reply);
+                }
+                None => tracing::warn!("ignoring unmatched response {id}: {reply:?}"),
+            }
+        }
+        _ => tracing::warn!("ignoring server message that is neither response nor notification"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_parses_tcp_and_unix_urls() {
+        assert_eq!(
+            Endpoint::parse("ws://127.0.0.1:9/").ok(),
+            Some(Endpoint::Tcp {
+                url: "ws://127.0.0.1:9/".into(),
+                authority: "127.0.0.1:9".into()
+            })
+        );
+        assert_eq!(
+            Endpoint::parse("unix:///run/x.sock").ok(),
+            Some(Endpoint::Unix {
+                path: "/run/x.sock".into()
+            })
+        );
+        assert!(Endpoint::parse("http://x").is_err());
+        assert!(Endpoint::parse("unix://rel.sock").is_err());
+    }
+
+    #[test]
+    fn requests_are_encoded_compactly_with_integer_ids() {
+        let text = encode_request(3, "process/read", &serde_json::json!({"processId": "p"}))
+            .unwrap_or_default();
+        assert_eq!(
+            text,
+            r#"{"id":3,"method":"process/read","params":{"processId":"p"}}"#
+        );
+    }
+}

@@ -1,0 +1,133 @@
+//! Signals and tree-wide termination (SPEC §3.4–§3.5). A managed command runs
+//! under a supervisor that is a child subreaper, so every descendant (even one
+//! that called setsid or double-forked) stays in the supervisor's subtree;
+//! [`kill_tree`] freezes and kills that whole subtree, round after round,
+//! until nothing is left but zombies the supervisor will reap.
+
+use std::collections::HashMap;
+
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::unistd::Pid;
+
+/// Parses a `process/signal` name: `interrupt`, `terminate`, `kill`,
+/// `hangup`, `quit`, or a signal name with or without `SIG` (`SIGUSR1`, `usr1`).
+pub fn parse_signal(name: &str) -> Option<Signal> {
+    match name {
+        "interrupt" => return Some(Signal::SIGINT),
+        "terminate" => return Some(Signal::SIGTERM),
+        "kill" => return Some(Signal::SIGKILL),
+        "hangup" => return Some(Signal::SIGHUP),
+        "quit" => return Some(Signal::SIGQUIT),
+        _ => {}
+    }
+    let upper = name.to_ascii_uppercase();
+    let full = if upper.starts_with("SIG") {
+        upper
+    } else {
+        format!("SIG{upper}")
+    };
+    full.parse().ok()
+}
+
+/// `SIGKILL` for 9, or `SIG<n>` for a number without a name.
+pub fn signal_name(signo: i32) -> String {
+    match Signal::try_from(signo) {
+        Ok(signal) => signal.as_str().to_owned(),
+        Err(_) => format!("SIG{signo}"),
+    }
+}
+
+/// Sends `signal` to process group `group`, ignoring a group that is gone.
+pub fn signal_group(group: Pid, signal: Signal) -> nix::Result<()> {
+    match killpg(group, signal) {
+        Err(nix::errno::Errno::ESRCH) => Ok(()),
+        other => other,
+    }
+}
+
+/// Kills the command's process group and every live descendant of
+/// `supervisor` (not the supervisor itself, which reaps them and exits).
+/// Blocking: reads `/proc`; call it off the async workers.
+pub fn kill_tree(supervisor: Pid, group: Pid) {
+    let _ = signal_group(group, Signal::SIGKILL);
+    // Each round stops then kills what it sees, so a process forking between
+    // the scan and the kill is found by the next round.
+    for _ in 0..64 {
+        let victims = live_descendants(supervisor);
+        if victims.is_empty() {
+            return;
+        }
+        for &pid in &victims {
+            let _ = kill(pid, Signal::SIGSTOP);
+        }
+        for &pid in &victims {
+            let _ = kill(pid, Signal::SIGKILL);
+        }
+    }
+}
+
+/// Descendants of `root` that are not zombies, from one scan of `/proc`.
+pub fn live_descendants(root: Pid) -> Vec<Pid> {
+    let mut children: HashMap<i32, Vec<(i32, bool)>> = HashMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        if let Some((state, ppid)) = parse_stat(&stat) {
+            children
+                .entry(ppid)
+                .or_default()
+                .push((pid, matches!(state, 'Z' | 'X')));
+        }
+    }
+    let mut out = Vec::new();
+    let mut stack = vec![root.as_raw()];
+    while let Some(parent) = stack.pop() {
+        for &(pid, dead) in children.get(&parent).map(Vec::as_slice).unwrap_or_default() {
+            if !dead {
+                out.push(Pid::from_raw(pid));
+            }
+            stack.push(pid);
+        }
+    }
+    out
+}
+
+/// `(state, ppid)` from the text of `/proc/PID/stat`.
+fn parse_stat(stat: &str) -> Option<(char, i32)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signal_names_parse_in_every_form() {
+        assert_eq!(parse_signal("interrupt"), Some(Signal::SIGINT));
+        assert_eq!(parse_signal("terminate"), Some(Signal::SIGTERM));
+        assert_eq!(parse_signal("SIGUSR1"), Some(Signal::SIGUSR1));
+        assert_eq!(parse_signal("usr2"), Some(Signal::SIGUSR2));
+        assert_eq!(parse_signal("bogus"), None);
+        assert_eq!(signal_name(9), "SIGKILL");
+    }
+
+    #[test]
+    fn stat_parsing_survives_odd_command_names() {
+        assert_eq!(parse_stat("42 (a) b (c)) S 7 42 42 0 -1"), Some(('S', 7)));
+    }
+}

@@ -1,0 +1,434 @@
+//! One managed process as the server sees it: its state (sequence numbers,
+//! retained output, exit, close), the `process/*` operations on it, and where
+//! its notifications go ([`EventRoute`]). The output pump lives in
+//! `output.rs`; the launch in `spawn.rs`.
+
+use std::collections::{HashSet, VecDeque};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use tokio::io::unix::AsyncFd;
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
+
+use super::kill;
+use super::pty;
+use super::retention::{Retention, RETAINED_CHUNKS};
+use super::spawn::{self, LaunchSpec, SpawnError};
+use crate::protocol::process::{PtySize, ReadChunk, ReadResult, WriteStatus};
+
+/// How many `writeId`s per process are remembered for de-duplication.
+pub const WRITE_ID_MEMORY: usize = 4096;
+/// Bytes queued for a child's stdin before `process/write` waits.
+pub const STDIN_QUEUE_BYTES: usize = 8 * 1024 * 1024;
+
+/// Where a session's notifications go: the attached connection's bounded
+/// outbound queue, or nowhere while the session is detached.
+#[derive(Debug, Clone, Default)]
+pub struct EventRoute(Arc<Mutex<Option<mpsc::Sender<String>>>>);
+
+impl EventRoute {
+    /// The queue of the attached connection, if any.
+    pub fn current(&self) -> Option<mpsc::Sender<String>> {
+        lock(&self.0).clone()
+    }
+    /// Attaches a connection's queue (or detaches with `None`).
+    pub fn set(&self, sender: Option<mpsc::Sender<String>>) {
+        *lock(&self.0) = sender;
+    }
+}
+
+/// Locks a mutex, recovering the data if a panicking thread poisoned it.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How a process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitInfo {
+    pub code: i32,
+    pub signal: Option<i32>,
+    pub seq: u64,
+}
+
+/// Mutable state shared by the pump and the request handlers.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub retention: Retention,
+    /// The seq the next event gets.
+    pub next_seq: u64,
+    pub exit: Option<ExitInfo>,
+    pub closed: bool,
+    pub sandbox_denied: bool,
+}
+
+struct StdinOp {
+    data: Vec<u8>,
+    close: bool,
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+#[derive(Default)]
+struct WriteIds {
+    seen: HashSet<String>,
+    order: VecDeque<String>,
+}
+
+impl WriteIds {
+    fn contains(&self, id: &str) -> bool {
+        self.seen.contains(id)
+    }
+    fn insert(&mut self, id: String) {
+        if self.seen.insert(id.clone()) {
+            self.order.push_back(id);
+            while self.order.len() > WRITE_ID_MEMORY {
+                if let Some(old) = self.order.pop_front() {
+                    self.seen.remove(&old);
+                }
+            }
+        }
+    }
+}
+
+struct StdinState {
+    tx: Option<mpsc::Sender<StdinOp>>,
+    write_ids: WriteIds,
+}
+
+/// Options that come from the server configuration.
+#[derive(Debug, Clone)]
+pub struct ProcessOptions {
+    /// Retained output bytes.
+    pub retained_bytes: usize,
+}
+
+/// A managed process.
+pub struct ManagedProcess {
+    id: String,
+    supervisor_pid: Pid,
+    command_pid: Pid,
+    sandboxed: bool,
+    pty_master: Option<Arc<AsyncFd<OwnedFd>>>,
+    pub(crate) state: Mutex<State>,
+    /// Woken on every event (output, exit, close).
+    pub(crate) changed: Notify,
+    stdin: Mutex<StdinState>,
+    stdin_budget: Arc<Semaphore>,
+    terminated: AtomicBool,
+}
+
+impl std::fmt::Debug for ManagedProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ManagedProcess")
+            .field("id", &self.id)
+            .field("command_pid", &self.command_pid)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What `process/write` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOutcome {
+    Accepted,
+    StdinClosed,
+}
+
+impl From<WriteOutcome> for WriteStatus {
+    fn from(outcome: WriteOutcome) -> Self {
+        match outcome {
+            WriteOutcome::Accepted => WriteStatus::Accepted,
+            WriteOutcome::StdinClosed => WriteStatus::StdinClosed,
+        }
+    }
+}
+
+impl ManagedProcess {
+    /// Spawns `spec` and starts its output pump. `on_evict` runs when the
+    /// closed process should be forgotten.
+    pub fn start(
+        id: String,
+        spec: &LaunchSpec,
+        options: &ProcessOptions,
+        route: EventRoute,
+        on_evict: Box<dyn FnOnce() + Send>,
+    ) -> Result<Arc<Self>, SpawnError> {
+        let spawned = spawn::spawn(spec)?;
+        let pty_master = spawned
+            .pty_master
+            .map(super::output::register)
+            .transpose()?
+            .map(Arc::new);
+        let stdout = spawned.stdout.map(super::output::register).transpose()?;
+        let stderr = spawned.stderr.map(super::output::register).transpose()?;
+        let status = super::output::register(spawned.status)?;
+        let (tx, writer) = match (spawned.stdin, &pty_master) {
+            (Some(fd), _) => {
+                let (tx, rx) = mpsc::channel(256);
+                (
+                    Some(tx),
+                    Some(StdinWriter::Pipe(super::output::register(fd)?, rx)),
+                )
+            }
+            (None, Some(master)) => {
+                let (tx, rx) = mpsc::channel(256);
+                (Some(tx), Some(StdinWriter::Pty(master.clone(), rx)))
+            }
+            (None, None) => (None, None),
+        };
+        let process = Arc::new(Self {
+            id,
+            supervisor_pid: spawned.supervisor_pid,
+            command_pid: spawned.command_pid,
+            sandboxed: spec.sandboxed,
+            pty_master: pty_master.clone(),
+            state: Mutex::new(State {
+                retention: Retention::new(options.retained_bytes, RETAINED_CHUNKS),
+                next_seq: 1,
+                exit: None,
+                closed: false,
+                sandbox_denied: false,
+            }),
+            changed: Notify::new(),
+            stdin: Mutex::new(StdinState {
+                tx,
+                write_ids: WriteIds::default(),
+            }),
+            stdin_budget: Arc::new(Semaphore::new(STDIN_QUEUE_BYTES)),
+            terminated: AtomicBool::new(false),
+        });
+        if let Some(writer) = writer {
+            tokio::spawn(writer.run());
+        }
+        let mut supervisor = spawned.supervisor;
+        super::reaper::track();
+        tokio::spawn(async move {
+            let _ = supervisor.wait().await;
+            super::reaper::release();
+        });
+        let streams = super::output::Streams {
+            stdout,
+            stderr,
+            pty: pty_master,
+            status: Some(status),
+        };
+        tokio::spawn(super::output::pump(
+            process.clone(),
+            streams,
+            route,
+            on_evict,
+        ));
+        Ok(process)
+    }
+
+    /// The caller-chosen id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Whether the process was started sandboxed.
+    pub fn is_sandboxed(&self) -> bool {
+        self.sandboxed
+    }
+
+    /// Whether `closed` was recorded.
+    pub fn is_closed(&self) -> bool {
+        lock(&self.state).closed
+    }
+
+    /// Whether the exit was recorded.
+    pub fn has_exited(&self) -> bool {
+        lock(&self.state).exit.is_some()
+    }
+
+    /// Whether `process/terminate` (or a session kill) hit this process.
+    pub fn was_terminated(&self) -> bool {
+        self.terminated.load(Ordering::Relaxed)
+    }
+
+    /// The `process/read` answer for the current state, and whether a long
+    /// poll may return now.
+    pub fn snapshot(&self, after_seq: u64, max_bytes: Option<u64>) -> (ReadResult, bool) {
+        let state = lock(&self.state);
+        let selection = state.retention.select(after_seq, max_bytes);
+        let next_seq = match (max_bytes, selection.chunks.last()) {
+            (Some(_), Some(last)) => last.seq + 1,
+            _ => state.next_seq,
+        };
+        let ready = !selection.chunks.is_empty()
+            || state.closed
+            || state.exit.is_some_and(|e| after_seq < e.seq);
+        let result = ReadResult {
+            chunks: selection
+                .chunks
+                .into_iter()
+                .map(|c| ReadChunk {
+                    seq: c.seq,
+                    stream: c.stream,
+                    chunk: c.data,
+                })
+                .collect(),
+            next_seq,
+            exited: state.exit.is_some(),
+            exit_code: state.exit.map(|e| e.code),
+            closed: state.closed,
+            failure: None,
+            sandbox_denied: state.sandbox_denied,
+            truncated: selection.truncated,
+        };
+        (result, ready)
+    }
+
+    /// Whether stdin accepts writes (a PTY, or `pipeStdin` and not closed).
+    pub fn is_writable(&self) -> bool {
+        lock(&self.stdin).tx.is_some()
+    }
+
+    /// `process/write`: queues `data` (then EOF when `close`), de-duplicating
+    /// on `write_id`. Waits while the stdin queue is full.
+    pub async fn write(
+        &self,
+        data: Vec<u8>,
+        write_id: Option<String>,
+        close: bool,
+    ) -> WriteOutcome {
+        let tx = {
+            let stdin = lock(&self.stdin);
+            if let Some(id) = &write_id {
+                if stdin.write_ids.contains(id) {
+                    return WriteOutcome::Accepted;
+                }
+            }
+            match &stdin.tx {
+                Some(tx) => tx.clone(),
+                None => return WriteOutcome::StdinClosed,
+            }
+        };
+        let wanted = data.len().clamp(1, STDIN_QUEUE_BYTES) as u32;
+        let permit = self
+            .stdin_budget
+            .clone()
+            .acquire_many_owned(wanted)
+            .await
+            .ok();
+        {
+            let mut stdin = lock(&self.stdin);
+            if let Some(id) = write_id {
+                stdin.write_ids.insert(id);
+            }
+            if close {
+                stdin.tx = None;
+            }
+        }
+        // A writer that already stopped (the child exited) discards the bytes.
+        let _ = tx
+            .send(StdinOp {
+                data,
+                close,
+                _permit: permit,
+            })
+            .await;
+        WriteOutcome::Accepted
+    }
+
+    /// `process/signal`: to the command's process group while it runs.
+    pub fn signal(&self, signal: Signal) {
+        if self.has_exited() {
+            return;
+        }
+        let _ = kill::signal_group(self.command_pid, signal);
+    }
+
+    /// `process/resize`; `false` for a process without a PTY.
+    pub fn resize(&self, size: PtySize) -> bool {
+        match &self.pty_master {
+            Some(master) => {
+                let _ = pty::resize(master.get_ref().as_fd(), size);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Kills the whole tree. Returns whether the process was still running.
+    pub fn terminate(&self) -> bool {
+        if self.has_exited() {
+            return false;
+        }
+        self.terminated.store(true, Ordering::Relaxed);
+        self.kill_tree_now();
+        true
+    }
+
+    /// Kills the process group and every descendant, exited or not (a
+    /// descendant may outlive the command).
+    pub fn kill_tree_now(&self) {
+        let (supervisor, group) = (self.supervisor_pid, self.command_pid);
+        let _ = kill::signal_group(group, Signal::SIGKILL);
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn_blocking(move || kill::kill_tree(supervisor, group));
+            }
+            Err(_) => kill::kill_tree(supervisor, group),
+        }
+    }
+
+    /// Synchronous variant for shutdown paths.
+    pub fn kill_tree_blocking(&self) {
+        self.terminated.store(true, Ordering::Relaxed);
+        kill::kill_tree(self.supervisor_pid, self.command_pid);
+    }
+}
+
+enum StdinWriter {
+    Pipe(AsyncFd<OwnedFd>, mpsc::Receiver<StdinOp>),
+    Pty(Arc<AsyncFd<OwnedFd>>, mpsc::Receiver<StdinOp>),
+}
+
+impl StdinWriter {
+    async fn run(self) {
+        match self {
+            StdinWriter::Pipe(fd, mut rx) => {
+                while let Some(op) = rx.recv().await {
+                    if write_all(&fd, &op.data).await.is_err() || op.close {
+                        break;
+                    }
+                }
+                // Dropping the descriptor closes the pipe: the child sees EOF.
+            }
+            StdinWriter::Pty(master, mut rx) => {
+                while let Some(op) = rx.recv().await {
+                    if write_all(&master, &op.data).await.is_err() {
+                        break;
+                    }
+                    if op.close {
+                        let eof = pty::eof_char(master.get_ref().as_fd());
+                        // A pending partial line needs one EOF to flush it
+                        // and another to signal end of input.
+                        let eofs = if op.data.last().is_some_and(|&b| b != b'\n') {
+                            vec![eof, eof]
+                        } else {
+                            vec![eof]
+                        };
+                        let _ = write_all(&master, &eofs).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn write_all(fd: &AsyncFd<OwnedFd>, mut data: &[u8]) -> std::io::Result<()> {
+    while !data.is_empty() {
+        let mut guard = fd.writable().await?;
+        match guard
+            .try_io(|inner| nix::unistd::write(inner.get_ref(), data).map_err(std::io::Error::from))
+        {
+            Ok(Ok(n)) => data = &data[n..],
+            Ok(Err(err)) => return Err(err),
+            Err(_would_block) => continue,
+        }
+    }
+    Ok(())
+}

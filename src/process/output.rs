@@ -1,0 +1,376 @@
+//! The output pump of one managed process: a single task reads stdout,
+//! stderr (or the PTY) and the supervisor's status pipe, numbers every event
+//! with the process's sequence counter, retains output, and sends the
+//! notifications in seq order to the attached connection. Sending waits for
+//! room in the connection's bounded queue (the child then blocks on a full
+//! pipe, as on a slow terminal); while detached, output only goes to retention.
+
+use std::cell::RefCell;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use tokio::io::unix::AsyncFd;
+
+use super::kill::signal_name;
+use super::managed::{lock, EventRoute, ExitInfo, ManagedProcess};
+use super::retention::{Chunk, Retention};
+use super::supervisor::{decode_wait_status, RECORD_LEN};
+use crate::protocol::envelope::encode_notification;
+use crate::protocol::process::{
+    encode_output_notification, ClosedNotification, ExitedNotification, StreamKind, NOTIFY_CLOSED,
+    NOTIFY_EXITED,
+};
+
+/// Largest chunk read at once.
+pub const CHUNK_BYTES: usize = 64 * 1024;
+/// A closed process stays readable this long, then its id is forgotten.
+pub const CLOSED_PROCESS_TTL: Duration = Duration::from_secs(30);
+/// How long a sandboxed process's late output is awaited before judging `sandboxDenied`.
+pub const SANDBOX_LATE_OUTPUT_GRACE: Duration = Duration::from_millis(20);
+/// At most this many chunks per stream are drained when the exit arrives.
+const DRAIN_CHUNKS: usize = 64;
+
+/// Registers an owned descriptor with the reactor.
+pub(crate) fn register(fd: OwnedFd) -> io::Result<AsyncFd<OwnedFd>> {
+    // SAFETY: an OwnedFd owns its descriptor: it stays open and names the
+    // same file description until the AsyncFd (its owner) drops it.
+    unsafe { AsyncFd::register(fd) }.map_err(|err| err.into_parts().1)
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<u8>> = RefCell::new(vec![0; CHUNK_BYTES]);
+}
+
+/// The server's ends of a process's descriptors, owned by the pump.
+pub(crate) struct Streams {
+    pub stdout: Option<AsyncFd<OwnedFd>>,
+    pub stderr: Option<AsyncFd<OwnedFd>>,
+    pub pty: Option<Arc<AsyncFd<OwnedFd>>>,
+    pub status: Option<AsyncFd<OwnedFd>>,
+}
+
+impl Streams {
+    fn outputs_closed(&self) -> bool {
+        self.stdout.is_none() && self.stderr.is_none() && self.pty.is_none()
+    }
+    fn close(&mut self, kind: StreamKind) {
+        match kind {
+            StreamKind::Stdout => self.stdout = None,
+            StreamKind::Stderr => self.stderr = None,
+            StreamKind::Pty => self.pty = None,
+        }
+    }
+}
+
+enum Event {
+    Data(StreamKind, Vec<u8>),
+    Eof(StreamKind),
+    /// The raw wait status, or `None` when the supervisor vanished without one.
+    Exit(Option<i32>),
+}
+
+/// One non-blocking read: `Some(bytes)`, `None` at EOF, or `WouldBlock`.
+fn read_chunk(fd: &OwnedFd, kind: StreamKind) -> io::Result<Option<Vec<u8>>> {
+    SCRATCH.with_borrow_mut(|buf| loop {
+        match nix::unistd::read(fd, buf) {
+            Ok(0) => return Ok(None),
+            Ok(n) => return Ok(buf.get(..n).map(<[u8]>::to_vec)),
+            Err(Errno::EINTR) => continue,
+            Err(Errno::EAGAIN) => return Err(io::ErrorKind::WouldBlock.into()),
+            // EIO on a PTY master means every slave descriptor is closed.
+            Err(Errno::EIO) if kind == StreamKind::Pty => return Ok(None),
+            Err(err) => return Err(err.into()),
+        }
+    })
+}
+
+async fn next_output(fd: &AsyncFd<OwnedFd>, kind: StreamKind) -> Event {
+    loop {
+        let mut guard = match fd.readable().await {
+            Ok(guard) => guard,
+            Err(_) => return Event::Eof(kind),
+        };
+        match guard.try_io(|inner| read_chunk(inner.get_ref(), kind)) {
+            Ok(Ok(Some(data))) => return Event::Data(kind, data),
+            Ok(Ok(None)) | Ok(Err(_)) => return Event::Eof(kind),
+            Err(_would_block) => continue,
+        }
+    }
+}
+
+async fn next_status(fd: &AsyncFd<OwnedFd>) -> Event {
+    loop {
+        let mut guard = match fd.readable().await {
+            Ok(guard) => guard,
+            Err(_) => return Event::Exit(None),
+        };
+        let mut record = [0u8; RECORD_LEN];
+        match guard.try_io(|inner| {
+            nix::unistd::read(inner.get_ref(), &mut record).map_err(io::Error::from)
+        }) {
+            Ok(Ok(RECORD_LEN)) => return Event::Exit(Some(i32::from_ne_bytes(record))),
+            Ok(_) => return Event::Exit(None),
+            Err(_would_block) => continue,
+        }
+    }
+}
+
+async fn next_event(streams: &Streams, with_status: bool) -> Event {
+    tokio::select! {
+        ev = next_output(stream_ref(&streams.stdout), StreamKind::Stdout), if streams.stdout.is_some() => ev,
+        ev = next_output(stream_ref(&streams.stderr), StreamKind::Stderr), if streams.stderr.is_some() => ev,
+        ev = next_output(pty_ref(&streams.pty), StreamKind::Pty), if streams.pty.is_some() => ev,
+        ev = next_status(stream_ref(&streams.status)), if with_status && streams.status.is_some() => ev,
+    }
+}
+
+// The `if` guards of `select!` ensure these are only polled when present; a
+// dangling placeholder is never read.
+fn stream_ref(fd: &Option<AsyncFd<OwnedFd>>) -> &AsyncFd<OwnedFd> {
+    match fd {
+        Some(fd) => fd,
+        None => placeholder(),
+    }
+}
+
+fn pty_ref(fd: &Option<Arc<AsyncFd<OwnedFd>>>) -> &AsyncFd<OwnedFd> {
+    match fd {
+        Some(fd) => fd,
+        None => placeholder(),
+    }
+}
+
+fn placeholder() -> &'static AsyncFd<OwnedFd> {
+    static NEVER: std::sync::OnceLock<Option<AsyncFd<OwnedFd>>> = std::sync::OnceLock::new();
+    // Only reached for a branch whose guard is false, which select! never polls;
+    // still, give it a real (never readable) descriptor rather than panicking.
+    NEVER
+        .get_or_init(|| {
+            let (read, write) = nix::unistd::pipe().ok()?;
+            std::mem::forget(write);
+            super::pty::set_nonblocking(&read).ok()?;
+            register(read).ok()
+        })
+        .as_ref()
+        .unwrap_or_else(|| std::process::abort())
+}
+
+/// Runs until the process is closed, then forgets it after [`CLOSED_PROCESS_TTL`].
+pub(crate) async fn pump(
+    process: Arc<ManagedProcess>,
+    mut streams: Streams,
+    route: EventRoute,
+    on_evict: Box<dyn FnOnce() + Send>,
+) {
+    let mut exited = false;
+    while !(exited && streams.outputs_closed()) {
+        match next_event(&streams, !exited).await {
+            Event::Data(kind, data) => emit_output(&process, &route, kind, data).await,
+            Event::Eof(kind) => streams.close(kind),
+            Event::Exit(status) => {
+                streams.status = None;
+                drain(&process, &route, &mut streams).await;
+                let (code, signal) = status.map_or((-1, None), decode_wait_status);
+                let mut denied = false;
+                if process.is_sandboxed() && code != 0 {
+                    late_output_grace(&process, &route, &mut streams).await;
+                    denied = sandbox_denied(&lock(&process.state).retention, code);
+                }
+                emit_exit(&process, &route, code, signal, denied).await;
+                exited = true;
+            }
+        }
+    }
+    emit_closed(&process, &route).await;
+    tokio::time::sleep(CLOSED_PROCESS_TTL).await;
+    on_evict();
+}
+
+/// Emits what is readable right now on every open stream.
+async fn drain(process: &ManagedProcess, route: &EventRoute, streams: &mut Streams) {
+    for kind in [StreamKind::Stdout, StreamKind::Stderr, StreamKind::Pty] {
+        for _ in 0..DRAIN_CHUNKS {
+            let fd = match kind {
+                StreamKind::Stdout => streams.stdout.as_ref(),
+                StreamKind::Stderr => streams.stderr.as_ref(),
+                StreamKind::Pty => streams.pty.as_deref(),
+            };
+            let Some(fd) = fd else { break };
+            match read_chunk(fd.get_ref(), kind) {
+                Ok(Some(data)) => emit_output(process, route, kind, data).await,
+                Ok(None) => {
+                    streams.close(kind);
+                    break;
+                }
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    streams.close(kind);
+                    break;
+                }
+            }
+        }
+    }
+}
+
+async fn late_output_grace(process: &ManagedProcess, route: &EventRoute, streams: &mut Streams) {
+    let deadline = tokio::time::Instant::now() + SANDBOX_LATE_OUTPUT_GRACE;
+    while !streams.outputs_closed() {
+        match tokio::time::timeout_at(deadline, next_event(streams, false)).await {
+            Ok(Event::Data(kind, data)) => emit_output(process, route, kind, data).await,
+            Ok(Event::Eof(kind)) => streams.close(kind),
+            Ok(Event::Exit(_)) | Err(_) => break,
+        }
+    }
+}
+
+async fn emit_output(
+    process: &ManagedProcess,
+    route: &EventRoute,
+    kind: StreamKind,
+    data: Vec<u8>,
+) {
+    let sender = route.current();
+    // Only the pump advances `next_seq`, so reading it first is race-free.
+    let seq = lock(&process.state).next_seq;
+    let text = sender.as_ref().map(|_| {
+        let mut text = String::new();
+        encode_output_notification(&mut text, process.id(), seq, kind, &data);
+        text
+    });
+    {
+        let mut state = lock(&process.state);
+        state.next_seq = seq + 1;
+        state.retention.push(Chunk {
+            seq,
+            stream: kind,
+            data,
+        });
+    }
+    process.changed.notify_waiters();
+    if let (Some(sender), Some(text)) = (sender, text) {
+        let _ = sender.send(text).await;
+    }
+}
+
+async fn emit_exit(
+    process: &ManagedProcess,
+    route: &EventRoute,
+    code: i32,
+    signal: Option<i32>,
+    denied: bool,
+) {
+    let seq = {
+        let mut state = lock(&process.state);
+        let seq = state.next_seq;
+        state.next_seq += 1;
+        state.exit = Some(ExitInfo { code, signal, seq });
+        state.sandbox_denied = denied;
+        seq
+    };
+    process.changed.notify_waiters();
+    if let Some(sender) = route.current() {
+        let name = signal.map(signal_name);
+        let text = encode_notification(
+            NOTIFY_EXITED,
+            &ExitedNotification {
+                process_id: process.id(),
+                seq,
+                exit_code: code,
+                signal: name.as_deref(),
+                sandbox_denied: denied,
+            },
+        );
+        let _ = sender.send(text).await;
+    }
+}
+
+async fn emit_closed(process: &ManagedProcess, route: &EventRoute) {
+    let seq = {
+        let mut state = lock(&process.state);
+        let seq = state.next_seq;
+        state.next_seq += 1;
+        state.closed = true;
+        seq
+    };
+    process.changed.notify_waiters();
+    if let Some(sender) = route.current() {
+        let text = encode_notification(
+            NOTIFY_CLOSED,
+            &ClosedNotification {
+                process_id: process.id(),
+                seq,
+            },
+        );
+        let _ = sender.send(text).await;
+    }
+}
+
+/// Words in a sandboxed process's output that suggest the sandbox refused it.
+const DENIAL_MARKERS: &[&str] = &[
+    "operation not permitted",
+    "permission denied",
+    "read-only file system",
+    "seccomp",
+    "sandbox",
+    "landlock",
+    "failed to write file",
+];
+
+/// The reference heuristic (its notes §14) over the retained output.
+pub fn sandbox_denied(retention: &Retention, code: i32) -> bool {
+    if code == 0 {
+        return false;
+    }
+    let mut stdout = Vec::new();
+    let mut stderr = Vec::new();
+    for chunk in retention.iter() {
+        match chunk.stream {
+            StreamKind::Stderr => stderr.extend_from_slice(&chunk.data),
+            StreamKind::Stdout | StreamKind::Pty => stdout.extend_from_slice(&chunk.data),
+        }
+    }
+    let has_marker = |bytes: &[u8]| {
+        let text = String::from_utf8_lossy(bytes).to_lowercase();
+        DENIAL_MARKERS.iter().any(|m| text.contains(m))
+    };
+    // The aggregate cannot match where neither part does, except across the
+    // stdout/stderr boundary.
+    let mut all = stdout.clone();
+    all.extend_from_slice(&stderr);
+    if has_marker(&stdout) || has_marker(&stderr) || has_marker(&all) {
+        return true;
+    }
+    if matches!(code, 2 | 126 | 127) {
+        return false;
+    }
+    code == 128 + libc::SIGSYS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn retention_with(stream: StreamKind, text: &str) -> Retention {
+        let mut r = Retention::new(1 << 20, 100);
+        r.push(Chunk {
+            seq: 1,
+            stream,
+            data: text.as_bytes().to_vec(),
+        });
+        r
+    }
+
+    #[test]
+    fn sandbox_denial_heuristic_follows_the_reference() {
+        let denied = retention_with(StreamKind::Stderr, "touch: Read-only File System");
+        assert!(sandbox_denied(&denied, 1));
+        assert!(!sandbox_denied(&denied, 0));
+        let plain = retention_with(StreamKind::Stdout, "ordinary failure");
+        assert!(!sandbox_denied(&plain, 1));
+        assert!(!sandbox_denied(&plain, 127));
+        assert!(sandbox_denied(&plain, 159));
+    }
+}

@@ -1,0 +1,321 @@
+//! Params, results and notifications of the `process/*` methods (SPEC §3),
+//! in the reference's camelCase shapes and key order.
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+use super::path::WirePath;
+
+/// `process/start`.
+pub const METHOD_START: &str = "process/start";
+/// `process/read`.
+pub const METHOD_READ: &str = "process/read";
+/// `process/write`.
+pub const METHOD_WRITE: &str = "process/write";
+/// `process/signal`.
+pub const METHOD_SIGNAL: &str = "process/signal";
+/// `process/terminate`.
+pub const METHOD_TERMINATE: &str = "process/terminate";
+/// `process/resize`.
+pub const METHOD_RESIZE: &str = "process/resize";
+/// Notification: a chunk of output.
+pub const NOTIFY_OUTPUT: &str = "process/output";
+/// Notification: the process exited.
+pub const NOTIFY_EXITED: &str = "process/exited";
+/// Notification: exit known and every output stream at EOF; always last.
+pub const NOTIFY_CLOSED: &str = "process/closed";
+
+/// Which stream a chunk came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamKind {
+    Stdout,
+    Stderr,
+    Pty,
+}
+
+impl StreamKind {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StreamKind::Stdout => "stdout",
+            StreamKind::Stderr => "stderr",
+            StreamKind::Pty => "pty",
+        }
+    }
+}
+
+/// Terminal size of a PTY process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PtySize {
+    pub rows: u16,
+    pub cols: u16,
+}
+
+impl Default for PtySize {
+    fn default() -> Self {
+        Self { rows: 24, cols: 80 }
+    }
+}
+
+/// Which variables of the server's environment a child inherits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EnvInherit {
+    #[default]
+    Core,
+    All,
+    None,
+}
+
+/// `envPolicy` of `process/start` (reference `ExecEnvPolicy`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvPolicy {
+    #[serde(default)]
+    pub inherit: EnvInherit,
+    #[serde(default)]
+    pub ignore_default_excludes: bool,
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    #[serde(default)]
+    pub set: BTreeMap<String, String>,
+    #[serde(default)]
+    pub include_only: Vec<String>,
+}
+
+/// `process/start` params.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StartParams {
+    pub process_id: String,
+    pub argv: Vec<String>,
+    pub cwd: WirePath,
+    #[serde(default)]
+    pub env_policy: Option<EnvPolicy>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub tty: bool,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub pipe_stdin: bool,
+    #[serde(default)]
+    pub arg0: Option<String>,
+    /// FileSystemSandboxContext, interpreted by `server::process_sandbox`.
+    #[serde(default)]
+    pub sandbox: Option<Value>,
+    #[serde(default)]
+    pub size: Option<PtySize>,
+}
+
+/// `process/start` result.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StartResult {
+    pub process_id: String,
+}
+
+/// `process/read` params.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadParams {
+    pub process_id: String,
+    #[serde(default)]
+    pub after_seq: Option<u64>,
+    #[serde(default)]
+    pub max_bytes: Option<u64>,
+    #[serde(default)]
+    pub wait_ms: Option<u64>,
+}
+
+/// One retained chunk in a `process/read` result.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReadChunk {
+    pub seq: u64,
+    pub stream: StreamKind,
+    #[serde(serialize_with = "as_base64")]
+    pub chunk: Vec<u8>,
+}
+
+/// `process/read` result.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadResult {
+    pub chunks: Vec<ReadChunk>,
+    pub next_seq: u64,
+    pub exited: bool,
+    pub exit_code: Option<i32>,
+    pub closed: bool,
+    pub failure: Option<String>,
+    pub sandbox_denied: bool,
+    pub truncated: bool,
+}
+
+/// `process/write` params (both dialects).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WriteParams {
+    pub process_id: String,
+    #[serde(default, deserialize_with = "from_base64")]
+    pub chunk: Vec<u8>,
+    #[serde(default)]
+    pub write_id: Option<String>,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub close_stdin: bool,
+}
+
+/// `process/write` status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum WriteStatus {
+    Accepted,
+    UnknownProcess,
+    StdinClosed,
+    Starting,
+}
+
+/// `process/write` result.
+#[derive(Debug, Clone, Serialize)]
+pub struct WriteResult {
+    pub status: WriteStatus,
+}
+
+/// `process/signal` params.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SignalParams {
+    pub process_id: String,
+    pub signal: String,
+}
+
+/// `process/resize` params.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResizeParams {
+    pub process_id: String,
+    pub rows: u16,
+    pub cols: u16,
+}
+
+/// `process/terminate` params.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminateParams {
+    pub process_id: String,
+}
+
+/// `process/terminate` result.
+#[derive(Debug, Clone, Serialize)]
+pub struct TerminateResult {
+    pub running: bool,
+}
+
+/// `process/exited` notification params.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExitedNotification<'a> {
+    pub process_id: &'a str,
+    pub seq: u64,
+    pub exit_code: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal: Option<&'a str>,
+    pub sandbox_denied: bool,
+}
+
+/// `process/closed` notification params.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClosedNotification<'a> {
+    pub process_id: &'a str,
+    pub seq: u64,
+}
+
+/// Appends a `process/output` notification to `out` with the base64 chunk
+/// encoded straight into the JSON text.
+pub fn encode_output_notification(
+    out: &mut String,
+    process_id: &str,
+    seq: u64,
+    stream: StreamKind,
+    chunk: &[u8],
+) {
+    use std::fmt::Write;
+    out.reserve(96 + process_id.len() + chunk.len().div_ceil(3) * 4);
+    out.push_str(r#"{"method":"process/output","params":{"processId":"#);
+    push_json_string(out, process_id);
+    let _ = write!(
+        out,
+        r#","seq":{seq},"stream":"{}","chunk":""#,
+        stream.as_str()
+    );
+    base64::engine::general_purpose::STANDARD.encode_string(chunk, out);
+    out.push_str("\"}}");
+}
+
+fn push_json_string(out: &mut String, text: &str) {
+    // A &str always serializes.
+    if let Ok(quoted) = serde_json::to_string(text) {
+        out.push_str(&quoted);
+    }
+}
+
+fn as_base64<S: serde::Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+}
+
+fn from_base64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
+    let text = Option::<String>::deserialize(deserializer)?.unwrap_or_default();
+    base64::engine::general_purpose::STANDARD
+        .decode(text.as_bytes())
+        .map_err(|err| serde::de::Error::custom(format_args!("invalid base64 chunk: {err}")))
+}
+
+fn null_as_default<'de, D: Deserializer<'de>, T: Default + Deserialize<'de>>(
+    deserializer: D,
+) -> Result<T, D::Error> {
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_notification_is_valid_json_with_padded_base64() {
+        let mut text = String::new();
+        encode_output_notification(&mut text, "p\"1", 3, StreamKind::Stdout, b"hello\n");
+        let value: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            value,
+            serde_json::json!({"method":"process/output","params":{
+                "processId":"p\"1","seq":3,"stream":"stdout","chunk":"aGVsbG8K"}})
+        );
+    }
+
+    #[test]
+    fn start_params_accept_both_dialects_and_reference_nulls() {
+        let params: StartParams = serde_json::from_value(serde_json::json!({
+            "processId":"p","argv":["true"],"cwd":"file:///tmp","env":{},"tty":false,
+            "pipeStdin":null,"arg0":null,"sandbox":null,"envPolicy":null,"managedNetwork":null
+        }))
+        .unwrap();
+        assert_eq!(params.cwd.path(), std::path::Path::new("/tmp"));
+        assert!(!params.pipe_stdin);
+        let err = serde_json::from_value::<StartParams>(serde_json::json!({
+            "processId":"p","argv":["true"],"cwd":"tmp"}))
+        .unwrap_err();
+        assert!(err.to_string().contains("path `tmp` is not absolute"));
+    }
+
+    #[test]
+    fn write_rejects_invalid_base64() {
+        let err = serde_json::from_value::<WriteParams>(
+            serde_json::json!({"processId":"p","chunk":"!!"}),
+        )
+        .unwrap_err();
+        assert!(err.to_string().starts_with("invalid base64 chunk"));
+    }
+}

@@ -1,0 +1,56 @@
+//! Server settings, parsed once by the CLI (or built by an embedder) and
+//! shared read-only by every connection.
+
+use std::time::Duration;
+
+use super::listen::ListenUrl;
+use crate::process::retention::RETAINED_OUTPUT_BYTES;
+
+/// Default largest JSON-RPC message accepted.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+/// Default live processes per session.
+pub const MAX_PROCESSES_PER_SESSION: usize = 1024;
+/// Default grace period of a detached session.
+pub const SESSION_GRACE: Duration = Duration::from_secs(30);
+/// Messages queued per connection before producers wait.
+pub const OUTBOUND_QUEUE: usize = 128;
+/// Interval of WebSocket pings.
+pub const PING_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Everything the server needs to run.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: ListenUrl,
+    pub session_grace: Duration,
+    pub retained_output_bytes: usize,
+    pub max_message_bytes: usize,
+    pub max_processes: usize,
+    /// Required bearer token on the WebSocket upgrade.
+    pub auth_token: Option<String>,
+    /// `Origin` header values that are not refused.
+    pub allowed_origins: Vec<String>,
+    /// Allow a non-loopback bind without a token.
+    pub insecure_no_auth: bool,
+}
+
+impl ServerConfig {
+    /// Defaults for `listen`.
+    pub fn new(listen: ListenUrl) -> Self {
+        Self {
+            listen,
+            session_grace: SESSION_GRACE,
+            retained_output_bytes: RETAINED_OUTPUT_BYTES,
+            max_message_bytes: MAX_MESSAGE_BYTES,
+            max_processes: MAX_PROCESSES_PER_SESSION,
+            auth_token: None,
+            allowed_origins: Vec::new(),
+            insecure_no_auth: false,
+        }
+    }
+
+    /// Frames above this close the WebSocket (1009); between the JSON limit
+    /// and this, a message gets an error reply and the connection stays open.
+    pub fn transport_cap(&self) -> usize {
+        self.max_message_bytes.saturating_mul(2)
+    }
+}

@@ -1,0 +1,264 @@
+//! Handlers of `initialize`, `environment/*` and `process/*`: validation,
+//! error codes and messages, and the calls into [`crate::process`].
+
+use std::ffi::OsString;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::connection::{resumed_elsewhere, Connection};
+use super::process_sandbox;
+use super::session::{Registry, Session};
+use crate::process::env_policy::child_env;
+use crate::process::kill::parse_signal;
+use crate::process::{LaunchSpec, ManagedProcess, ProcessOptions, SpawnError};
+use crate::protocol::environment::{EnvironmentInfo, EnvironmentStatus, ShellInfo};
+use crate::protocol::path::to_file_uri;
+use crate::protocol::process::{
+    ReadParams, ResizeParams, SignalParams, StartParams, StartResult, TerminateParams,
+    TerminateResult, WriteParams, WriteResult, WriteStatus,
+};
+use crate::protocol::{InitializeParams, InitializeResult, RequestId, RpcError};
+
+/// Whether a request was answered now (with this JSON text) or will be
+/// answered by its own task.
+#[derive(Debug)]
+pub enum Deferred {
+    Now(String),
+    Later,
+}
+
+/// `initialize`: a new session, or the resumed one.
+pub fn initialize(
+    conn: &Connection,
+    params: InitializeParams,
+) -> Result<InitializeResult, RpcError> {
+    if conn.is_initialized() {
+        return Err(RpcError::invalid_request(
+            "initialize may only be sent once per connection",
+        ));
+    }
+    let registry = &conn.shared.registry;
+    let (session, epoch) = match params.resume_session_id.as_deref() {
+        Some(id) => registry.resume(id, conn.id, conn.out.clone())?,
+        None => registry.create(conn.id, conn.out.clone()),
+    };
+    let result = InitializeResult {
+        session_id: session.id().to_owned(),
+    };
+    conn.bind(session, epoch);
+    Ok(result)
+}
+
+/// `environment/info`.
+pub fn environment_info() -> EnvironmentInfo {
+    let shell_path = std::env::var("SHELL")
+        .ok()
+        .filter(|s| s.starts_with('/'))
+        .or_else(|| {
+            nix::unistd::User::from_uid(nix::unistd::getuid())
+                .ok()
+                .flatten()
+                .map(|u| u.shell.to_string_lossy().into_owned())
+        })
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "/bin/sh".to_owned());
+    let base = shell_path.rsplit('/').next().unwrap_or("sh");
+    let name = match base {
+        "zsh" | "bash" | "sh" | "powershell" | "cmd" => base,
+        "pwsh" => "powershell",
+        _ => "sh",
+    };
+    let mut capabilities = Map::new();
+    capabilities.insert("networkProxyLaunch".into(), Value::Bool(false));
+    EnvironmentInfo {
+        shell: ShellInfo {
+            name: name.to_owned(),
+            path: shell_path,
+        },
+        cwd: std::env::current_dir()
+            .ok()
+            .map(|cwd| to_file_uri(cwd.as_os_str())),
+        capabilities,
+    }
+}
+
+/// `environment/status`.
+pub fn environment_status() -> EnvironmentStatus {
+    EnvironmentStatus { status: "ready" }
+}
+
+/// `process/start`.
+pub fn start(
+    conn: &Connection,
+    session: &Arc<Session>,
+    params: StartParams,
+) -> Result<StartResult, RpcError> {
+    let env = child_env(&params.env, params.env_policy.as_ref(), std::env::vars_os());
+    let mut spec = LaunchSpec {
+        argv: params.argv.iter().map(OsString::from).collect(),
+        arg0: params.arg0.map(OsString::from),
+        cwd: params.cwd.into_path(),
+        env,
+        tty: params.tty.then(|| params.size.unwrap_or_default()),
+        pipe_stdin: params.pipe_stdin && !params.tty,
+        sandboxed: false,
+    };
+    process_sandbox::prepare(params.sandbox.as_ref(), &mut spec, &conn.shared.paths)?;
+    if spec.argv.is_empty() {
+        return Err(RpcError::invalid_params("argv must not be empty"));
+    }
+    let id = params.process_id;
+    if session.contains(&id) {
+        return Err(RpcError::invalid_request(format!(
+            "process {id} already exists"
+        )));
+    }
+    let max = conn.shared.config.max_processes;
+    if session.live_processes() >= max {
+        return Err(RpcError::invalid_request(format!(
+            "too many processes: this session already runs the maximum of {max}"
+        )));
+    }
+    let options = ProcessOptions {
+        retained_bytes: conn.shared.config.retained_output_bytes,
+    };
+    let weak = Registry::weak_session(session);
+    let evict_id = id.clone();
+    let on_evict = Box::new(move || {
+        if let Some(session) = weak.upgrade() {
+            session.evict(&evict_id);
+        }
+    });
+    let process = ManagedProcess::start(
+        id.clone(),
+        &spec,
+        &options,
+        session.route().clone(),
+        on_evict,
+    )
+    .map_err(|err| match err {
+        SpawnError::EmptyArgv => RpcError::invalid_params(err.to_string()),
+        other => RpcError::internal(other.to_string()),
+    })?;
+    session.insert(process);
+    Ok(StartResult { process_id: id })
+}
+
+fn unknown_process(id: &str) -> RpcError {
+    RpcError::invalid_request(format!("unknown process id {id}"))
+}
+
+/// `process/read`: answers now when there is something to return (or no
+/// wait was asked), otherwise long-polls in its own task.
+pub fn read(
+    conn: &Arc<Connection>,
+    id: &RequestId,
+    session: Arc<Session>,
+    epoch: u64,
+    params: ReadParams,
+) -> Result<Deferred, RpcError> {
+    let process = session
+        .process(&params.process_id)
+        .ok_or_else(|| unknown_process(&params.process_id))?;
+    let after = params.after_seq.unwrap_or(0);
+    let wait = Duration::from_millis(params.wait_ms.unwrap_or(0));
+    let (result, ready) = process.snapshot(after, params.max_bytes);
+    if ready || wait.is_zero() {
+        return super::router::to_json(&result).map(Deferred::Now);
+    }
+    let conn = conn.clone();
+    let id = id.clone();
+    tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + wait;
+        let outcome = loop {
+            let changed = process.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let (result, ready) = process.snapshot(after, params.max_bytes);
+            if ready || tokio::time::Instant::now() >= deadline {
+                break Ok(result);
+            }
+            tokio::select! {
+                _ = &mut changed => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+                _ = session.taken_over(epoch) => break Err(resumed_elsewhere()),
+            }
+        };
+        match outcome.and_then(|result| super::router::to_json(&result)) {
+            Ok(text) => conn.reply_raw(&id, text).await,
+            Err(error) => conn.reply(&id, Err(error)).await,
+        }
+    });
+    Ok(Deferred::Later)
+}
+
+/// `process/write` in both dialects.
+pub async fn write(session: &Session, params: WriteParams) -> Result<WriteResult, RpcError> {
+    let id = &params.process_id;
+    match params.write_id {
+        Some(write_id) => {
+            if write_id.is_empty() {
+                return Err(RpcError::invalid_params("writeId must not be empty"));
+            }
+            let Some(process) = session.process(id) else {
+                return Ok(WriteResult {
+                    status: WriteStatus::UnknownProcess,
+                });
+            };
+            let outcome = process
+                .write(params.chunk, Some(write_id), params.close_stdin)
+                .await;
+            Ok(WriteResult {
+                status: outcome.into(),
+            })
+        }
+        None => {
+            let process = session.process(id).ok_or_else(|| unknown_process(id))?;
+            if !process.is_writable() {
+                return Err(RpcError::invalid_request(format!(
+                    "process {id} does not accept stdin writes (start it with tty or pipeStdin, and do not close its stdin)"
+                )));
+            }
+            let outcome = process.write(params.chunk, None, params.close_stdin).await;
+            Ok(WriteResult {
+                status: outcome.into(),
+            })
+        }
+    }
+}
+
+/// `process/signal`.
+pub fn signal(session: &Session, params: SignalParams) -> Result<(), RpcError> {
+    let signal = parse_signal(&params.signal)
+        .ok_or_else(|| RpcError::invalid_params(format!("unknown signal `{}`", params.signal)))?;
+    if let Some(process) = session.process(&params.process_id) {
+        process.signal(signal);
+    }
+    Ok(())
+}
+
+/// `process/resize`.
+pub fn resize(session: &Session, params: ResizeParams) -> Result<(), RpcError> {
+    let id = &params.process_id;
+    let process = session.process(id).ok_or_else(|| unknown_process(id))?;
+    let size = crate::protocol::process::PtySize {
+        rows: params.rows,
+        cols: params.cols,
+    };
+    if !process.resize(size) {
+        return Err(RpcError::invalid_request(format!(
+            "process {id} has no terminal to resize (started without tty)"
+        )));
+    }
+    Ok(())
+}
+
+/// `process/terminate`.
+pub fn terminate(session: &Session, params: TerminateParams) -> TerminateResult {
+    let running = session
+        .process(&params.process_id)
+        .is_some_and(|p| p.terminate());
+    TerminateResult { running }
+}

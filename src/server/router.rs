@@ -1,0 +1,103 @@
+//! The method table: decodes params, applies the handshake gate in the
+//! reference's order (unknown method, then params, then gate), runs the
+//! handler and sends the answer. `fs/*` methods go to `fs_methods`.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::connection::Connection;
+use super::fs_methods;
+use super::handlers::{self, Deferred};
+use crate::protocol::envelope::decode_params;
+use crate::protocol::environment::{METHOD_INFO, METHOD_STATUS};
+use crate::protocol::process::{
+    METHOD_READ, METHOD_RESIZE, METHOD_SIGNAL, METHOD_START, METHOD_TERMINATE, METHOD_WRITE,
+};
+use crate::protocol::{RequestId, RpcError, METHOD_INITIALIZE};
+
+/// Gate family of the process methods.
+const FAMILY_EXEC: &str = "exec";
+/// Gate family of `fs/*`.
+const FAMILY_FS: &str = "filesystem";
+
+/// Handles one request and answers it (now, or later for a waiting request).
+pub async fn dispatch(
+    conn: &Arc<Connection>,
+    id: RequestId,
+    method: String,
+    params: Option<Value>,
+) {
+    match route(conn, &id, &method, params).await {
+        Ok(Deferred::Now(result)) => conn.reply_raw(&id, result).await,
+        Ok(Deferred::Later) => {}
+        Err(error) => conn.reply(&id, Err(error)).await,
+    }
+}
+
+/// Serializes a result in its declared key order.
+pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> Result<String, RpcError> {
+    serde_json::to_string(value).map_err(|e| RpcError::internal(e.to_string()))
+}
+
+fn to_value<T: serde::Serialize>(value: T) -> Result<Deferred, RpcError> {
+    to_json(&value).map(Deferred::Now)
+}
+
+async fn route(
+    conn: &Arc<Connection>,
+    id: &RequestId,
+    method: &str,
+    params: Option<Value>,
+) -> Result<Deferred, RpcError> {
+    match method {
+        METHOD_INITIALIZE => to_value(handlers::initialize(conn, decode_params(params)?)?),
+        METHOD_INFO => {
+            conn.gate("environment info")?;
+            to_value(handlers::environment_info())
+        }
+        METHOD_STATUS => {
+            conn.gate("environment status")?;
+            to_value(handlers::environment_status())
+        }
+        METHOD_START => {
+            let params = decode_params(params)?;
+            let (session, _) = conn.gate(FAMILY_EXEC)?;
+            to_value(handlers::start(conn, &session, params)?)
+        }
+        METHOD_READ => {
+            let params = decode_params(params)?;
+            let (session, epoch) = conn.gate(FAMILY_EXEC)?;
+            handlers::read(conn, id, session, epoch, params)
+        }
+        METHOD_WRITE => {
+            let params = decode_params(params)?;
+            let (session, _) = conn.gate(FAMILY_EXEC)?;
+            to_value(handlers::write(&session, params).await?)
+        }
+        METHOD_SIGNAL => {
+            let params = decode_params(params)?;
+            let (session, _) = conn.gate(FAMILY_EXEC)?;
+            handlers::signal(&session, params)?;
+            Ok(Deferred::Now("{}".to_owned()))
+        }
+        METHOD_RESIZE => {
+            let params = decode_params(params)?;
+            let (session, _) = conn.gate(FAMILY_EXEC)?;
+            handlers::resize(&session, params)?;
+            Ok(Deferred::Now("{}".to_owned()))
+        }
+        METHOD_TERMINATE => {
+            let params = decode_params(params)?;
+            let (session, _) = conn.gate(FAMILY_EXEC)?;
+            to_value(handlers::terminate(&session, params))
+        }
+        method if fs_methods::is_fs_method(method) => {
+            conn.gate(FAMILY_FS)?;
+            let params = params.unwrap_or(Value::Null);
+            let result = fs_methods::dispatch(&conn.fs, method, params).await?;
+            to_value(result)
+        }
+        method => Err(RpcError::unknown_method(method)),
+    }
+}

@@ -1,0 +1,237 @@
+//! Sessions (SPEC §2.3): a session owns managed processes and outlives its
+//! connection. A closed connection detaches it; `initialize` with
+//! `resumeSessionId` from any connection re-attaches it within the grace
+//! period; when the grace period ends every process of the session is killed.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, Notify};
+
+use crate::process::managed::lock;
+use crate::process::{EventRoute, ManagedProcess};
+use crate::protocol::RpcError;
+
+/// Identifies a connection within the server.
+pub type ConnectionId = u64;
+
+#[derive(Debug, Default)]
+struct Attachment {
+    /// The connection the session is attached to, if any.
+    connection: Option<ConnectionId>,
+    /// Bumped on every attach; a connection whose epoch is stale was taken over.
+    epoch: u64,
+    /// The pending expiry of a detached session.
+    expiry: Option<tokio::task::AbortHandle>,
+}
+
+/// One session.
+#[derive(Debug)]
+pub struct Session {
+    id: String,
+    route: EventRoute,
+    processes: Mutex<HashMap<String, Arc<ManagedProcess>>>,
+    attachment: Mutex<Attachment>,
+    /// Woken when another connection resumes the session.
+    taken_over: Notify,
+}
+
+impl Session {
+    /// The session id (a UUID v4).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Where the session's notifications go.
+    pub fn route(&self) -> &EventRoute {
+        &self.route
+    }
+
+    /// The current attach epoch.
+    pub fn epoch(&self) -> u64 {
+        lock(&self.attachment).epoch
+    }
+
+    /// Completes when a connection other than the holder of `epoch` attaches.
+    pub async fn taken_over(&self, epoch: u64) {
+        loop {
+            let notified = self.taken_over.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.epoch() != epoch {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// A process by id.
+    pub fn process(&self, id: &str) -> Option<Arc<ManagedProcess>> {
+        lock(&self.processes).get(id).cloned()
+    }
+
+    /// Processes not closed yet.
+    pub fn live_processes(&self) -> usize {
+        lock(&self.processes)
+            .values()
+            .filter(|p| !p.is_closed())
+            .count()
+    }
+
+    /// Whether an entry (live or closed but not evicted) has this id.
+    pub fn contains(&self, id: &str) -> bool {
+        lock(&self.processes).contains_key(id)
+    }
+
+    /// Records a started process.
+    pub fn insert(&self, process: Arc<ManagedProcess>) {
+        lock(&self.processes).insert(process.id().to_owned(), process);
+    }
+
+    /// Forgets a closed process.
+    pub fn evict(&self, id: &str) {
+        let mut processes = lock(&self.processes);
+        if processes.get(id).is_some_and(|p| p.is_closed()) {
+            processes.remove(id);
+        }
+    }
+
+    /// Kills every process tree of the session (blocking /proc walks).
+    pub fn kill_all_blocking(&self) {
+        let processes: Vec<_> = lock(&self.processes).values().cloned().collect();
+        for process in processes {
+            process.kill_tree_blocking();
+        }
+    }
+}
+
+/// Every session of the server, shared by all connections.
+#[derive(Debug)]
+pub struct Registry {
+    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    grace: Duration,
+    next_connection: AtomicU64,
+}
+
+impl Registry {
+    /// An empty registry whose detached sessions expire after `grace`.
+    pub fn new(grace: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            sessions: Mutex::new(HashMap::new()),
+            grace,
+            next_connection: AtomicU64::new(1),
+        })
+    }
+
+    /// A fresh connection id.
+    pub fn connection_id(&self) -> ConnectionId {
+        self.next_connection.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Creates a session attached to `connection`. Returns it and its epoch.
+    pub fn create(
+        &self,
+        connection: ConnectionId,
+        sender: mpsc::Sender<String>,
+    ) -> (Arc<Session>, u64) {
+        let session = Arc::new(Session {
+            id: uuid::Uuid::new_v4().to_string(),
+            route: EventRoute::default(),
+            processes: Mutex::new(HashMap::new()),
+            attachment: Mutex::new(Attachment {
+                connection: Some(connection),
+                epoch: 1,
+                expiry: None,
+            }),
+            taken_over: Notify::new(),
+        });
+        session.route.set(Some(sender));
+        lock(&self.sessions).insert(session.id.clone(), session.clone());
+        (session, 1)
+    }
+
+    /// Re-attaches a detached session to `connection`.
+    pub fn resume(
+        &self,
+        id: &str,
+        connection: ConnectionId,
+        sender: mpsc::Sender<String>,
+    ) -> Result<(Arc<Session>, u64), RpcError> {
+        let session = lock(&self.sessions)
+            .get(id)
+            .cloned()
+            .ok_or_else(|| RpcError::invalid_request(format!("unknown session id {id}")))?;
+        let epoch = {
+            let mut attachment = lock(&session.attachment);
+            if attachment.connection.is_some() {
+                return Err(RpcError::session_already_attached(format!(
+                    "session {id} is already attached to another connection"
+                )));
+            }
+            if let Some(expiry) = attachment.expiry.take() {
+                expiry.abort();
+            }
+            attachment.connection = Some(connection);
+            attachment.epoch += 1;
+            session.route.set(Some(sender));
+            attachment.epoch
+        };
+        session.taken_over.notify_waiters();
+        Ok((session, epoch))
+    }
+
+    /// Detaches `session` from `connection` (if still attached there) and
+    /// schedules its expiry.
+    pub fn detach(self: &Arc<Self>, session: &Arc<Session>, connection: ConnectionId) {
+        let mut attachment = lock(&session.attachment);
+        if attachment.connection != Some(connection) {
+            return;
+        }
+        attachment.connection = None;
+        session.route.set(None);
+        let epoch = attachment.epoch;
+        if self.grace.is_zero() {
+            drop(attachment);
+            self.expire(session, epoch);
+            return;
+        }
+        let registry = Arc::downgrade(self);
+        let weak = Arc::downgrade(session);
+        let grace = self.grace;
+        let task = tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            if let (Some(registry), Some(session)) = (registry.upgrade(), weak.upgrade()) {
+                registry.expire(&session, epoch);
+            }
+        });
+        attachment.expiry = Some(task.abort_handle());
+    }
+
+    /// Removes a still-detached session and kills its processes.
+    fn expire(&self, session: &Arc<Session>, epoch: u64) {
+        {
+            let attachment = lock(&session.attachment);
+            if attachment.connection.is_some() || attachment.epoch != epoch {
+                return;
+            }
+        }
+        lock(&self.sessions).remove(&session.id);
+        let session = session.clone();
+        tokio::task::spawn_blocking(move || session.kill_all_blocking());
+    }
+
+    /// Kills every process of every session (server shutdown, stdio EOF).
+    pub fn kill_everything_blocking(&self) {
+        let sessions: Vec<_> = lock(&self.sessions).values().cloned().collect();
+        for session in sessions {
+            session.kill_all_blocking();
+        }
+    }
+
+    /// A weak handle for eviction callbacks.
+    pub fn weak_session(session: &Arc<Session>) -> Weak<Session> {
+        Arc::downgrade(session)
+    }
+}

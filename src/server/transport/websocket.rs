@@ -1,0 +1,152 @@
+//! WebSocket transport over TCP or a Unix socket: the accept loop, the HTTP
+//! gate ([`super::http`]), and per connection a reader (this task) and a
+//! writer task that alone owns the sink, drains the bounded outbound queue in
+//! batches and sends a ping every 30 s.
+
+use std::sync::Arc;
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use tokio_tungstenite::WebSocketStream;
+
+use super::http::{self, AccessPolicy, Decision};
+use crate::server::config::{OUTBOUND_QUEUE, PING_INTERVAL};
+use crate::server::connection::{Connection, Shared};
+
+/// Messages written per flush at most.
+const WRITE_BATCH: usize = 64;
+
+/// The access policy of the configured server.
+pub fn access_policy(shared: &Shared) -> AccessPolicy {
+    AccessPolicy {
+        token: shared.config.auth_token.clone(),
+        allowed_origins: shared.config.allowed_origins.clone(),
+    }
+}
+
+/// Serves one accepted stream: HTTP gate, then the WebSocket connection.
+pub async fn serve_stream<S>(mut stream: S, peer: String, shared: Shared, policy: Arc<AccessPolicy>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (head, leftover) =
+        match tokio::time::timeout(http::HEAD_TIMEOUT, http::read_head(&mut stream)).await {
+            Ok(Ok(read)) => read,
+            Ok(Err(http::HeadError::Malformed)) | Ok(Err(http::HeadError::TooLarge)) => {
+                let _ = stream
+                    .write_all(http::response(400, "Bad Request").as_bytes())
+                    .await;
+                return;
+            }
+            _ => return,
+        };
+    match http::decide(&head, &policy) {
+        Decision::Respond { status, reason } => {
+            let _ = stream
+                .write_all(http::response(status, reason).as_bytes())
+                .await;
+            let _ = stream.shutdown().await;
+        }
+        Decision::Upgrade { accept } => {
+            if stream
+                .write_all(http::switching_protocols(&accept).as_bytes())
+                .await
+                .is_err()
+            {
+                return;
+            }
+            let cap = shared.config.transport_cap();
+            let config = WebSocketConfig::default()
+                .max_message_size(Some(cap))
+                .max_frame_size(Some(cap));
+            let ws =
+                WebSocketStream::from_partially_read(stream, leftover, Role::Server, Some(config))
+                    .await;
+            run(ws, peer, shared).await;
+        }
+    }
+}
+
+async fn run<S>(ws: WebSocketStream<S>, peer: String, shared: Shared)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (sink, mut inbound) = ws.split();
+    let (out_tx, out_rx) = mpsc::channel::<String>(OUTBOUND_QUEUE);
+    let (stop_tx, stop_rx) = oneshot::channel::<Option<CloseFrame>>();
+    let writer = tokio::spawn(write_loop(sink, out_rx, stop_rx));
+    let prefix =
+        format!("failed to parse websocket JSON-RPC message from exec-server websocket {peer}");
+    let conn = Connection::new(shared, out_tx, prefix);
+    let mut close = None;
+    while let Some(message) = inbound.next().await {
+        match message {
+            Ok(Message::Text(text)) => conn.handle_message(text.as_bytes()).await,
+            Ok(Message::Binary(bytes)) => conn.handle_message(&bytes).await,
+            Ok(Message::Close(_)) => break,
+            Ok(_) => {}
+            Err(WsError::Capacity(err)) => {
+                close = Some(CloseFrame {
+                    code: CloseCode::Size,
+                    reason: err.to_string().into(),
+                });
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    conn.close();
+    let _ = stop_tx.send(close);
+    let _ = writer.await;
+}
+
+async fn write_loop<K>(
+    mut sink: K,
+    mut queue: mpsc::Receiver<String>,
+    mut stop: oneshot::Receiver<Option<CloseFrame>>,
+) where
+    K: futures_util::Sink<Message, Error = WsError> + Unpin,
+{
+    let mut ping =
+        tokio::time::interval_at(tokio::time::Instant::now() + PING_INTERVAL, PING_INTERVAL);
+    loop {
+        tokio::select! {
+            biased;
+            frame = &mut stop => {
+                if let Ok(Some(frame)) = frame {
+                    let _ = sink.send(Message::Close(Some(frame))).await;
+                }
+                let _ = sink.close().await;
+                return;
+            }
+            message = queue.recv() => {
+                let Some(text) = message else { return };
+                if sink.feed(Message::Text(text.into())).await.is_err() {
+                    return;
+                }
+                for _ in 1..WRITE_BATCH {
+                    match queue.try_recv() {
+                        Ok(text) => {
+                            if sink.feed(Message::Text(text.into())).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(_) => break,
+                    }
+                }
+                if sink.flush().await.is_err() {
+                    return;
+                }
+            }
+            _ = ping.tick() => {
+                if sink.send(Message::Ping(Default::default())).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}

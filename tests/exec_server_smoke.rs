@@ -1,0 +1,342 @@
+//! End-to-end smoke tests of the exec-server through the real binary and a
+//! real WebSocket: handshake, a process's events, malformed input, tree-wide
+//! termination and session resume.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+/// Safety net for a test that would otherwise hang; never a way to synchronise.
+const SAFETY: Duration = Duration::from_secs(30);
+
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_codexbox"))
+            .args(["exec-server", "--listen", "ws://127.0.0.1:0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn codexbox");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("listen line");
+        assert!(line.starts_with("ws://"), "unexpected first line {line:?}");
+        Server {
+            child,
+            url: line.trim_end().to_owned(),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Client {
+    ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    next_id: i64,
+}
+
+impl Client {
+    async fn connect(url: &str) -> Client {
+        let (ws, _) = tokio_tungstenite::connect_async(url)
+            .await
+            .expect("connect");
+        Client { ws, next_id: 1 }
+    }
+
+    async fn send_raw(&mut self, text: String) {
+        self.ws
+            .send(Message::Text(text.into()))
+            .await
+            .expect("send");
+    }
+
+    async fn recv(&mut self) -> Value {
+        loop {
+            let message = tokio::time::timeout(SAFETY, self.ws.next())
+                .await
+                .expect("message before the safety deadline")
+                .expect("connection open")
+                .expect("frame");
+            match message {
+                Message::Text(text) => return serde_json::from_str(&text).expect("json"),
+                Message::Binary(_) => panic!("server sent a binary frame"),
+                _ => continue,
+            }
+        }
+    }
+
+    /// Sends a request and returns its answer; notifications that arrive
+    /// meanwhile are appended to `events`.
+    async fn call(&mut self, method: &str, params: Value, events: &mut Vec<Value>) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send_raw(json!({"id": id, "method": method, "params": params}).to_string())
+            .await;
+        loop {
+            let message = self.recv().await;
+            if message.get("id") == Some(&json!(id)) {
+                return message;
+            }
+            events.push(message);
+        }
+    }
+
+    async fn handshake(&mut self) -> String {
+        let answer = self
+            .call(
+                "initialize",
+                json!({"clientName": "smoke"}),
+                &mut Vec::new(),
+            )
+            .await;
+        self.send_raw(json!({"method": "initialized", "params": {}}).to_string())
+            .await;
+        answer["result"]["sessionId"]
+            .as_str()
+            .expect("sessionId")
+            .to_owned()
+    }
+
+    /// Collects notifications for `process_id` until its `process/closed`.
+    async fn until_closed(&mut self, process_id: &str, events: &mut Vec<Value>) {
+        loop {
+            if events
+                .iter()
+                .any(|e| e["method"] == "process/closed" && e["params"]["processId"] == process_id)
+            {
+                return;
+            }
+            let message = self.recv().await;
+            events.push(message);
+        }
+    }
+}
+
+fn start_params(id: &str, argv: &[&str]) -> Value {
+    json!({"processId": id, "argv": argv, "cwd": "/tmp", "env": {"PATH": "/usr/bin:/bin"}, "tty": false})
+}
+
+fn events_of<'a>(events: &'a [Value], id: &str) -> Vec<&'a Value> {
+    events
+        .iter()
+        .filter(|e| e["params"]["processId"] == id)
+        .collect()
+}
+
+fn output_of(events: &[&Value]) -> String {
+    use base64::Engine;
+    let mut out = Vec::new();
+    for e in events.iter().filter(|e| e["method"] == "process/output") {
+        let chunk = e["params"]["chunk"].as_str().expect("chunk");
+        out.extend(
+            base64::engine::general_purpose::STANDARD
+                .decode(chunk)
+                .expect("base64"),
+        );
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn is_alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+#[tokio::test]
+async fn true_exits_then_closes_with_contiguous_seqs() {
+    let server = Server::start(&[]);
+    let mut client = Client::connect(&server.url).await;
+    client.handshake().await;
+    let mut events = Vec::new();
+    let answer = client
+        .call("process/start", start_params("p1", &["true"]), &mut events)
+        .await;
+    assert_eq!(answer, json!({"id": 2, "result": {"processId": "p1"}}));
+    client.until_closed("p1", &mut events).await;
+    let events = events_of(&events, "p1");
+    assert_eq!(
+        events,
+        [
+            &json!({"method":"process/exited","params":{"processId":"p1","seq":1,"exitCode":0,"sandboxDenied":false}}),
+            &json!({"method":"process/closed","params":{"processId":"p1","seq":2}}),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn output_precedes_exit_in_seq_order() {
+    let server = Server::start(&[]);
+    let mut client = Client::connect(&server.url).await;
+    client.handshake().await;
+    let mut events = Vec::new();
+    client
+        .call(
+            "process/start",
+            start_params("p", &["sh", "-c", "printf out; printf err >&2; exit 7"]),
+            &mut events,
+        )
+        .await;
+    client.until_closed("p", &mut events).await;
+    let events = events_of(&events, "p");
+    let seqs: Vec<u64> = events
+        .iter()
+        .map(|e| e["params"]["seq"].as_u64().expect("seq"))
+        .collect();
+    assert_eq!(seqs, [1, 2, 3, 4]);
+    assert_eq!(events[2]["method"], "process/exited");
+    assert_eq!(events[2]["params"]["exitCode"], 7);
+    assert_eq!(events[3]["method"], "process/closed");
+    let read = client
+        .call("process/read", json!({"processId": "p"}), &mut Vec::new())
+        .await;
+    assert_eq!(read["result"]["nextSeq"], 5);
+    assert_eq!(read["result"]["chunks"].as_array().map(Vec::len), Some(2));
+    assert_eq!(read["result"]["truncated"], false);
+}
+
+#[tokio::test]
+async fn malformed_input_gets_the_minus_one_error_and_the_connection_keeps_serving() {
+    let server = Server::start(&[]);
+    let mut client = Client::connect(&server.url).await;
+    let nested = "[".repeat(200_000);
+    let big = format!(
+        r#"{{"id":1,"method":"x","params":"{}"}}"#,
+        "a".repeat(100 << 20)
+    );
+    for bad in [
+        "not-json".to_owned(),
+        r#"{"id":1,"method":"a","method":"b"}"#.to_owned(),
+        nested,
+        r#"{"method":"bogus"}"#.to_owned(),
+        big,
+    ] {
+        client.send_raw(bad).await;
+        let answer = client.recv().await;
+        assert_eq!(answer["id"], -1, "{answer}");
+        assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    }
+    client.handshake().await;
+    let status = client
+        .call("environment/status", Value::Null, &mut Vec::new())
+        .await;
+    assert_eq!(status["result"], json!({"status": "ready"}));
+}
+
+#[tokio::test]
+async fn terminate_kills_descendants_that_left_the_group() {
+    let server = Server::start(&[]);
+    let mut client = Client::connect(&server.url).await;
+    client.handshake().await;
+    let mut events = Vec::new();
+    // A setsid'd child and a double-forked daemon, both printing their pid.
+    let script = "setsid sleep 1000 & echo $!; (setsid sh -c 'sleep 1000 & echo $!' &); wait";
+    client
+        .call(
+            "process/start",
+            start_params("t", &["sh", "-c", script]),
+            &mut events,
+        )
+        .await;
+    let pids = loop {
+        let text = output_of(&events_of(&events, "t"));
+        let pids: Vec<i32> = text
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        if pids.len() == 2 {
+            break pids;
+        }
+        events.push(client.recv().await);
+    };
+    assert!(pids.iter().all(|&pid| is_alive(pid)));
+    let answer = client
+        .call("process/terminate", json!({"processId": "t"}), &mut events)
+        .await;
+    assert_eq!(answer["result"], json!({"running": true}));
+    client.until_closed("t", &mut events).await;
+    let exited = events
+        .iter()
+        .find(|e| e["method"] == "process/exited")
+        .expect("exited");
+    assert_eq!(exited["params"]["exitCode"], 137);
+    assert_eq!(exited["params"]["signal"], "SIGKILL");
+    // `closed` means every holder of the output pipes is dead.
+    for pid in pids {
+        assert!(!is_alive(pid), "descendant {pid} survived terminate");
+    }
+}
+
+#[tokio::test]
+async fn a_detached_session_resumes_with_the_output_produced_meanwhile() {
+    let server = Server::start(&[]);
+    let mut first = Client::connect(&server.url).await;
+    let session = first.handshake().await;
+    let mut events = Vec::new();
+    first
+        .call(
+            "process/start",
+            json!({"processId":"r","argv":["cat"],"cwd":"file:///tmp","env":{},"tty":false,"pipeStdin":true}),
+            &mut events,
+        )
+        .await;
+    drop(first);
+    let mut second = Client::connect(&server.url).await;
+    // The server may not have seen the first connection close yet (-32010).
+    let answer = loop {
+        let answer = second
+            .call(
+                "initialize",
+                json!({"clientName":"smoke","resumeSessionId": session}),
+                &mut Vec::new(),
+            )
+            .await;
+        if answer["error"]["code"] != -32010 {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(answer["result"]["sessionId"], json!(session));
+    second
+        .send_raw(json!({"method":"initialized","params":{}}).to_string())
+        .await;
+    let write = second
+        .call(
+            "process/write",
+            json!({"processId":"r","chunk":"aGVsbG8K","writeId":"1","closeStdin":true}),
+            &mut events,
+        )
+        .await;
+    assert_eq!(write["result"], json!({"status":"accepted"}));
+    second.until_closed("r", &mut events).await;
+    let read = second
+        .call(
+            "process/read",
+            json!({"processId":"r","afterSeq":0}),
+            &mut Vec::new(),
+        )
+        .await;
+    assert_eq!(read["result"]["chunks"][0]["chunk"], "aGVsbG8K");
+    assert_eq!(read["result"]["exitCode"], 0);
+}
