@@ -501,7 +501,7 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
             return landlock_backend(args, prepared);
         }
         use std::io::Write;
-        let _ = std::io::stderr().write_all(&outcome.stderr);
+        let _ = std::io::stderr().write_all(&outcome.held);
         return Ok(outcome.code);
     }
 }
