@@ -124,12 +124,12 @@ pub fn read_cache(dir: &Path, key: &str) -> Option<LauncherCaps> {
         };
         if k == key {
             let b: Vec<bool> = v.bytes().map(|c| c == b'1').collect();
-            if b.len() == 4 {
+            if let [argv0, perms, cap_drop, disable_userns] = b[..] {
                 return Some(LauncherCaps {
-                    argv0: b[0],
-                    perms: b[1],
-                    cap_drop: b[2],
-                    disable_userns: b[3],
+                    argv0,
+                    perms,
+                    cap_drop,
+                    disable_userns,
                 });
             }
         }
