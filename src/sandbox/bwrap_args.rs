@@ -909,4 +909,40 @@ mod tests {
             "{text}"
         );
     }
+
+    #[test]
+    fn restricted_policy_chdirs_to_canonical_command_cwd() {
+        let (_dir, root) = fixture();
+        std::fs::create_dir_all(root.join("real")).unwrap();
+        std::os::unix::fs::symlink(root.join("real"), root.join("alias")).unwrap();
+        let policy = resolve(&FileSystemSandboxPolicy::read_only(), &root);
+        let text = render(&build(&inputs(&policy, &root.join("alias"))).unwrap());
+        assert!(
+            text.contains(&format!("--chdir {} --argv0", root.join("real").display())),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn root_read_directory_carve_outs_are_masked_read_only() {
+        let (_dir, root) = fixture();
+        std::fs::create_dir_all(root.join("secrets")).unwrap();
+        let fs = split(vec![
+            FileSystemSandboxEntry::special(
+                crate::sandbox::policy::FileSystemSpecialPath::Root,
+                Read,
+            ),
+            FileSystemSandboxEntry::path(root.join("secrets"), Deny),
+        ]);
+        let policy = resolve(&fs, &root);
+        let text = render(&build(&inputs(&policy, &root)).unwrap());
+        assert!(
+            text.starts_with(&format!(
+                "--new-session --die-with-parent --ro-bind / / --dev /dev \
+                 --perms 000 --tmpfs {0} --remount-ro {0} --unshare-user",
+                root.join("secrets").display()
+            )),
+            "{text}"
+        );
+    }
 }
