@@ -314,10 +314,27 @@ fn run_args(args: Args) -> Result<i32, Failure> {
         return Err(fail(inner::exec(&args.command)));
     }
 
+    // WSL1 cannot create the namespaces bubblewrap needs.
+    let backend = if backend != Backend::Landlock && is_wsl1() {
+        if backend == Backend::Bwrap {
+            return Err(fail(
+                "bubblewrap is not supported on WSL1, which cannot create user namespaces; use WSL2 or --backend landlock",
+            ));
+        }
+        Backend::Landlock
+    } else {
+        backend
+    };
     match backend {
         Backend::Landlock => landlock_backend(&args, &prepared),
         Backend::Bwrap | Backend::Auto => bwrap_backend(&args, &prepared, backend == Backend::Auto),
     }
+}
+
+fn is_wsl1() -> bool {
+    let version = std::fs::read_to_string("/proc/version").unwrap_or_default();
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    crate::sandbox::probe::detect_wsl(&version, &release) == crate::sandbox::probe::Wsl::Wsl1
 }
 
 fn net_name(n: NetworkSandboxPolicy) -> &'static str {
