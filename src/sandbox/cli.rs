@@ -367,7 +367,7 @@ fn inner_stage(args: &Args) -> Result<i32, Failure> {
 fn landlock_backend(args: &Args, prepared: &Prepared) -> Result<i32, Failure> {
     if args.explain {
         let abi = crate::sandbox::probe::host().landlock_abi.unwrap_or(0);
-        let plan = crate::sandbox::landlock::plan(&prepared.resolved, abi);
+        let plan = crate::sandbox::landlock::plan(&prepared.resolved, abi).map_err(fail)?;
         println!("backend: landlock (ABI {abi})");
         println!("profile: {}", prepared.profile.to_json());
         println!("network: {}", net_name(prepared.network));
