@@ -306,7 +306,8 @@ fn run_args(args: Args) -> Result<i32, Failure> {
         })?;
         if prepared.profile != PermissionProfile::Disabled {
             if prepared.network.is_enabled() {
-                crate::sandbox::confine::set_no_new_privs().map_err(fail)?;
+                // Still no capabilities for a root caller (SPEC §5.3 item 7).
+                crate::sandbox::confine::confine_process().map_err(fail)?;
             } else {
                 inner::confine(SeccompMode::Restricted).map_err(fail)?;
             }
