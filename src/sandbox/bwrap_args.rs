@@ -549,6 +549,17 @@ impl Builder<'_> {
         }
         if i.mount_proc {
             self.out.texts(&["--proc", "/proc"]);
+        } else {
+            // Without a fresh procfs the host's /proc (bound with `/`) would
+            // show every host process: hide it instead.
+            self.out.texts(&[
+                "--perms",
+                "555",
+                "--tmpfs",
+                "/proc",
+                "--remount-ro",
+                "/proc",
+            ]);
         }
         let cwd = canonical_or_self(&i.command_cwd);
         self.out.text("--chdir");
@@ -660,7 +671,7 @@ mod tests {
             render(&cmd),
             format!(
                 "--new-session --die-with-parent --ro-bind / / --dev /dev {NS} --cap-drop ALL \
-                 --chdir / -- /opt/codexbox linux-sandbox --apply-seccomp-then-exec -- \
+                 --perms 555 --tmpfs /proc --remount-ro /proc --chdir / -- /opt/codexbox linux-sandbox --apply-seccomp-then-exec -- \
                  /opt/codexbox -- x"
             )
         );
@@ -879,5 +890,23 @@ mod tests {
         let policy = resolve(&fs, Path::new("/"));
         let text = render(&build(&inputs(&policy, Path::new("/"))).unwrap());
         assert!(!text.contains("--bind /does"), "{text}");
+    }
+
+    #[test]
+    fn helper_state_directory_is_hidden() {
+        let (_dir, root) = fixture();
+        let state = root.join("state");
+        std::fs::create_dir_all(&state).unwrap();
+        let policy = resolve(&FileSystemSandboxPolicy::read_only(), Path::new("/"));
+        let mut i = inputs(&policy, Path::new("/"));
+        i.extra_deny = vec![state.clone()];
+        let text = render(&build(&i).unwrap());
+        assert!(
+            text.contains(&format!(
+                "--perms 000 --tmpfs {0} --remount-ro {0} --unshare-user",
+                state.display()
+            )),
+            "{text}"
+        );
     }
 }

@@ -415,6 +415,12 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
         glob_matches = expansion.paths;
     }
 
+    let protected_paths: Vec<PathBuf> = prepared
+        .resolved
+        .writable_roots()
+        .iter()
+        .flat_map(|w| w.protected_metadata_names.iter().map(|n| w.root.join(n)))
+        .collect();
     let inner_profile = prepared.profile.with_network(prepared.network);
     let mut mount_proc = !args.no_proc;
     let mut attempt = 0;
@@ -463,22 +469,34 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
             print_explain(prepared, &choice, &built);
             return Ok(0);
         }
-        let fds = run::RunFds {
-            masks: run::RunFds::open(built.fd_count()).map_err(fail)?.masks,
-            stderr: fds.stderr,
-        };
+        let fds = fds.with_masks(built.fd_count()).map_err(fail)?;
         let argv = built.render(&fds.mask_numbers());
         let registration = state::register(&state_dir, &built.synthetic_targets).map_err(fail)?;
+        let links = state::ProtectedLinks::snapshot(&protected_paths);
         let outcome = run::run(&choice, &argv, &fds);
         drop(fds);
         registration.cleanup();
-        let outcome = outcome.map_err(fail)?;
+        let restored = links.restore();
+        let mut outcome = outcome.map_err(fail)?;
+        for p in &restored {
+            eprintln!(
+                "{PREFIX}: sandbox blocked replacement of protected workspace metadata path {}",
+                p.display()
+            );
+        }
+        if !restored.is_empty() && outcome.code == 0 {
+            outcome.code = 1;
+        }
         let text = String::from_utf8_lossy(&outcome.stderr).into_owned();
         if outcome.code != 0 && mount_proc && attempt == 1 && run::is_proc_mount_failure(&text) {
             mount_proc = false;
             continue;
         }
-        if outcome.code != 0 && auto && attempt <= 2 && run::is_userns_failure(&text) {
+        let setup_failed = outcome.code != 0 && text.contains("bwrap: ");
+        if auto
+            && setup_failed
+            && (run::is_userns_failure(&text) || !crate::sandbox::probe::host().userns_usable())
+        {
             eprintln!("{PREFIX}: note: bubblewrap cannot create user namespaces here; using the Landlock backend");
             return landlock_backend(args, prepared);
         }

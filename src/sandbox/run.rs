@@ -19,7 +19,6 @@
 
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
@@ -64,11 +63,6 @@ impl RunFds {
     /// Opens `masks` fds and duplicates stderr (all close-on-exec here;
     /// made inheritable in the child only).
     pub fn open(masks: usize) -> Result<RunFds, RunError> {
-        let mut v = Vec::with_capacity(masks);
-        for _ in 0..masks {
-            let f = File::open("/dev/null").map_err(RunError::DevNull)?;
-            v.push(OwnedFd::from(f));
-        }
         let stderr = std::io::stderr().as_raw_fd().to_owned();
         // SAFETY: F_DUPFD_CLOEXEC duplicates a valid fd; no memory involved.
         let dup = unsafe { libc::fcntl(stderr, libc::F_DUPFD_CLOEXEC, 3) };
@@ -77,7 +71,24 @@ impl RunFds {
         }
         // SAFETY: `dup` is a fresh fd we own.
         let stderr = unsafe { OwnedFd::from_raw_fd(dup) };
-        Ok(RunFds { masks: v, stderr })
+        RunFds {
+            masks: Vec::new(),
+            stderr,
+        }
+        .with_masks(masks)
+    }
+
+    /// The same stderr with `masks` fresh mask fds.
+    pub fn with_masks(self, masks: usize) -> Result<RunFds, RunError> {
+        let mut v = Vec::with_capacity(masks);
+        for _ in 0..masks {
+            let f = File::open("/dev/null").map_err(RunError::DevNull)?;
+            v.push(OwnedFd::from(f));
+        }
+        Ok(RunFds {
+            masks: v,
+            stderr: self.stderr,
+        })
     }
 
     pub fn mask_numbers(&self) -> Vec<i32> {
@@ -175,6 +186,13 @@ pub fn run(
             ] {
                 libc::signal(sig, libc::SIG_DFL);
             }
+            // The forwarded signals are blocked in the helper; the launcher
+            // must start with an empty mask.
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            if libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             Ok(())
         });
     }
@@ -192,46 +210,84 @@ pub fn run(
     };
     let pid = Pid::from_raw(child.id() as i32);
 
-    let reader = std::thread::spawn(move || {
-        let mut file = File::from(read_end);
-        let mut kept = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            match file.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    let room = MAX_CAPTURED_STDERR.saturating_sub(kept.len());
-                    kept.extend_from_slice(&buf[..n.min(room)]);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => break,
-            }
-        }
-        kept
-    });
+    // One loop, no thread: poll bwrap's stderr pipe and a signalfd. When
+    // bwrap has exited, its messages (and the inner stage's) are already in
+    // the pipe: drain it without waiting for EOF, which only comes once the
+    // sandbox's pid 1 is torn down (tens of ms for a network namespace).
+    let result = wait_and_capture(pid, read_end, &set);
+    let _ = old.thread_set_mask();
+    result
+}
 
-    let code = loop {
-        match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(_, c)) => break c,
-            Ok(WaitStatus::Signaled(_, s, _)) => break 128 + s as i32,
-            Ok(_) => {}
-            Err(nix::Error::EINTR) => continue,
-            Err(e) => {
-                let _ = old.thread_set_mask();
-                return Err(RunError::Wait(e));
-            }
+fn read_some(fd: &OwnedFd, kept: &mut Vec<u8>) -> bool {
+    let mut buf = [0u8; 4096];
+    match nix::unistd::read(fd, &mut buf) {
+        Ok(0) => false,
+        Ok(n) => {
+            let room = MAX_CAPTURED_STDERR.saturating_sub(kept.len());
+            kept.extend_from_slice(&buf[..n.min(room)]);
+            true
         }
-        match set.wait() {
-            Ok(Signal::SIGCHLD) => {}
-            Ok(sig) => {
+        Err(nix::Error::EINTR) => true,
+        Err(_) => false,
+    }
+}
+
+fn wait_and_capture(pid: Pid, pipe: OwnedFd, set: &SigSet) -> Result<RunOutcome, RunError> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
+    use std::os::fd::AsFd;
+
+    let _ = nix::fcntl::fcntl(
+        &pipe,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    );
+    let sfd = SignalFd::with_flags(set, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .map_err(RunError::Wait)?;
+    let mut kept = Vec::new();
+    let mut pipe_open = true;
+    loop {
+        match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(_, c)) => return Ok(finish(c, &pipe, pipe_open, kept)),
+            Ok(WaitStatus::Signaled(_, s, _)) => {
+                return Ok(finish(128 + s as i32, &pipe, pipe_open, kept))
+            }
+            Ok(_) | Err(nix::Error::EINTR) => {}
+            Err(e) => return Err(RunError::Wait(e)),
+        }
+        let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+        if pipe_open {
+            fds.push(PollFd::new(pipe.as_fd(), PollFlags::POLLIN));
+        }
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) | Err(nix::Error::EINTR) => {}
+            Err(e) => return Err(RunError::Wait(e)),
+        }
+        let pipe_ready = fds
+            .get(1)
+            .and_then(|f| f.revents())
+            .is_some_and(|r| !r.is_empty());
+        if pipe_ready {
+            pipe_open = read_some(&pipe, &mut kept);
+        }
+        while let Ok(Some(info)) = sfd.read_signal() {
+            let Ok(sig) = Signal::try_from(info.ssi_signo as i32) else {
+                continue;
+            };
+            if sig != Signal::SIGCHLD {
                 let _ = nix::sys::signal::kill(pid, sig);
             }
-            Err(_) => {}
         }
-    };
-    let _ = old.thread_set_mask();
-    let stderr = reader.join().unwrap_or_default();
-    Ok(RunOutcome { code, stderr })
+    }
+}
+
+/// Drains what is already in the pipe (non-blocking) and builds the outcome.
+fn finish(code: i32, pipe: &OwnedFd, mut open: bool, mut kept: Vec<u8>) -> RunOutcome {
+    while open {
+        let before = kept.len();
+        open = read_some(pipe, &mut kept) && kept.len() > before;
+    }
+    RunOutcome { code, stderr: kept }
 }
 
 /// Does bwrap's stderr show a failed `/proc` mount (old and 0.12 wording)?

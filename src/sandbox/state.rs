@@ -252,8 +252,9 @@ fn is_empty_node(path: &Path) -> bool {
 #[derive(Debug)]
 pub struct Registration {
     mounts: PathBuf,
-    /// (target, created by a sandbox run: ours or a dead/live peer's)
-    targets: Vec<(SyntheticTarget, bool)>,
+    /// (target, created by a sandbox run: ours or a dead/live peer's,
+    /// canonical parent directory at registration)
+    targets: Vec<(SyntheticTarget, bool, Option<PathBuf>)>,
 }
 
 /// Registers `targets` before bwrap runs.
@@ -290,7 +291,8 @@ pub fn register(dir: &Path, targets: &[SyntheticTarget]) -> Result<Registration,
         let mut f = open_nofollow(&entry.join(me.to_string()), true).map_err(io)?;
         let kind = if synthetic { "synthetic" } else { "existing" };
         writeln!(f, "{kind}\n{}", t.path.display()).map_err(io)?;
-        reg.targets.push((t.clone(), synthetic));
+        let parent = t.path.parent().and_then(|p| p.canonicalize().ok());
+        reg.targets.push((t.clone(), synthetic, parent));
     }
     Ok(reg)
 }
@@ -307,14 +309,19 @@ impl Registration {
             return removed;
         };
         let me = std::process::id().to_string();
-        for (t, synthetic) in &self.targets {
+        for (t, synthetic, parent) in &self.targets {
             let entry = self.mounts.join(entry_name(&t.path));
             let _ = std::fs::remove_file(entry.join(&me));
             let others_alive = markers(&entry).iter().any(|(_, _, alive)| *alive);
             if others_alive {
                 continue;
             }
-            if *synthetic && is_empty_node(&t.path) {
+            // The sandboxed command may have swapped a parent directory for
+            // a symlink: only remove where the parent still resolves to the
+            // directory it was at registration.
+            let same_parent =
+                parent.is_some() && t.path.parent().and_then(|p| p.canonicalize().ok()) == *parent;
+            if *synthetic && same_parent && is_empty_node(&t.path) {
                 let gone = if t.is_dir {
                     std::fs::remove_dir(&t.path)
                 } else {
@@ -327,6 +334,67 @@ impl Registration {
             let _ = std::fs::remove_dir_all(&entry);
         }
         removed
+    }
+}
+
+/// Protected metadata names that are symlinks inside writable roots. A
+/// symlink cannot carry a mount, so the sandbox protects its target, but
+/// the link itself could be replaced during the run; it is checked, and
+/// restored, afterwards.
+#[derive(Debug, Default)]
+pub struct ProtectedLinks {
+    /// (link path, its target, inode, canonical parent)
+    links: Vec<(PathBuf, PathBuf, u64, PathBuf)>,
+}
+
+impl ProtectedLinks {
+    /// Records which of `paths` are symlinks.
+    pub fn snapshot(paths: &[PathBuf]) -> ProtectedLinks {
+        let mut links = Vec::new();
+        for p in paths {
+            let Ok(meta) = p.symlink_metadata() else {
+                continue;
+            };
+            if !meta.file_type().is_symlink() {
+                continue;
+            }
+            let parent = p.parent().and_then(|d| d.canonicalize().ok());
+            if let (Ok(target), Some(parent)) = (std::fs::read_link(p), parent) {
+                links.push((p.clone(), target, meta.ino(), parent));
+            }
+        }
+        ProtectedLinks { links }
+    }
+
+    /// Puts back every link the command replaced; returns the paths.
+    pub fn restore(&self) -> Vec<PathBuf> {
+        let mut restored = Vec::new();
+        for (path, target, ino, parent) in &self.links {
+            let unchanged = path
+                .symlink_metadata()
+                .is_ok_and(|m| m.file_type().is_symlink() && m.ino() == *ino);
+            if unchanged {
+                continue;
+            }
+            let same_parent =
+                path.parent().and_then(|p| p.canonicalize().ok()).as_ref() == Some(parent);
+            if !same_parent {
+                restored.push(path.clone());
+                continue;
+            }
+            match path.symlink_metadata() {
+                Ok(m) if m.file_type().is_dir() => {
+                    let _ = std::fs::remove_dir_all(path);
+                }
+                Ok(_) => {
+                    let _ = std::fs::remove_file(path);
+                }
+                Err(_) => {}
+            }
+            let _ = std::os::unix::fs::symlink(target, path);
+            restored.push(path.clone());
+        }
+        restored
     }
 }
 
@@ -394,6 +462,46 @@ mod tests {
                 .unwrap()
                 .count(),
             1
+        );
+    }
+
+    #[test]
+    fn cleanup_never_follows_a_swapped_parent() {
+        let state = tempfile::tempdir().unwrap();
+        std::fs::create_dir(state.path().join("mounts")).unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let d = ws.path().join("d");
+        std::fs::create_dir(&d).unwrap();
+        let t = SyntheticTarget {
+            path: d.join(".codex"),
+            is_dir: true,
+        };
+        let reg = register(state.path(), std::slice::from_ref(&t)).unwrap();
+        // The command moved the directory away and left a symlink to a
+        // host directory holding an empty `.codex`.
+        let host = ws.path().join("host");
+        std::fs::create_dir_all(host.join(".codex")).unwrap();
+        std::fs::remove_dir(&d).unwrap();
+        std::os::unix::fs::symlink(&host, &d).unwrap();
+        assert!(reg.cleanup().is_empty());
+        assert!(host.join(".codex").exists());
+    }
+
+    #[test]
+    fn replaced_metadata_links_are_restored() {
+        let ws = tempfile::tempdir().unwrap();
+        let root = ws.path().canonicalize().unwrap();
+        std::fs::create_dir(root.join("decoy")).unwrap();
+        std::os::unix::fs::symlink("decoy", root.join(".codex")).unwrap();
+        let links = ProtectedLinks::snapshot(&[root.join(".codex"), root.join(".git")]);
+        assert!(links.restore().is_empty(), "unchanged");
+        std::fs::remove_file(root.join(".codex")).unwrap();
+        std::fs::create_dir(root.join(".codex")).unwrap();
+        std::fs::write(root.join(".codex/config.toml"), "evil").unwrap();
+        assert_eq!(links.restore(), vec![root.join(".codex")]);
+        assert_eq!(
+            std::fs::read_link(root.join(".codex")).unwrap(),
+            PathBuf::from("decoy")
         );
     }
 }

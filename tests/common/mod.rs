@@ -3,3 +3,4 @@
 pub mod client;
 pub mod confine;
 pub mod fs;
+pub mod sandbox;
