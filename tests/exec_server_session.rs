@@ -39,12 +39,7 @@ async fn resume_after_a_dropped_connection_returns_the_output_produced_meanwhile
 
     let mut ws = server.raw().await;
     assert_eq!(ws.handshake_resume(Some(&session)).await, session);
-    let read = ws
-        .call(
-            "process/read",
-            json!({"processId": "r", "afterSeq": 1, "waitMs": 10000}),
-        )
-        .await;
+    let read = ws.read_until_closed("r", 1).await;
     let chunks = read["chunks"].as_array().cloned().unwrap_or_default();
     let text: Vec<u8> = chunks
         .iter()
@@ -54,19 +49,8 @@ async fn resume_after_a_dropped_connection_returns_the_output_produced_meanwhile
     assert_eq!(chunks[0]["seq"], 2);
     assert_eq!(read["exited"], true);
     assert_eq!(read["exitCode"], 4);
+    assert_eq!(read["closed"], true);
     assert_eq!(read["truncated"], false);
-    // Closed is reached (long-poll until then).
-    let mut closed = read["closed"] == true;
-    while !closed {
-        let next = read["nextSeq"].as_u64().unwrap_or(0);
-        let again = ws
-            .call(
-                "process/read",
-                json!({"processId": "r", "afterSeq": next - 1, "waitMs": 10000}),
-            )
-            .await;
-        closed = again["closed"] == true;
-    }
     assert_no_children(server.pid()).await;
 }
 
@@ -105,9 +89,7 @@ async fn detached_output_is_bounded_by_retention_and_reported_truncated() {
 
     let mut ws = server.raw().await;
     ws.handshake_resume(Some(&session)).await;
-    let read = ws
-        .call("process/read", json!({"processId": "flood", "afterSeq": 1}))
-        .await;
+    let read = ws.read_until_closed("flood", 1).await;
     assert_eq!(read["truncated"], true, "{}", read["truncated"]);
     let retained: Vec<u8> = read["chunks"]
         .as_array()

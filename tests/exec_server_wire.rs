@@ -696,3 +696,58 @@ async fn environment_info_and_status_describe_the_server() {
         json!({"status": "ready"})
     );
 }
+
+#[tokio::test]
+async fn the_live_process_limit_is_a_clear_error_and_frees_up() {
+    let server = Server::start(&["--max-processes", "2"]);
+    let (mut ws, _) = server.session().await;
+    ws.call("process/start", start_params("a", &["sleep", "1000"]))
+        .await;
+    ws.call("process/start", start_params("b", &["sleep", "1000"]))
+        .await;
+    let (code, message) = ws
+        .call_err("process/start", start_params("c", &["true"]))
+        .await;
+    assert_eq!(code, -32600, "{message}");
+    assert!(
+        message.contains('2'),
+        "the message names the limit: {message}"
+    );
+    ws.call("process/terminate", json!({"processId": "a"}))
+        .await;
+    ws.events_until_closed("a").await;
+    ws.call("process/start", start_params("c", &["true"])).await;
+    ws.events_until_closed("c").await;
+    ws.call("process/terminate", json!({"processId": "b"}))
+        .await;
+    ws.events_until_closed("b").await;
+    assert_no_children(server.pid()).await;
+}
+
+#[tokio::test]
+async fn the_message_size_limit_is_configurable_and_answered_with_id_minus_one() {
+    let server = Server::start(&["--max-message-bytes", "4096"]);
+    let (mut ws, _) = server.session().await;
+    let pad = "b".repeat(6000);
+    ws.send_text(format!(
+        r#"{{"id":3,"method":"environment/status","params":{{"pad":"{pad}"}}}}"#
+    ))
+    .await;
+    expect_malformed_error(&mut ws).await;
+    assert_still_serving(&mut ws).await;
+}
+
+/// SPEC §2.2: any message over the size limit gets the id ‑1 error and the
+/// connection stays open, however large it is.
+#[tokio::test]
+async fn a_message_far_above_the_limit_is_answered_and_the_connection_stays_open() {
+    let server = Server::start(&["--max-message-bytes", "4096"]);
+    let (mut ws, _) = server.session().await;
+    let pad = "b".repeat(64 * 1024);
+    ws.send_text(format!(
+        r#"{{"id":3,"method":"environment/status","params":{{"pad":"{pad}"}}}}"#
+    ))
+    .await;
+    expect_malformed_error(&mut ws).await;
+    assert_still_serving(&mut ws).await;
+}

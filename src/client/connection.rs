@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpStream, UnixStream};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
@@ -71,6 +71,11 @@ impl Endpoint {
 struct Shared {
     pending: Mutex<HashMap<i64, oneshot::Sender<Reply>>>,
     closed: AtomicBool,
+    /// Set once the reader has seen the end of the transport.
+    ended: watch::Sender<bool>,
+    /// Whether the caller took the notification receiver. Until then a full
+    /// channel drops notifications instead of stalling responses.
+    receiver_taken: AtomicBool,
 }
 
 impl Shared {
@@ -187,6 +192,8 @@ impl Connection {
         let shared = Arc::new(Shared {
             pending: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
+            ended: watch::channel(false).0,
+            receiver_taken: AtomicBool::new(false),
         });
         let (out_tx, mut out_rx) = mpsc::channel::<Message>(OUTBOUND_QUEUE);
 
@@ -230,6 +237,7 @@ impl Connection {
                 route(&reader_shared, &notify_tx, incoming).await;
             }
             reader_shared.close();
+            reader_shared.ended.send_replace(true);
         });
 
         Ok(Self {
@@ -237,6 +245,11 @@ impl Connection {
             shared,
             next_id: AtomicI64::new(1),
         })
+    }
+
+    /// Records that the caller now drains notifications.
+    pub(crate) fn mark_receiver_taken(&self) {
+        self.shared.receiver_taken.store(true, Ordering::Release);
     }
 
     /// Whether the transport has ended.
@@ -287,6 +300,14 @@ impl Connection {
     pub(crate) fn shutdown(self) {
         drop(self.out_tx);
     }
+
+    /// Closes the WebSocket and waits (at most `limit`) until the server has
+    /// closed its side, so the server has detached the session.
+    pub(crate) async fn shutdown_and_wait(self, limit: std::time::Duration) {
+        let mut ended = self.shared.ended.subscribe();
+        drop(self.out_tx);
+        let _ = tokio::time::timeout(limit, ended.wait_for(|ended| *ended)).await;
+    }
 }
 
 #[derive(serde::Serialize)]
@@ -313,9 +334,15 @@ async fn route(shared: &Shared, notify_tx: &mpsc::Sender<Notification>, incoming
                 method,
                 params: incoming.params.unwrap_or(Value::Null),
             };
-            // A full channel holds the reader back, and with it the socket:
-            // the server then stops reading process output (flow control).
-            let _ = notify_tx.send(notification).await;
+            if shared.receiver_taken.load(Ordering::Acquire) {
+                // A full channel holds the reader back, and with it the
+                // socket: the server then stops reading process output.
+                let _ = notify_tx.send(notification).await;
+            } else {
+                // Nobody listens: never let unread notifications block
+                // responses.
+                let _ = notify_tx.try_send(notification);
+            }
         }
         (None, Some(id)) => {
             let Some(id) = id.as_i64() else {

@@ -8,9 +8,10 @@
 //! new connection with [`ExecServerClient::reconnect`].
 //!
 //! The transport (dialing, reader and writer tasks) lives in `connection`;
-//! the typed views of process messages in `types`. The client never retries
-//! a request on its own: after a disconnect, callers reconnect and catch up
-//! with `process/read { afterSeq }`.
+//! the typed views of process messages in `types`. The client never replays
+//! a request on its own (only the resume handshake is retried while the
+//! server detaches the old connection): after a disconnect, callers
+//! reconnect and catch up with `process/read { afterSeq }`.
 
 mod connection;
 mod types;
@@ -21,6 +22,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use crate::protocol::envelope::code::SESSION_ALREADY_ATTACHED;
 use crate::protocol::{environment, process, METHOD_INITIALIZE, NOTIFY_INITIALIZED};
 use connection::{Connection, Endpoint};
 pub use types::{
@@ -28,8 +30,13 @@ pub use types::{
     StartParams,
 };
 
-/// Default capacity of the notification channel. When it is full the client
-/// stops reading the socket until the receiver catches up.
+/// How long [`ExecServerClient::reconnect`] waits for the server to detach
+/// the session from the previous connection.
+const DETACH_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Default capacity of the notification channel. Once the receiver is taken,
+/// a full channel makes the client stop reading the socket until the
+/// receiver catches up (the server then holds the output back).
 pub const DEFAULT_NOTIFICATION_CAPACITY: usize = 4096;
 
 pub use crate::protocol::envelope::RpcError;
@@ -195,8 +202,16 @@ impl ExecServerClient {
 
     /// Takes the notification receiver of the current connection. Each
     /// connection has its own; it ends when the connection closes.
+    ///
+    /// Until it is taken, notifications that do not fit in the channel are
+    /// dropped; once taken, a full channel pauses reading from the server
+    /// (and with it responses), so keep draining it.
     pub fn take_notifications(&mut self) -> Option<mpsc::Receiver<Notification>> {
-        self.notifications.take()
+        let receiver = self.notifications.take();
+        if receiver.is_some() {
+            self.connection.mark_receiver_taken();
+        }
+        receiver
     }
 
     /// Whether the current connection has ended.
@@ -214,10 +229,26 @@ impl ExecServerClient {
         let connection =
             Connection::open(&self.endpoint, self.options.auth_token.as_deref(), tx).await?;
         let old = std::mem::replace(&mut self.connection, connection);
-        old.shutdown();
+        // The session is attached to the old connection until the server
+        // sees it close.
+        old.shutdown_and_wait(DETACH_WAIT).await;
         self.notifications = Some(rx);
         let name = self.client_name.clone();
-        self.initialize(&name, Some(&session)).await
+        let mut delay = std::time::Duration::from_millis(5);
+        let deadline = tokio::time::Instant::now() + DETACH_WAIT;
+        loop {
+            match self.initialize(&name, Some(&session)).await {
+                // The server may still be detaching the old connection.
+                Err(ClientError::Rpc(error))
+                    if error.code == SESSION_ALREADY_ATTACHED
+                        && tokio::time::Instant::now() + delay < deadline =>
+                {
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(std::time::Duration::from_millis(200));
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Closes the connection. A WebSocket session stays resumable for the

@@ -371,12 +371,19 @@ impl Raw {
 
     /// `initialize` with `resumeSessionId` + `initialized`.
     pub async fn handshake_resume(&mut self, resume: Option<&str>) -> String {
-        let result = self
-            .call(
-                "initialize",
-                json!({"clientName": "exec-server-tests", "resumeSessionId": resume}),
-            )
-            .await;
+        let params = json!({"clientName": "exec-server-tests", "resumeSessionId": resume});
+        let deadline = Instant::now() + WAIT;
+        let result = loop {
+            let response = self.request("initialize", params.clone()).await;
+            match error_of(&response) {
+                None => break response["result"].clone(),
+                // The server may still be detaching the closed connection.
+                Some((-32010, _)) if resume.is_some() && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Some(_) => panic!("initialize {params} failed: {response}"),
+            }
+        };
         self.send(json!({"method": "initialized", "params": {}}))
             .await;
         match result.get("sessionId").and_then(Value::as_str) {
@@ -452,6 +459,35 @@ impl Raw {
             events.push(event);
         }
         events
+    }
+
+    /// Long-polls `process/read` until the process is closed, then returns
+    /// a full read of everything after `after_seq`.
+    pub async fn read_until_closed(&mut self, process_id: &str, after_seq: u64) -> Value {
+        let mut cursor = after_seq;
+        for round in 0.. {
+            assert!(round < 1000, "{process_id} never closed");
+            let read = self
+                .call(
+                    "process/read",
+                    json!({"processId": process_id, "afterSeq": cursor, "waitMs": 10000}),
+                )
+                .await;
+            if read["closed"] == true {
+                break;
+            }
+            let next = read["nextSeq"].as_u64().unwrap_or(cursor + 1);
+            assert!(
+                next > cursor || read["chunks"] == json!([]),
+                "nextSeq went back: {read}"
+            );
+            cursor = next.saturating_sub(1).max(cursor);
+        }
+        self.call(
+            "process/read",
+            json!({"processId": process_id, "afterSeq": after_seq}),
+        )
+        .await
     }
 
     /// Closes the WebSocket.
@@ -719,8 +755,17 @@ pub struct StdioServer {
 
 impl StdioServer {
     pub fn start(extra: &[&str]) -> StdioServer {
+        Self::start_with("stdio", extra)
+    }
+
+    /// Starts with another spelling of the stdio listen URL.
+    pub fn start_listen(listen: &str) -> StdioServer {
+        Self::start_with(listen, &[])
+    }
+
+    fn start_with(listen: &str, extra: &[&str]) -> StdioServer {
         let mut child = match Command::new(BIN)
-            .args(["exec-server", "--listen", "stdio"])
+            .args(["exec-server", "--listen", listen])
             .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
