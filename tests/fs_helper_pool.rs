@@ -80,7 +80,7 @@ async fn warm_helpers_are_reused_and_expire_when_idle() {
         return;
     }
     let server = Server::start_with_env(&[
-        ("CODEXBOX_FS_HELPER_IDLE_MS", "400"),
+        ("CODEXBOX_FS_HELPER_IDLE_MS", "1500"),
         ("FS_TEST_SERVER_ONLY", "must-not-reach-the-helper"),
     ]);
     let client = server.connect().await;
