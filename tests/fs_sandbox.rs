@@ -528,3 +528,33 @@ async fn use_legacy_landlock_runs_the_helper_under_landlock() {
     );
     assert_eq!(snapshot(&s.outside), before);
 }
+
+#[tokio::test]
+async fn a_writable_root_given_through_a_symlink_alias_is_writable() {
+    if !sandbox_available() {
+        return;
+    }
+    let server = Server::start();
+    let client = server.connect().await;
+    let s = setup();
+    std::fs::create_dir(s.work.join("real")).unwrap();
+    let alias = s.outside.join("alias");
+    std::os::unix::fs::symlink(s.work.join("real"), &alias).unwrap();
+    let ctx = sandbox(
+        restricted(&[(&alias, "write")], &[special("root", "read")]),
+        &s.work,
+    );
+    for d in DIALECTS {
+        let name = format!("via-alias-{d:?}");
+        client
+            .ok(
+                "fs/writeFile",
+                json!({"path": d.path(&alias.join(&name)), "dataBase64": b64(b"a"), "sandbox": ctx}),
+            )
+            .await;
+        assert_eq!(
+            std::fs::read(s.work.join("real").join(&name)).unwrap(),
+            b"a"
+        );
+    }
+}
