@@ -113,7 +113,9 @@ pub struct ManagedProcess {
     supervisor_pid: Pid,
     command_pid: Pid,
     sandboxed: bool,
-    pty_master: Option<Arc<AsyncFd<OwnedFd>>>,
+    /// The PTY master, for resize; released when the process closes.
+    pty_master: Mutex<Option<Arc<AsyncFd<OwnedFd>>>>,
+    tty: bool,
     pub(crate) state: Mutex<State>,
     /// Woken on every event (output, exit, close).
     pub(crate) changed: Notify,
@@ -150,14 +152,14 @@ impl From<WriteOutcome> for WriteStatus {
 impl ManagedProcess {
     /// Spawns `spec` and starts its output pump. `on_evict` runs when the
     /// closed process should be forgotten.
-    pub fn start(
+    pub async fn start(
         id: String,
         spec: &LaunchSpec,
         options: &ProcessOptions,
         route: EventRoute,
         on_evict: Box<dyn FnOnce() + Send>,
     ) -> Result<Arc<Self>, SpawnError> {
-        let spawned = spawn::spawn(spec, options.reaper_exe.as_deref())?;
+        let spawned = spawn::spawn_async(spec, options.reaper_exe.as_deref()).await?;
         let pty_master = spawned
             .pty_master
             .map(super::output::register)
@@ -185,7 +187,8 @@ impl ManagedProcess {
             supervisor_pid: spawned.supervisor_pid,
             command_pid: spawned.command_pid,
             sandboxed: spec.sandboxed,
-            pty_master: pty_master.clone(),
+            tty: pty_master.is_some(),
+            pty_master: Mutex::new(pty_master.clone()),
             state: Mutex::new(State {
                 retention: Retention::new(options.retained_bytes, RETAINED_CHUNKS),
                 next_seq: 1,
@@ -204,12 +207,18 @@ impl ManagedProcess {
         if let Some(writer) = writer {
             tokio::spawn(writer.run());
         }
-        let mut supervisor = spawned.supervisor;
         super::reaper::track();
-        tokio::spawn(async move {
-            let _ = supervisor.wait().await;
-            super::reaper::release();
-        });
+        let reaped_by_pump = match spawned.supervisor {
+            Some(mut supervisor) => {
+                tokio::spawn(async move {
+                    let _ = supervisor.wait().await;
+                    super::reaper::release();
+                });
+                false
+            }
+            // The zygote reaps this supervisor; count it live until closed.
+            None => true,
+        };
         let streams = super::output::Streams {
             stdout,
             stderr,
@@ -221,6 +230,7 @@ impl ManagedProcess {
             streams,
             route,
             on_evict,
+            reaped_by_pump,
         ));
         Ok(process)
     }
@@ -321,7 +331,7 @@ impl ManagedProcess {
                 stdin.write_ids.insert(id);
             }
             // A PTY stays writable after its EOF character; a pipe is closed.
-            if close && self.pty_master.is_none() {
+            if close && !self.tty {
                 stdin.tx = None;
             }
         }
@@ -346,13 +356,17 @@ impl ManagedProcess {
 
     /// `process/resize`; `false` for a process without a PTY.
     pub fn resize(&self, size: PtySize) -> bool {
-        match &self.pty_master {
-            Some(master) => {
-                let _ = pty::resize(master.get_ref().as_fd(), size);
-                true
-            }
-            None => false,
+        if let Some(master) = lock(&self.pty_master).as_ref() {
+            let _ = pty::resize(master.get_ref().as_fd(), size);
         }
+        self.tty
+    }
+
+    /// Drops the server's stdin and PTY descriptors once the process is
+    /// closed, so a closed process holds no descriptor while it stays readable.
+    pub(crate) fn release_io(&self) {
+        lock(&self.stdin).tx = None;
+        lock(&self.pty_master).take();
     }
 
     /// Kills the whole tree. Returns whether the process was still running.

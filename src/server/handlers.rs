@@ -90,7 +90,7 @@ pub fn environment_status() -> EnvironmentStatus {
 }
 
 /// `process/start`.
-pub fn start(
+pub async fn start(
     conn: &Connection,
     session: &Arc<Session>,
     params: StartParams,
@@ -139,9 +139,13 @@ pub fn start(
         session.route().clone(),
         on_evict,
     )
-    .map_err(|err| match err {
-        SpawnError::EmptyArgv => RpcError::invalid_params(err.to_string()),
-        other => RpcError::internal(other.to_string()),
+    .await
+    .map_err(|err| {
+        tracing::debug!(process = %id, "spawn failed: {err}");
+        match err {
+            SpawnError::EmptyArgv => RpcError::invalid_params(err.to_string()),
+            other => RpcError::internal(other.to_string()),
+        }
     })?;
     session.insert(process);
     Ok(StartResult { process_id: id })
@@ -153,7 +157,7 @@ fn unknown_process(id: &str) -> RpcError {
 
 /// `process/read`: answers now when there is something to return (or no
 /// wait was asked), otherwise long-polls in its own task.
-pub fn read(
+pub async fn read(
     conn: &Arc<Connection>,
     id: &RequestId,
     session: Arc<Session>,
@@ -169,9 +173,13 @@ pub fn read(
     if ready || wait.is_zero() {
         return super::router::to_json(&result).map(Deferred::Now);
     }
+    let Ok(permit) = conn.deferred.clone().acquire_owned().await else {
+        return Err(RpcError::internal("connection is shutting down"));
+    };
     let conn = conn.clone();
     let id = id.clone();
     tokio::spawn(async move {
+        let _permit = permit;
         let deadline = tokio::time::Instant::now() + wait;
         let outcome = loop {
             let changed = process.changed.notified();

@@ -63,12 +63,12 @@ async fn route(
         METHOD_START => {
             let params = decode_params(params)?;
             let (session, _) = conn.gate(FAMILY_EXEC)?;
-            to_value(handlers::start(conn, &session, params)?)
+            to_value(handlers::start(conn, &session, params).await?)
         }
         METHOD_READ => {
             let params = decode_params(params)?;
             let (session, epoch) = conn.gate(FAMILY_EXEC)?;
-            handlers::read(conn, id, session, epoch, params)
+            handlers::read(conn, id, session, epoch, params).await
         }
         METHOD_WRITE => {
             let params = decode_params(params)?;
