@@ -80,6 +80,22 @@ fn securebits_are_locked_after_confine() {
 fn confined_child_cannot_mount_or_change_sysctls() {
     let last = confine::last_cap();
     let got = in_child(move || {
+        // Private mount and UTS namespaces first, so that a wrong success
+        // below could not touch the host.
+        // SAFETY: integer flags; NUL-terminated literal; no data pointer.
+        unsafe {
+            if libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWUTS) != 0
+                || libc::mount(
+                    std::ptr::null(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ) != 0
+            {
+                return 5;
+            }
+        }
         if confine::drop_capabilities_through(last).is_err() {
             return 1;
         }
@@ -134,4 +150,34 @@ fn confined_child_gets_a_fresh_session_keyring() {
         }
     });
     assert_eq!(got, 0, "step {got}");
+}
+
+#[test]
+fn unprivileged_caller_is_confined_without_touching_the_bounding_set() {
+    let last = confine::last_cap();
+    let out = exec_after("/bin/cat", &["/proc/self/status"], move || {
+        // Become an ordinary user first (root loses its caps on setresuid).
+        // SAFETY: an empty group list (NULL with size 0) and integer ids.
+        let dropped = unsafe {
+            libc::setgroups(0, std::ptr::null()) == 0
+                && libc::setresgid(65534, 65534, 65534) == 0
+                && libc::setresuid(65534, 65534, 65534) == 0
+        };
+        if !dropped {
+            return Err(std::io::Error::last_os_error());
+        }
+        confine::join_fresh_session_keyring().map_err(std::io::Error::other)?;
+        confine::set_no_new_privs().map_err(std::io::Error::other)?;
+        confine::drop_capabilities_through(last).map_err(std::io::Error::other)?;
+        Ok(())
+    });
+    assert!(
+        out.status.success(),
+        "confine failed for an unprivileged caller: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(status_field(&status, "CapEff"), Some("0000000000000000"));
+    assert_eq!(status_field(&status, "CapPrm"), Some("0000000000000000"));
+    assert_eq!(status_field(&status, "NoNewPrivs"), Some("1"));
 }

@@ -417,3 +417,67 @@ fn network_enabled_allows_inet_and_proxy_routed_only_inet() {
     });
     assert_eq!(proxy_pair, 0);
 }
+
+/// Opens a pty pair and pushes one byte of input with TIOCSTI on the
+/// slave; returns the errno (0 when it worked).
+fn tiocsti_errno() -> i32 {
+    // SAFETY: raw pty calls on fds this child owns; NUL-terminated names
+    // come from ptsname_r into a stack buffer.
+    unsafe {
+        let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        if master < 0 || libc::grantpt(master) != 0 || libc::unlockpt(master) != 0 {
+            return 240;
+        }
+        let mut name = [0 as libc::c_char; 64];
+        if libc::ptsname_r(master, name.as_mut_ptr(), name.len()) != 0 {
+            return 241;
+        }
+        // Become a session leader and take the slave as controlling tty
+        // (TIOCSTI needs it unless CAP_SYS_ADMIN).
+        libc::setsid();
+        let slave = libc::open(name.as_ptr(), libc::O_RDWR);
+        if slave < 0 {
+            return 242;
+        }
+        let byte: libc::c_char = b'x' as libc::c_char;
+        if libc::ioctl(slave, libc::TIOCSTI, &byte) != 0 {
+            return errno();
+        }
+        0
+    }
+}
+
+#[test]
+fn every_mode_denies_faking_terminal_input() {
+    let legacy = std::fs::read_to_string("/proc/sys/dev/tty/legacy_tiocsti").unwrap_or_default();
+    if legacy.trim() == "0" {
+        eprintln!("skipped: the kernel already disables TIOCSTI");
+        return;
+    }
+    assert_eq!(
+        in_child(tiocsti_errno),
+        0,
+        "control: TIOCSTI works unfiltered"
+    );
+    for mode in [SeccompMode::Restricted, SeccompMode::NetworkEnabled] {
+        assert_eq!(filtered(mode, tiocsti_errno), EPERM, "{mode:?}");
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn x32_syscalls_cannot_bypass_the_rules() {
+    // socket(AF_INET) through the x32 table (bit 30): refused by the filter
+    // whether or not the kernel has the x32 ABI.
+    let got = filtered(SeccompMode::Restricted, || {
+        let nr = 0x4000_0000 | libc::SYS_socket;
+        // SAFETY: integer arguments only.
+        let rc = unsafe { libc::syscall(nr, libc::AF_INET, libc::SOCK_STREAM, 0) };
+        if rc < 0 {
+            errno()
+        } else {
+            0
+        }
+    });
+    assert_eq!(got, EPERM);
+}

@@ -360,3 +360,30 @@ fn io_uring_and_process_vm_are_denied() {
     assert!(s.contains("uring -1 1\n"), "{s}");
     assert!(s.contains("vm -1 1\n"), "{s}");
 }
+
+#[test]
+fn caller_file_descriptors_do_not_leak_into_the_sandbox() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    require_sandbox!();
+    let w = Ws::new();
+    let dir = std::fs::File::open(&w.outside).unwrap();
+    let raw = dir.as_raw_fd();
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.arg("linux-sandbox")
+        .arg("--sandbox-policy-cwd")
+        .arg(&w.ws)
+        .args(["--permission-profile", "read-only", "--", "sh", "-c"])
+        .arg("ls /proc/self/fd | tr '\\n' ' '");
+    // SAFETY: dup2 in the child before exec; no allocation.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(raw, 9) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    assert_eq!(stdout(&out), "0 1 2 3 ", "{}", stderr(&out));
+}

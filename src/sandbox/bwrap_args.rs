@@ -319,6 +319,11 @@ impl Builder<'_> {
         roots.sort_by_key(|(m, _)| (depth(m), m.clone()));
         for (mount, root) in roots {
             self.out.path2("--bind", &mount);
+            if Path::new("/dev").starts_with(&mount) {
+                // A writable `/` brings the host's /dev back with it: put the
+                // minimal /dev on top again (deeper binds like /dev/shm follow).
+                self.out.texts(&["--dev", "/dev"]);
+            }
             let mut ro: Vec<PathBuf> = Vec::new();
             let mut push = |p: PathBuf| {
                 if p.starts_with(&mount)
@@ -908,5 +913,64 @@ mod tests {
             )),
             "{text}"
         );
+    }
+
+    #[test]
+    fn restricted_policy_chdirs_to_canonical_command_cwd() {
+        let (_dir, root) = fixture();
+        std::fs::create_dir_all(root.join("real")).unwrap();
+        std::os::unix::fs::symlink(root.join("real"), root.join("alias")).unwrap();
+        let policy = resolve(&FileSystemSandboxPolicy::read_only(), &root);
+        let text = render(&build(&inputs(&policy, &root.join("alias"))).unwrap());
+        assert!(
+            text.contains(&format!("--chdir {} --argv0", root.join("real").display())),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn root_read_directory_carve_outs_are_masked_read_only() {
+        let (_dir, root) = fixture();
+        std::fs::create_dir_all(root.join("secrets")).unwrap();
+        let fs = split(vec![
+            FileSystemSandboxEntry::special(
+                crate::sandbox::policy::FileSystemSpecialPath::Root,
+                Read,
+            ),
+            FileSystemSandboxEntry::path(root.join("secrets"), Deny),
+        ]);
+        let policy = resolve(&fs, &root);
+        let text = render(&build(&inputs(&policy, &root)).unwrap());
+        assert!(
+            text.starts_with(&format!(
+                "--new-session --die-with-parent --ro-bind / / --dev /dev \
+                 --perms 000 --tmpfs {0} --remount-ro {0} --unshare-user",
+                root.join("secrets").display()
+            )),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn writable_root_slash_keeps_the_minimal_dev() {
+        let fs = split(vec![
+            FileSystemSandboxEntry::special(
+                crate::sandbox::policy::FileSystemSpecialPath::Root,
+                Write,
+            ),
+            FileSystemSandboxEntry::path("/dev/shm", Write),
+            FileSystemSandboxEntry::path("/etc", Read),
+        ]);
+        let policy = resolve(&fs, Path::new("/"));
+        let text = render(&build(&inputs(&policy, Path::new("/"))).unwrap());
+        assert!(
+            text.starts_with(
+                "--new-session --die-with-parent --ro-bind / / --dev /dev --bind / / --dev /dev "
+            ),
+            "{text}"
+        );
+        let etc = text.find("--ro-bind /etc /etc").unwrap();
+        let shm = text.find("--bind /dev/shm /dev/shm").unwrap();
+        assert!(etc < shm, "{text}");
     }
 }

@@ -306,7 +306,8 @@ fn run_args(args: Args) -> Result<i32, Failure> {
         })?;
         if prepared.profile != PermissionProfile::Disabled {
             if prepared.network.is_enabled() {
-                crate::sandbox::confine::set_no_new_privs().map_err(fail)?;
+                // Still no capabilities for a root caller (SPEC §5.3 item 7).
+                crate::sandbox::confine::confine_process().map_err(fail)?;
             } else {
                 inner::confine(SeccompMode::Restricted).map_err(fail)?;
             }
@@ -314,10 +315,27 @@ fn run_args(args: Args) -> Result<i32, Failure> {
         return Err(fail(inner::exec(&args.command)));
     }
 
+    // WSL1 cannot create the namespaces bubblewrap needs.
+    let backend = if backend != Backend::Landlock && is_wsl1() {
+        if backend == Backend::Bwrap {
+            return Err(fail(
+                "bubblewrap is not supported on WSL1, which cannot create user namespaces; use WSL2 or --backend landlock",
+            ));
+        }
+        Backend::Landlock
+    } else {
+        backend
+    };
     match backend {
         Backend::Landlock => landlock_backend(&args, &prepared),
         Backend::Bwrap | Backend::Auto => bwrap_backend(&args, &prepared, backend == Backend::Auto),
     }
+}
+
+fn is_wsl1() -> bool {
+    let version = std::fs::read_to_string("/proc/version").unwrap_or_default();
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    crate::sandbox::probe::detect_wsl(&version, &release) == crate::sandbox::probe::Wsl::Wsl1
 }
 
 fn net_name(n: NetworkSandboxPolicy) -> &'static str {
@@ -350,7 +368,7 @@ fn inner_stage(args: &Args) -> Result<i32, Failure> {
 fn landlock_backend(args: &Args, prepared: &Prepared) -> Result<i32, Failure> {
     if args.explain {
         let abi = crate::sandbox::probe::host().landlock_abi.unwrap_or(0);
-        let plan = crate::sandbox::landlock::plan(&prepared.resolved, abi);
+        let plan = crate::sandbox::landlock::plan(&prepared.resolved, abi).map_err(fail)?;
         println!("backend: landlock (ABI {abi})");
         println!("profile: {}", prepared.profile.to_json());
         println!("network: {}", net_name(prepared.network));
@@ -501,7 +519,7 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
             return landlock_backend(args, prepared);
         }
         use std::io::Write;
-        let _ = std::io::stderr().write_all(&outcome.stderr);
+        let _ = std::io::stderr().write_all(&outcome.held);
         return Ok(outcome.code);
     }
 }

@@ -201,9 +201,9 @@ fn current_securebits() -> io::Result<libc::c_ulong> {
 /// and verifies all of it. Async-signal-safe.
 ///
 /// A caller without CAP_SETPCAP cannot touch the bounding set or the
-/// securebits; that is accepted only when it holds no capabilities at all
-/// and no uid is 0 (nothing to lose and nothing to regain on exec besides
-/// setuid binaries, which no_new_privs neutralises).
+/// securebits; that is accepted only when it ends with no capabilities at
+/// all and either no uid is 0 or no_new_privs is already set (with it, an
+/// exec never gains permitted capabilities).
 pub fn drop_capabilities_through(last: u32) -> Result<()> {
     let last = last.min(MAX_CAP);
     let wanted = LOCKED_SECUREBITS;
@@ -250,12 +250,14 @@ pub fn drop_capabilities_through(last: u32) -> Result<()> {
             return Err(ConfineError::StillPresent("ambient"));
         }
     }
-    // An empty bounding set already means uid 0 regains nothing on exec
-    // (e.g. bubblewrap ran with `--cap-drop ALL` and took CAP_SETPCAP too).
+    // uid 0 without CAP_SETPCAP (e.g. root inside a user namespace whose
+    // launcher already dropped everything): an exec hands back nothing when
+    // the bounding set is already empty (bubblewrap's `--cap-drop ALL`), or
+    // when no_new_privs caps it at the (empty) current set.
     let bounding_empty = (0..=last).all(|cap| matches!(capbset_read(cap), Ok(false)));
-    if !privileged_steps_done && any_uid_is_root() && !bounding_empty {
+    if !privileged_steps_done && any_uid_is_root() && !bounding_empty && !no_new_privs() {
         return Err(ConfineError::StillPresent(
-            "bounding set or securebits unchangeable for a uid 0 process",
+            "bounding set and securebits unchangeable for a uid 0 process without no_new_privs",
         ));
     }
     if privileged_steps_done {
@@ -336,10 +338,10 @@ pub fn session_keyring_id() -> io::Result<i64> {
 }
 
 /// The whole confinement of a sandboxed command, in order: fresh session
-/// keyring, all capabilities dropped, no_new_privs. Allocates (reads
+/// keyring, no_new_privs, all capabilities dropped. Allocates (reads
 /// `cap_last_cap`); use the individual steps after a fork.
 pub fn confine_process() -> Result<()> {
     join_fresh_session_keyring()?;
-    drop_all_capabilities()?;
-    set_no_new_privs()
+    set_no_new_privs()?;
+    drop_all_capabilities()
 }

@@ -21,10 +21,14 @@
 //! - the expansion is bounded ([`MAX_RULES`], [`MAX_DIR_ENTRIES`]); beyond
 //!   that the carve-out cannot be enforced and is named in the warning.
 //!   Symlinks are never granted through (writes through them land on their
-//!   target and follow the target's rules).
+//!   target and follow the target's rules), and a carve-out that is, or
+//!   passes through, a symlink (`.codex -> decoy`) carves out the target too.
 //!
-//! Not expressible, always named in the one warning line: deny globs, and,
-//! on older kernels, truncation (ABI < 3) and signal scoping (ABI < 6).
+//! Deny globs are expanded once at start (`sandbox::glob`, as for
+//! bubblewrap) and the matches denied like paths; files created later are
+//! not covered. Named in the one warning line: globs that would scan from
+//! `/`, carve-outs beyond the bounds, and, on older kernels, truncation
+//! (ABI < 3) and signal scoping (ABI < 6).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -35,6 +39,7 @@ use landlock::{
 };
 
 use crate::sandbox::confine::{self, ConfineError};
+use crate::sandbox::glob::{self, GlobError, Scanner};
 use crate::sandbox::policy::{FileSystemSandboxKind, NetworkSandboxPolicy, ResolvedPolicy};
 use crate::sandbox::probe;
 use crate::sandbox::seccomp::{SeccompError, SeccompMode, SeccompProgram};
@@ -62,12 +67,14 @@ const WRITABLE_DEVICES: [&str; 8] = [
 /// Setting up the Landlock backend failed; the command must not run.
 #[derive(Debug, thiserror::Error)]
 pub enum LandlockError {
-    #[error("Landlock is unavailable on this kernel ({0}); refusing to run unsandboxed")]
+    #[error("Landlock is unavailable: {0}; refusing to run unsandboxed")]
     Unavailable(String),
     #[error("the kernel did not enforce the Landlock ruleset; refusing to run unsandboxed")]
     NotEnforced,
     #[error("cannot build the Landlock ruleset: {0}")]
     Ruleset(#[from] landlock::RulesetError),
+    #[error(transparent)]
+    Glob(#[from] GlobError),
     #[error(transparent)]
     Confine(#[from] ConfineError),
     #[error(transparent)]
@@ -193,17 +200,52 @@ impl Grants {
 
 /// Computes the Landlock rules for `resolved`. Reads directories (for
 /// carve-outs) but changes nothing.
-pub fn plan(resolved: &ResolvedPolicy, kernel_abi: u32) -> Plan {
+pub fn plan(resolved: &ResolvedPolicy, kernel_abi: u32) -> Result<Plan, LandlockError> {
     let mut plan = Plan::default();
     if resolved.kind != FileSystemSandboxKind::Restricted
         || (resolved.full_read && resolved.full_write)
     {
-        return plan;
+        return Ok(plan);
     }
     plan.restrict_fs = true;
-    let denies = resolved.unreadable_roots();
-    let deny_refs: Vec<&Path> = denies.iter().map(PathBuf::as_path).collect();
+    // Each deny path with the rule it comes from (for the warning).
+    let mut denies: Vec<(PathBuf, String)> = resolved
+        .unreadable_roots()
+        .into_iter()
+        .map(|p| {
+            let label = format!("deny {}", p.display());
+            (p, label)
+        })
+        .collect();
+    // Deny globs become the paths matching at start, as with bubblewrap.
+    let scanner = Scanner::detect(&resolved.cwd);
+    let depth = resolved.glob_scan_max_depth.map(|d| d.get());
+    for pattern in resolved.unreadable_globs() {
+        let expansion = glob::expand(std::slice::from_ref(pattern), depth, &scanner)?;
+        for skipped in expansion.skipped {
+            plan.unenforced
+                .push(format!("deny glob {skipped} (would scan from /)"));
+        }
+        for path in expansion.paths {
+            denies.push((path, format!("deny glob {pattern}")));
+        }
+    }
+    // A carve-out reached through a symlink (`.codex -> decoy`) protects
+    // the link's target too: Landlock checks the resolved path.
+    let targets: Vec<(PathBuf, String)> = denies
+        .iter()
+        .filter_map(|(p, label)| symlink_target(p).map(|t| (t, label.clone())))
+        .collect();
+    denies.extend(targets);
+    let deny_refs: Vec<&Path> = denies.iter().map(|(p, _)| p.as_path()).collect();
     let writable = resolved.writable_roots();
+    let mut protected: Vec<PathBuf> = Vec::new();
+    for root in &writable {
+        for sub in &root.read_only_subpaths {
+            protected.push(sub.clone());
+            protected.extend(symlink_target(sub));
+        }
+    }
 
     let mut grants = Grants { out: Vec::new() };
     let mut read_roots: Vec<PathBuf> = resolved.readable_roots();
@@ -217,19 +259,19 @@ pub fn plan(resolved: &ResolvedPolicy, kernel_abi: u32) -> Plan {
         if grants.grant_except(root, &deny_refs, Grant::Read).is_err() {
             grants.out.truncate(mark);
             let _ = grants.push(root.clone(), Grant::Read);
-            for deny in deny_refs.iter().filter(|d| d.starts_with(root)) {
-                plan.unenforced.push(format!(
-                    "deny {} (too many entries beside it)",
-                    deny.display()
-                ));
+            for (_, label) in denies.iter().filter(|(d, _)| d.starts_with(root)) {
+                let item = format!("{label} (too many entries beside it)");
+                if !plan.unenforced.contains(&item) {
+                    plan.unenforced.push(item);
+                }
             }
         }
     }
     for root in &writable {
-        let mut excluded: Vec<&Path> = root
-            .read_only_subpaths
+        let mut excluded: Vec<&Path> = protected
             .iter()
             .map(PathBuf::as_path)
+            .filter(|p| p.starts_with(&root.root))
             .collect();
         excluded.extend(
             deny_refs
@@ -256,9 +298,6 @@ pub fn plan(resolved: &ResolvedPolicy, kernel_abi: u32) -> Plan {
         }
     }
 
-    for glob in resolved.unreadable_globs() {
-        plan.unenforced.push(format!("deny glob {glob}"));
-    }
     if kernel_abi < 3 {
         plan.unenforced
             .push("truncation of read-only files (Landlock ABI < 3)".to_owned());
@@ -278,7 +317,13 @@ pub fn plan(resolved: &ResolvedPolicy, kernel_abi: u32) -> Plan {
             }
         }
     }
-    plan
+    Ok(plan)
+}
+
+/// Where `path` really is, when a symlink anywhere on it makes that differ.
+fn symlink_target(path: &Path) -> Option<PathBuf> {
+    let real = path.canonicalize().ok()?;
+    (real != path).then_some(real)
 }
 
 /// Adds one rule; a path that vanished since planning is skipped (it grants
@@ -305,28 +350,25 @@ pub fn apply(
     network: NetworkSandboxPolicy,
     prefix: &str,
 ) -> Result<Report, LandlockError> {
-    let host = probe::host();
-    let kernel_abi = host.landlock_abi.unwrap_or(0);
-    let plan = plan(resolved, kernel_abi);
+    // Only the ABI is needed here: no user-namespace probe (and no fork).
+    let abi = probe::landlock_abi();
+    let kernel_abi = abi.as_ref().map_or(0, |v| *v);
+    let plan = plan(resolved, kernel_abi)?;
     let mode = seccomp_mode(network);
     let program = SeccompProgram::build(mode)?;
 
     let ruleset = if plan.restrict_fs {
-        if host.landlock_abi.is_none() {
-            return Err(LandlockError::Unavailable(
-                host.landlock_error
-                    .clone()
-                    .unwrap_or_else(|| "unknown reason".to_owned()),
-            ));
+        if let Err(err) = &abi {
+            return Err(LandlockError::Unavailable(probe::describe_landlock_error(
+                err,
+            )));
         }
         Some(build_ruleset(&plan, mode)?)
     } else {
         None
     };
 
-    confine::join_fresh_session_keyring()?;
-    confine::drop_all_capabilities()?;
-    confine::set_no_new_privs()?;
+    confine::confine_process()?;
     program.install()?;
 
     let mut report = Report {

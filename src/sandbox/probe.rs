@@ -131,6 +131,39 @@ impl HostProbe {
     }
 }
 
+/// The backend `--backend auto` picks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// bubblewrap (user, pid, network namespaces) + seccomp.
+    Bwrap,
+    /// Landlock + seccomp + no_new_privs (no user namespaces here).
+    Landlock,
+    /// Neither: sandboxed commands must be refused.
+    Unavailable,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Bwrap => "bwrap",
+            Backend::Landlock => "landlock",
+            Backend::Unavailable => "none",
+        }
+    }
+}
+
+/// `--backend auto`: bubblewrap when user namespaces work, else Landlock
+/// when the kernel has it, else nothing (the caller fails closed).
+pub fn auto_backend(host: &HostProbe) -> Backend {
+    if host.userns_usable() {
+        Backend::Bwrap
+    } else if host.landlock_abi.is_some() {
+        Backend::Landlock
+    } else {
+        Backend::Unavailable
+    }
+}
+
 /// The cached probe of this host (first call does the work).
 pub fn host() -> &'static HostProbe {
     static PROBE: OnceLock<HostProbe> = OnceLock::new();
@@ -152,7 +185,7 @@ fn run_probe() -> HostProbe {
     };
     let (landlock_abi, landlock_error) = match landlock_abi() {
         Ok(v) => (Some(v), None),
-        Err(err) => (None, Some(landlock_error_text(&err))),
+        Err(err) => (None, Some(describe_landlock_error(&err))),
     };
     HostProbe {
         kernel_release,
@@ -328,7 +361,8 @@ pub fn landlock_abi() -> io::Result<u32> {
     u32::try_from(rc).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
-fn landlock_error_text(err: &io::Error) -> String {
+/// Why [`landlock_abi`] failed, for people.
+pub fn describe_landlock_error(err: &io::Error) -> String {
     match err.raw_os_error() {
         Some(libc::ENOSYS) => "not built into this kernel (ENOSYS)".into(),
         Some(libc::EOPNOTSUPP) => {

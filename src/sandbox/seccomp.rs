@@ -13,11 +13,14 @@
 //! `process_vm_writev`, `io_uring_setup|enter|register`, `unshare` and
 //! `clone` with `CLONE_NEWUSER` (nested user namespaces), `keyctl`,
 //! `add_key`, `request_key` (the caller's user keyring is otherwise reachable
-//! by number when no user namespace separates it), `socket`/`socketpair` of
+//! by number when no user namespace separates it), `ioctl` `TIOCSTI` and
+//! `TIOCLINUX` (pushing input into the caller's terminal), `socket`/`socketpair` of
 //! `AF_VSOCK` (hypervisor and WSL2 interop). `clone3`, whose flags live in
 //! memory seccomp cannot read, returns `ENOSYS` so libc falls back to
 //! `clone`, and on x86_64 the x32 syscall ABI (numbers with bit 30 set, a
-//! second syscall table these rules don't cover) returns `EPERM`. These
+//! second syscall table these rules don't cover) returns `EPERM`. A
+//! syscall from another architecture (32-bit `int 0x80`, whose `socketcall`
+//! the rules cannot see) kills the process: 32-bit programs do not run. These
 //! never concern the network, and with network enabled bubblewrap's pid
 //! namespace is not the only thing standing between the command and the
 //! host (the Landlock backend has none).
@@ -114,6 +117,10 @@ const AUDIT_ARCH: u32 = 0;
 
 /// `__X32_SYSCALL_BIT`.
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+/// `TIOCSTI` (same number on x86_64 and aarch64).
+const TIOCSTI: u32 = 0x5412;
+/// `TIOCLINUX`.
+const TIOCLINUX: u32 = 0x541C;
 /// `SOCK_TYPE_MASK`.
 const SOCK_TYPE_MASK: u64 = 0xf;
 
@@ -162,6 +169,16 @@ pub fn rules(mode: SeccompMode) -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
     ] {
         map.insert(nr, Vec::new());
     }
+    // Faking terminal input (TIOCSTI) or TIOCLINUX tricks would let the
+    // command type into the caller's shell once it exits. The kernel reads
+    // the request as a 32-bit value, so a Dword comparison is exact.
+    map.insert(
+        libc::SYS_ioctl,
+        vec![
+            rule(vec![cond(1, SeccompCmpOp::Eq, u64::from(TIOCSTI))?])?,
+            rule(vec![cond(1, SeccompCmpOp::Eq, u64::from(TIOCLINUX))?])?,
+        ],
+    );
     let newuser = u64::try_from(libc::CLONE_NEWUSER).unwrap_or(0x1000_0000);
     // clone's flags are arg0 on x86_64 and aarch64 alike.
     for nr in [libc::SYS_unshare, libc::SYS_clone] {
@@ -352,7 +369,7 @@ mod tests {
             SeccompMode::NetworkEnabled,
         ] {
             let program = SeccompProgram::build(mode).expect("build");
-            assert!(program.len() > 10, "{mode:?}");
+            assert!(program.len() > 10 && program.len() < 4096, "{mode:?}");
         }
     }
 

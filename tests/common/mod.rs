@@ -1,5 +1,6 @@
 //! Shared integration-test utilities, one submodule per area.
 #![allow(dead_code)]
+pub mod bwrap;
 pub mod client;
 pub mod confine;
 pub mod fs;

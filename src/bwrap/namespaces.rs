@@ -1,0 +1,201 @@
+//! Namespaces: the `clone` that creates them, the uid/gid maps, loopback in a
+//! new network namespace, and `--disable-userns`.
+//!
+//! Unprivileged user namespaces only: the child maps its own uid and gid (one
+//! line each, `setgroups` denied), so no setuid helper and no host capability
+//! is ever used. A root caller gets a user namespace too, so the command's
+//! capabilities never reach beyond the sandbox.
+
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
+
+use super::cli::Unshare;
+
+/// A namespace step that failed; `Display` is bubblewrap's wording.
+#[derive(Debug, thiserror::Error)]
+pub enum NamespaceError {
+    #[error("Creating new namespace failed: {}", super::fds::desc(.0))]
+    Clone(#[source] io::Error),
+    #[error("setting up uid map: {}", super::fds::desc(.0))]
+    UidMap(#[source] io::Error),
+    #[error("setting up gid map: {}", super::fds::desc(.0))]
+    GidMap(#[source] io::Error),
+    #[error("loopback: Failed RTM_NEWLINK: {}", super::fds::desc(.0))]
+    Loopback(#[source] io::Error),
+    #[error("sethostname: {}", super::fds::desc(.0))]
+    Hostname(#[source] io::Error),
+    #[error("Failed to set max_user_namespaces: {}", super::fds::desc(.0))]
+    MaxUserNamespaces(#[source] io::Error),
+    #[error("Creating new user namespace failed: {}", super::fds::desc(.0))]
+    NestedUserns(#[source] io::Error),
+    #[error("creation of new user namespaces was not disabled as requested")]
+    UsernsStillAllowed,
+}
+
+pub type Result<T, E = NamespaceError> = std::result::Result<T, E>;
+
+/// The clone flags for what was asked; a user and mount namespace always.
+pub fn clone_flags(unshare: &Unshare) -> libc::c_int {
+    let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS;
+    if unshare.pid {
+        flags |= libc::CLONE_NEWPID;
+    }
+    if unshare.net {
+        flags |= libc::CLONE_NEWNET;
+    }
+    if unshare.ipc {
+        flags |= libc::CLONE_NEWIPC;
+    }
+    if unshare.uts {
+        flags |= libc::CLONE_NEWUTS;
+    }
+    if unshare.cgroup || (unshare.cgroup_try && Path::new("/proc/self/ns/cgroup").exists()) {
+        flags |= libc::CLONE_NEWCGROUP;
+    }
+    flags
+}
+
+/// What `clone` returned.
+pub enum Forked {
+    Parent(libc::pid_t),
+    Child,
+}
+
+/// fork()-like clone into new namespaces: the child continues on a copy of
+/// this stack. Only sound because the bwrap mode is single-threaded.
+pub fn clone_into(flags: libc::c_int) -> Result<Forked> {
+    let flags = libc::c_ulong::try_from(flags | libc::SIGCHLD).unwrap_or(0);
+    // SAFETY: with a NULL stack, clone behaves like fork: the child gets a
+    // copy-on-write copy of this (single-threaded) process. No pointers are
+    // passed (parent/child tid and tls are unused without their flags).
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            flags,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    };
+    match pid {
+        -1 => Err(NamespaceError::Clone(io::Error::last_os_error())),
+        0 => Ok(Forked::Child),
+        pid => Ok(Forked::Parent(libc::pid_t::try_from(pid).unwrap_or(-1))),
+    }
+}
+
+/// Opens `relative` under the directory fd `dir` for writing.
+pub fn open_write_at(dir: &OwnedFd, relative: &str) -> io::Result<std::fs::File> {
+    let path =
+        std::ffi::CString::new(relative).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: `path` is a valid NUL-terminated string and `dir` an open fd.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            path.as_ptr(),
+            libc::O_WRONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: openat just returned this fd; nothing else owns it.
+    Ok(unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
+fn write_proc(proc_fd: &OwnedFd, name: &str, data: &str) -> io::Result<()> {
+    open_write_at(proc_fd, &format!("self/{name}"))?.write_all(data.as_bytes())
+}
+
+/// Maps `inside` to `outside` (one id each), denying setgroups first.
+/// `proc_fd` is the host `/proc`, opened before the mount tree changed.
+pub fn write_id_maps(
+    proc_fd: &OwnedFd,
+    uid_inside: u32,
+    uid_outside: u32,
+    gid_inside: u32,
+    gid_outside: u32,
+) -> Result<()> {
+    match write_proc(proc_fd, "setgroups", "deny\n") {
+        // Kernels before 3.19 have no setgroups file.
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+        other => other.map_err(NamespaceError::GidMap)?,
+    }
+    write_proc(
+        proc_fd,
+        "uid_map",
+        &format!("{uid_inside} {uid_outside} 1\n"),
+    )
+    .map_err(NamespaceError::UidMap)?;
+    write_proc(
+        proc_fd,
+        "gid_map",
+        &format!("{gid_inside} {gid_outside} 1\n"),
+    )
+    .map_err(NamespaceError::GidMap)?;
+    Ok(())
+}
+
+/// Brings `lo` up in a new network namespace; the kernel then adds
+/// 127.0.0.1/8 and ::1 by itself.
+pub fn loopback_up() -> Result<()> {
+    // SAFETY: plain socket creation, the fd is owned right below.
+    let sock = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if sock < 0 {
+        return Err(NamespaceError::Loopback(io::Error::last_os_error()));
+    }
+    // SAFETY: `sock` was just returned by socket() and is owned by nobody else.
+    let sock = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(sock) };
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (slot, byte) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *slot = *byte as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS reads into the ifreq we own.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+        return Err(NamespaceError::Loopback(io::Error::last_os_error()));
+    }
+    // SAFETY: the flags member of the union is the one SIOCGIFFLAGS filled.
+    unsafe {
+        req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    }
+    // SAFETY: SIOCSIFFLAGS reads the ifreq we own.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
+        return Err(NamespaceError::Loopback(io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Sets the hostname of the new UTS namespace.
+pub fn set_hostname(name: &std::ffi::OsStr) -> Result<()> {
+    nix::unistd::sethostname(name).map_err(|errno| NamespaceError::Hostname(errno.into()))
+}
+
+/// `--disable-userns`, part one (still holding the sandbox namespace's
+/// capabilities): allow exactly one more user namespace below this one.
+pub fn limit_user_namespaces(proc_fd: &OwnedFd) -> Result<()> {
+    open_write_at(proc_fd, "sys/user/max_user_namespaces")
+        .and_then(|mut file| file.write_all(b"1\n"))
+        .map_err(NamespaceError::MaxUserNamespaces)
+}
+
+/// After every mount: move into a nested user namespace mapping the
+/// requested ids (inside, outside) onto the setup ids. With `--disable-userns` it is the
+/// last one allowed (see [`limit_user_namespaces`]): check that no further one
+/// can be created.
+pub fn enter_nested_user_namespace(
+    proc_fd: &OwnedFd,
+    (uid, setup_uid): (u32, u32),
+    (gid, setup_gid): (u32, u32),
+    disable_userns: bool,
+) -> Result<()> {
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER)
+        .map_err(|errno| NamespaceError::NestedUserns(errno.into()))?;
+    write_id_maps(proc_fd, uid, setup_uid, gid, setup_gid)?;
+    if disable_userns && nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER).is_ok() {
+        return Err(NamespaceError::UsernsStillAllowed);
+    }
+    Ok(())
+}
