@@ -57,8 +57,9 @@ pub struct HelperKey {
 
 /// One live helper process.
 struct Helper {
-    child: Child,
-    stdin: ChildStdin,
+    /// `None` only once the helper is being torn down.
+    child: Option<Child>,
+    stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
     stderr: Arc<Mutex<Vec<u8>>>,
     stderr_task: tokio::task::JoinHandle<()>,
@@ -137,7 +138,15 @@ impl HelperPool {
             .acquire_owned()
             .await
             .map_err(|err| RpcError::internal(format!("fs sandbox helper pool closed: {err}")))?;
-        let idle = self.lock().idle.get_mut(key).and_then(Vec::pop);
+        let idle = loop {
+            let Some(mut helper) = self.lock().idle.get_mut(key).and_then(Vec::pop) else {
+                break None;
+            };
+            // An idle helper that died meanwhile is replaced, not used.
+            if helper.is_alive() {
+                break Some(helper);
+            }
+        };
         let mut helper = match idle {
             Some(helper) => helper,
             None => spawn_helper(paths, key)?,
@@ -218,26 +227,47 @@ impl HelperPool {
                 expired.extend(old);
             }
             state.idle.retain(|_, helpers| !helpers.is_empty());
+            // Forget the limits of sandboxes nobody is using.
+            let PoolState { idle, busy_limits } = &mut *state;
+            busy_limits.retain(|key, limit| {
+                idle.contains_key(key) || limit.available_permits() < MAX_HELPERS_PER_KEY
+            });
         }
         expired.into_iter().for_each(close_helper);
     }
 }
 
-/// Closes a helper's stdin (it exits at EOF) and reaps it in the background;
-/// a helper that does not exit within a second is killed.
+/// Closes a helper: dropping it closes its stdin and reaps it gracefully.
 fn close_helper(helper: Helper) {
-    let Helper {
-        mut child, stdin, ..
-    } = helper;
-    drop(stdin);
-    tokio::spawn(async move {
-        if tokio::time::timeout(Duration::from_secs(1), child.wait())
-            .await
-            .is_err()
-        {
-            let _ = child.kill().await;
+    drop(helper);
+}
+
+impl Drop for Helper {
+    /// Closes stdin (the helper exits at EOF, and the sandbox then removes
+    /// what it mounted) and reaps the process in the background; a helper
+    /// that does not exit within a second is killed. Never SIGKILLs first,
+    /// so the sandbox gets to clean up.
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if tokio::time::timeout(Duration::from_secs(1), child.wait())
+                        .await
+                        .is_err()
+                    {
+                        let _ = child.kill().await;
+                    }
+                });
+            }
+            Err(_) => {
+                let _ = child.start_kill();
+            }
         }
-    });
+    }
 }
 
 /// Why a helper exchange failed.
@@ -254,6 +284,13 @@ enum ExchangeError {
 }
 
 impl Helper {
+    /// Whether the helper process is still running.
+    fn is_alive(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
+    }
+
     /// One request/answer exchange. The outer `Err` means the helper is
     /// unusable; the inner result is the operation's own outcome.
     async fn request(
@@ -269,8 +306,9 @@ impl Helper {
             "params": params,
         }))?;
         line.push(b'\n');
-        self.stdin.write_all(&line).await?;
-        self.stdin.flush().await?;
+        let stdin = self.stdin.as_mut().ok_or(ExchangeError::Closed)?;
+        stdin.write_all(&line).await?;
+        stdin.flush().await?;
         let mut answer = Vec::new();
         if self.stdout.read_until(b'\n', &mut answer).await? == 0 {
             return Err(ExchangeError::Closed);
@@ -301,8 +339,11 @@ impl Helper {
     /// stderr when it died, the exchange error otherwise. The helper is gone
     /// afterwards.
     async fn failure_message(mut self, err: ExchangeError) -> String {
-        drop(self.stdin);
-        let status = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await;
+        drop(self.stdin.take());
+        let Some(child) = self.child.as_mut() else {
+            return err.to_string();
+        };
+        let status = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
         // Let the stderr reader catch the last bytes.
         if status.is_ok() {
             let _ = tokio::time::timeout(Duration::from_secs(1), &mut self.stderr_task).await;
@@ -320,7 +361,9 @@ impl Helper {
                 format!("fs sandbox helper failed with status {status}: {stderr}")
             }
             _ => {
-                let _ = self.child.kill().await;
+                if let Some(child) = self.child.as_mut() {
+                    let _ = child.kill().await;
+                }
                 err.to_string()
             }
         }
@@ -354,8 +397,7 @@ fn spawn_helper(paths: &ExecServerRuntimePaths, key: &HelperKey) -> Result<Helpe
     command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+        .stderr(Stdio::piped());
     let mut child = command
         .spawn()
         .map_err(|err| RpcError::internal(format!("failed to start fs sandbox helper: {err}")))?;
@@ -383,8 +425,8 @@ fn spawn_helper(paths: &ExecServerRuntimePaths, key: &HelperKey) -> Result<Helpe
         }
     });
     Ok(Helper {
-        child,
-        stdin,
+        child: Some(child),
+        stdin: Some(stdin),
         stdout: BufReader::new(stdout),
         stderr,
         stderr_task,
