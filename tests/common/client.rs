@@ -645,18 +645,67 @@ pub fn children_of(pid: u32) -> Vec<(u32, char)> {
         .collect()
 }
 
-/// Waits (bounded) until the server has no child processes at all (no
-/// running leftover and no unreaped zombie).
+/// argv of a process (`None` when it is gone).
+fn cmdline(pid: u32) -> Option<Vec<String>> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    Some(
+        raw.split(|&b| b == 0)
+            .filter(|part| !part.is_empty())
+            .map(|part| String::from_utf8_lossy(part).into_owned())
+            .collect(),
+    )
+}
+
+/// Whether `pid` is the server's long-lived spawn helper, which may stay.
+fn is_spawn_helper(pid: u32) -> bool {
+    cmdline(pid).is_some_and(|argv| {
+        argv.get(1).map(String::as_str) == Some(codexbox::process::zygote::ZYGOTE_ARG1)
+    })
+}
+
+/// Every descendant of `root` with its state and argv, except the server's
+/// own long-lived spawn helper (its descendants are included).
+pub fn leftover_descendants(root: u32) -> Vec<(u32, char, Vec<String>)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let table: Vec<(u32, char, u32)> = dir
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let (state, ppid) = proc_state(pid)?;
+            Some((pid, state, ppid))
+        })
+        .collect();
+    let mut found = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(parent) = frontier.pop() {
+        for &(pid, state, ppid) in &table {
+            if ppid != parent {
+                continue;
+            }
+            frontier.push(pid);
+            let helper = parent == root && state != 'Z' && is_spawn_helper(pid);
+            if !helper {
+                found.push((pid, state, cmdline(pid).unwrap_or_default()));
+            }
+        }
+    }
+    found
+}
+
+/// Waits (bounded) until nothing the server started is left: no running
+/// process and no unreaped zombie anywhere below the server, apart from its
+/// long-lived spawn helper.
 pub async fn assert_no_children(server_pid: u32) {
     let deadline = Instant::now() + WAIT;
     loop {
-        let children = children_of(server_pid);
-        if children.is_empty() {
+        let leftovers = leftover_descendants(server_pid);
+        if leftovers.is_empty() {
             return;
         }
         assert!(
             Instant::now() < deadline,
-            "server {server_pid} still has children (pid, state): {children:?}"
+            "server {server_pid} still has descendants (pid, state, argv): {leftovers:?}"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
