@@ -5,3 +5,4 @@ pub mod client;
 pub mod confine;
 pub mod fs;
 pub mod sandbox;
+pub mod schema;
