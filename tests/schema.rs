@@ -323,3 +323,26 @@ fn wrong_messages_are_refused() {
     )
     .is_err());
 }
+
+/// What `ExecServerClient` sends matches the params schemas too.
+#[test]
+fn client_params_match_the_schemas() {
+    use codexbox::client::{ReadParams, StartParams};
+    let start = StartParams::new("p1", ["echo", "hi"])
+        .tty(true)
+        .cwd("file:///tmp");
+    assert_valid(
+        &load_method("process/start", "params"),
+        &serde_json::to_value(&start).unwrap(),
+    );
+    let read = ReadParams {
+        process_id: "p1".into(),
+        after_seq: Some(3),
+        max_bytes: None,
+        wait_ms: Some(100),
+    };
+    assert_valid(
+        &load_method("process/read", "params"),
+        &serde_json::to_value(&read).unwrap(),
+    );
+}

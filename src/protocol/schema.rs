@@ -156,7 +156,49 @@ fn inbound<T: JsonSchema>() -> Value {
         .root_schema_for::<T>()
         .to_value();
     drop_mistyped_defaults(&mut schema);
+    add_input_aliases(&mut schema);
     schema
+}
+
+/// Input spellings serde accepts through `#[serde(alias)]`, which schemars
+/// does not describe: (definition, canonical value, alias).
+pub const INPUT_ALIASES: [(&str, &str, &str); 3] = [
+    ("AccessMode", "deny", "none"),
+    ("FileSystemAccessMode", "deny", "none"),
+    ("SpecialPath", "project_roots", "current_working_directory"),
+];
+
+/// Adds [`INPUT_ALIASES`] to the `$defs` of an inbound schema: next to the
+/// canonical value of a string enum, or of a tag `const`.
+fn add_input_aliases(schema: &mut Value) {
+    for (name, canonical, alias) in INPUT_ALIASES {
+        if let Some(def) = schema.pointer_mut(&format!("/$defs/{name}")) {
+            add_alias(def, canonical, alias);
+        }
+    }
+}
+
+fn add_alias(schema: &mut Value, canonical: &str, alias: &str) {
+    match schema {
+        Value::Object(object) => {
+            if let Some(Value::Array(choices)) = object.get_mut("enum") {
+                if choices.iter().any(|c| c == canonical) {
+                    choices.push(alias.into());
+                }
+            }
+            if object.get("const").is_some_and(|c| c == canonical) {
+                object.remove("const");
+                object.insert("enum".into(), json!([canonical, alias]));
+            }
+            object
+                .values_mut()
+                .for_each(|sub| add_alias(sub, canonical, alias));
+        }
+        Value::Array(items) => items
+            .iter_mut()
+            .for_each(|sub| add_alias(sub, canonical, alias)),
+        _ => {}
+    }
 }
 
 /// The schema of `T` as the server writes it.
@@ -400,6 +442,21 @@ mod tests {
         assert_eq!(message["method"], proc::NOTIFY_OUTPUT);
         let params: OutputNotification = serde_json::from_value(message["params"].clone()).unwrap();
         assert_eq!((params.seq, params.chunk.as_str()), (2, "eA=="));
+    }
+
+    #[test]
+    fn input_aliases_are_accepted_by_the_types_and_the_schemas() {
+        let deny: sandbox::AccessMode = serde_json::from_str(r#""none""#).unwrap();
+        assert_eq!(deny, sandbox::AccessMode::Deny);
+        let deny: policy::FileSystemAccessMode = serde_json::from_str(r#""none""#).unwrap();
+        assert_eq!(deny, policy::FileSystemAccessMode::Deny);
+        let cwd: sandbox::SpecialPath =
+            serde_json::from_str(r#"{"kind":"current_working_directory"}"#).unwrap();
+        assert_eq!(cwd, sandbox::SpecialPath::ProjectRoots { subpath: None });
+        let files = files();
+        let context = serde_json::to_string(&files["FileSystemSandboxContext.json"]).unwrap();
+        assert!(context.contains(r#""current_working_directory""#));
+        assert!(context.contains(r#"["read","write","deny","none"]"#));
     }
 
     #[test]
