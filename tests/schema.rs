@@ -304,7 +304,11 @@ fn wrong_messages_are_refused() {
         ),
         (json!({"processId": "p", "argv": "ls", "cwd": "/"}), "/argv"),
         (
-            json!({"processId": "p", "argv": [], "cwd": "/", "sandbox": {"permissions": {"type": "nope"}}}),
+            json!({"processId": "p", "argv": [], "cwd": "/"}),
+            "fewer than 1 items",
+        ),
+        (
+            json!({"processId": "p", "argv": ["true"], "cwd": "/", "sandbox": {"permissions": {"type": "nope"}}}),
             "/sandbox",
         ),
     ] {

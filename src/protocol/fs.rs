@@ -68,6 +68,7 @@ pub struct ReadFileParams {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReadFileResponse {
+    #[schemars(extend("contentEncoding" = "base64"))]
     pub data_base64: String,
 }
 
@@ -76,6 +77,7 @@ pub struct ReadFileResponse {
 #[serde(rename_all = "camelCase")]
 pub struct WriteFileParams {
     pub path: WirePath,
+    #[schemars(extend("contentEncoding" = "base64"))]
     pub data_base64: String,
     #[serde(default)]
     pub sandbox: Option<FileSystemSandboxContext>,
@@ -248,6 +250,7 @@ pub struct ReadBlockParams {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReadBlockResponse {
+    #[schemars(extend("contentEncoding" = "base64"))]
     pub chunk: String,
     pub eof: bool,
 }

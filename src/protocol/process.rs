@@ -92,6 +92,7 @@ pub struct EnvPolicy {
 #[serde(rename_all = "camelCase")]
 pub struct StartParams {
     pub process_id: String,
+    #[schemars(length(min = 1))]
     pub argv: Vec<String>,
     pub cwd: WirePath,
     #[serde(default)]
@@ -101,6 +102,7 @@ pub struct StartParams {
     #[serde(default)]
     pub tty: bool,
     #[serde(default, deserialize_with = "null_as_default")]
+    #[schemars(with = "Option<bool>")]
     pub pipe_stdin: bool,
     #[serde(default)]
     pub arg0: Option<String>,
@@ -137,7 +139,7 @@ pub struct ReadParams {
 pub struct ReadChunk {
     pub seq: u64,
     pub stream: StreamKind,
-    #[schemars(with = "String")]
+    #[schemars(with = "String", extend("contentEncoding" = "base64"))]
     #[serde(serialize_with = "as_base64")]
     pub chunk: Vec<u8>,
 }
@@ -161,12 +163,13 @@ pub struct ReadResult {
 #[serde(rename_all = "camelCase")]
 pub struct WriteParams {
     pub process_id: String,
-    #[schemars(with = "String")]
+    #[schemars(with = "Option<String>", extend("contentEncoding" = "base64"))]
     #[serde(default, deserialize_with = "from_base64")]
     pub chunk: Vec<u8>,
     #[serde(default)]
     pub write_id: Option<String>,
     #[serde(default, deserialize_with = "null_as_default")]
+    #[schemars(with = "Option<bool>")]
     pub close_stdin: bool,
 }
 

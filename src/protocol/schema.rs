@@ -76,6 +76,7 @@ pub struct OutputNotification {
     pub seq: u64,
     pub stream: proc::StreamKind,
     /// Base64 (standard alphabet, padded).
+    #[schemars(extend("contentEncoding" = "base64"))]
     pub chunk: String,
 }
 
@@ -218,16 +219,23 @@ fn outbound<T: JsonSchema>() -> Value {
 fn drop_mistyped_defaults(schema: &mut Value) {
     match schema {
         Value::Object(object) => {
-            let mistyped = match (object.get("type"), object.get("default")) {
-                (Some(Value::String(ty)), Some(default)) => !matches!(
-                    (ty.as_str(), default),
-                    ("string", Value::String(_))
-                        | ("boolean", Value::Bool(_))
-                        | ("integer" | "number", Value::Number(_))
-                        | ("array", Value::Array(_))
-                        | ("object", Value::Object(_))
-                        | ("null", Value::Null)
-                ),
+            let types: Vec<&str> = match object.get("type") {
+                Some(Value::String(ty)) => vec![ty.as_str()],
+                Some(Value::Array(tys)) => tys.iter().filter_map(Value::as_str).collect(),
+                _ => Vec::new(),
+            };
+            let mistyped = match object.get("default") {
+                Some(default) if !types.is_empty() => !types.iter().any(|ty| {
+                    matches!(
+                        (*ty, default),
+                        ("string", Value::String(_))
+                            | ("boolean", Value::Bool(_))
+                            | ("integer" | "number", Value::Number(_))
+                            | ("array", Value::Array(_))
+                            | ("object", Value::Object(_))
+                            | ("null", Value::Null)
+                    )
+                }),
                 _ => false,
             };
             if mistyped {
@@ -409,6 +417,11 @@ pub fn files() -> BTreeMap<String, Value> {
         let name = format!("{kind}.json");
         index_types.insert(kind.into(), Value::String(name.clone()));
         out.insert(name, schema);
+    }
+    for (name, schema) in out.iter_mut() {
+        if let Value::Object(object) = schema {
+            object.insert("$id".into(), format!("codexbox/{name}").into());
+        }
     }
     out.insert(
         "index.json".into(),

@@ -2,7 +2,7 @@
 //! `resources/schema/*.json` and a small validator for the subset of JSON
 //! Schema the generated files use (type, properties, required,
 //! additionalProperties, items, enum, const, oneOf/anyOf/allOf, $ref into
-//! the same document, minimum/maximum). A keyword outside that subset is a
+//! the same document, minimum/maximum, minItems). A keyword outside that subset is a
 //! test failure, so the validator never silently accepts what it cannot check.
 #![allow(dead_code)]
 
@@ -13,6 +13,8 @@ use serde_json::Value;
 /// Keywords that only annotate.
 const ANNOTATIONS: &[&str] = &[
     "$schema",
+    "$id",
+    "contentEncoding",
     "$defs",
     "title",
     "description",
@@ -162,6 +164,15 @@ fn check(root: &Value, schema: &Value, value: &Value, at: &str) -> Result<(), St
                     check(root, branch, value, at)?;
                 }
             }
+            "minItems" => {
+                let min = arg.as_u64().unwrap_or_else(|| panic!("bad minItems {arg}"));
+                if value
+                    .as_array()
+                    .is_some_and(|items| (items.len() as u64) < min)
+                {
+                    return Err(format!("{at}: fewer than {min} items"));
+                }
+            }
             "minimum" | "maximum" => {
                 if let (Some(bound), Some(n)) = (arg.as_f64(), value.as_f64()) {
                     let ok = if keyword == "minimum" {
@@ -214,7 +225,8 @@ pub fn assert_supported(schema: &Value) {
                 .into_iter()
                 .flatten()
                 .for_each(assert_supported),
-            "$ref" | "type" | "required" | "enum" | "const" | "minimum" | "maximum" => {}
+            "$ref" | "type" | "required" | "enum" | "const" | "minimum" | "maximum"
+            | "minItems" => {}
             k if ANNOTATIONS.contains(&k) => {}
             k => panic!("the test validator does not support the keyword `{k}`"),
         }
