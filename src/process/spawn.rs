@@ -4,14 +4,15 @@
 use std::ffi::OsString;
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 
 use nix::fcntl::OFlag;
 use nix::unistd::Pid;
 
 use super::pty;
-use super::supervisor::{self, SupervisorConfig};
+use super::supervisor::{self, ReaperExec, SupervisorConfig};
 use crate::protocol::process::PtySize;
 
 /// Everything needed to start one managed process.
@@ -68,7 +69,10 @@ pub enum SpawnError {
 /// Starts `spec` under a supervisor (see [`super::supervisor`]). Must run on a
 /// long-lived thread: the supervisor's parent-death signal fires when the
 /// spawning thread exits.
-pub fn spawn(spec: &LaunchSpec) -> Result<Spawned, SpawnError> {
+///
+/// `reaper_exe` is the codexbox binary the supervisor re-executes as its
+/// reaper; `None` keeps the supervisor reaping in the forked copy.
+pub fn spawn(spec: &LaunchSpec, reaper_exe: Option<&Path>) -> Result<Spawned, SpawnError> {
     let (program, args) = spec.argv.split_first().ok_or(SpawnError::EmptyArgv)?;
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args)
@@ -100,18 +104,26 @@ pub fn spawn(spec: &LaunchSpec) -> Result<Spawned, SpawnError> {
     };
     let (status_read, status_write) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
-    let config = SupervisorConfig {
-        status_fd: status_write.as_raw_fd(),
-        server_pid: std::process::id() as libc::pid_t,
-        controlling_tty: pty.is_some(),
-    };
+    let reaper = reaper_exe.and_then(ReaperExec::new).map(Arc::new);
+    let config_reaper = reaper.clone();
+    let status_fd = status_write.as_raw_fd();
+    let server_pid = std::process::id() as libc::pid_t;
+    let controlling_tty = pty.is_some();
     // SAFETY: the hook only makes async-signal-safe calls (see supervisor.rs).
     unsafe {
-        cmd.pre_exec(move || supervisor::enter(config));
+        cmd.pre_exec(move || {
+            supervisor::enter(SupervisorConfig {
+                reaper: config_reaper.as_deref(),
+                status_fd,
+                server_pid,
+                controlling_tty,
+            })
+        });
     }
     let spawned = cmd.spawn();
     drop(cmd);
     drop(status_write);
+    drop(reaper);
     let mut child = spawned?;
     let supervisor_pid = child.id().map(|p| Pid::from_raw(p as i32));
     let mut status = std::fs::File::from(status_read);
