@@ -12,6 +12,25 @@
 //!
 //! The library surface: [`protocol`] types, [`client::ExecServerClient`],
 //! [`server::run_main`] and the sandbox policy types in [`sandbox::policy`].
+//! The JSON Schema of every message ships in `resources/schema/`, generated
+//! from the protocol types by [`protocol::schema::files`].
+//!
+//! Embedding the server and driving it:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use codexbox::client::{ConnectOptions, ExecServerClient, StartParams};
+//! use codexbox::server::{run_main, ListenUrl};
+//!
+//! let paths = codexbox::runtime_paths::ExecServerRuntimePaths::current()?;
+//! tokio::spawn(run_main(paths, ListenUrl::Unix("/tmp/exec.sock".into())));
+//! let client =
+//!     ExecServerClient::connect_and_initialize(ConnectOptions::new("unix:///tmp/exec.sock"), "me")
+//!         .await?;
+//! client.process_start(&StartParams::new("p1", ["echo", "hi"])).await?;
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod arg0;
 pub mod bwrap;

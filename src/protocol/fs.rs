@@ -56,7 +56,7 @@ pub const WALK_RESPONSE_BUDGET: usize = 4 * 1024 * 1024;
 pub const WALK_ITEM_OVERHEAD: usize = 64;
 
 /// `fs/readFile` params.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReadFileParams {
     pub path: WirePath,
@@ -65,24 +65,26 @@ pub struct ReadFileParams {
 }
 
 /// `fs/readFile` result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReadFileResponse {
+    #[schemars(extend("contentEncoding" = "base64"))]
     pub data_base64: String,
 }
 
 /// `fs/writeFile` params.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WriteFileParams {
     pub path: WirePath,
+    #[schemars(extend("contentEncoding" = "base64"))]
     pub data_base64: String,
     #[serde(default)]
     pub sandbox: Option<FileSystemSandboxContext>,
 }
 
 /// `fs/createDirectory` params (`recursive` defaults to true).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateDirectoryParams {
     pub path: WirePath,
@@ -94,7 +96,7 @@ pub struct CreateDirectoryParams {
 
 /// Params of the methods that take only a path (`fs/getMetadata`,
 /// `fs/canonicalize`, `fs/readDirectory`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PathParams {
     pub path: WirePath,
@@ -108,7 +110,7 @@ pub type ReadDirectoryParams = PathParams;
 
 /// `fs/getMetadata` result: `isDirectory`/`isFile`/`size` follow symlinks,
 /// `isSymlink` does not; timestamps in ms since the epoch, 0 if unknown.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GetMetadataResponse {
     pub is_directory: bool,
@@ -120,14 +122,14 @@ pub struct GetMetadataResponse {
 }
 
 /// `fs/canonicalize` result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CanonicalizeResponse {
     pub path: WirePath,
 }
 
 /// One `fs/readDirectory` entry.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DirectoryEntry {
     pub file_name: String,
@@ -136,14 +138,14 @@ pub struct DirectoryEntry {
 }
 
 /// `fs/readDirectory` result (sorted by name).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReadDirectoryResponse {
     pub entries: Vec<DirectoryEntry>,
 }
 
 /// `fs/walk` limits and switches.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WalkOptions {
     pub max_depth: usize,
@@ -155,7 +157,7 @@ pub struct WalkOptions {
 }
 
 /// `fs/walk` params.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WalkParams {
     pub path: WirePath,
@@ -165,7 +167,7 @@ pub struct WalkParams {
 }
 
 /// Kind of a walked entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum WalkEntryKind {
     Directory,
@@ -173,21 +175,21 @@ pub enum WalkEntryKind {
 }
 
 /// One walked entry.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WalkEntry {
     pub path: WirePath,
     pub kind: WalkEntryKind,
 }
 
 /// A path the walk could not read, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WalkError {
     pub path: WirePath,
     pub message: String,
 }
 
 /// `fs/walk` result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WalkResponse {
     pub entries: Vec<WalkEntry>,
     pub errors: Vec<WalkError>,
@@ -195,7 +197,7 @@ pub struct WalkResponse {
 }
 
 /// `fs/remove` params (`recursive` and `force` default to true).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RemoveParams {
     pub path: WirePath,
@@ -208,7 +210,7 @@ pub struct RemoveParams {
 }
 
 /// `fs/copy` params.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CopyParams {
     pub source_path: WirePath,
@@ -219,7 +221,7 @@ pub struct CopyParams {
 }
 
 /// `fs/open` params and result.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OpenParams {
     pub handle_id: String,
@@ -229,14 +231,14 @@ pub struct OpenParams {
 }
 
 /// `fs/open` result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OpenResponse {
     pub handle_id: String,
 }
 
 /// `fs/readBlock` params.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReadBlockParams {
     pub handle_id: String,
@@ -245,22 +247,25 @@ pub struct ReadBlockParams {
 }
 
 /// `fs/readBlock` result: `eof` is true when fewer than `len` bytes were read.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReadBlockResponse {
+    #[schemars(extend("contentEncoding" = "base64"))]
     pub chunk: String,
     pub eof: bool,
 }
 
 /// `fs/close` params.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CloseParams {
     pub handle_id: String,
 }
 
 /// The empty result `{}` of writeFile, createDirectory, remove, copy, close.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct EmptyResponse {}
 
 /// The wire-path fields a fs request can carry, decoded leniently so a bad

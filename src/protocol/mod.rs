@@ -7,6 +7,7 @@ pub mod fs;
 pub mod path;
 pub mod process;
 pub mod sandbox;
+pub mod schema;
 
 pub use envelope::{RequestId, RpcError};
 pub use path::{PathDialect, PathError, WirePath};
@@ -17,7 +18,7 @@ pub const METHOD_INITIALIZE: &str = "initialize";
 pub const NOTIFY_INITIALIZED: &str = "initialized";
 
 /// `initialize` params.
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InitializeParams {
     pub client_name: String,
@@ -26,7 +27,7 @@ pub struct InitializeParams {
 }
 
 /// `initialize` result.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InitializeResult {
     pub session_id: String,

@@ -29,7 +29,7 @@ pub const NOTIFY_EXITED: &str = "process/exited";
 pub const NOTIFY_CLOSED: &str = "process/closed";
 
 /// Which stream a chunk came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum StreamKind {
     Stdout,
@@ -49,7 +49,7 @@ impl StreamKind {
 }
 
 /// Terminal size of a PTY process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PtySize {
     pub rows: u16,
     pub cols: u16,
@@ -62,7 +62,7 @@ impl Default for PtySize {
 }
 
 /// Which variables of the server's environment a child inherits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum EnvInherit {
     #[default]
@@ -72,7 +72,7 @@ pub enum EnvInherit {
 }
 
 /// `envPolicy` of `process/start` (reference `ExecEnvPolicy`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EnvPolicy {
     #[serde(default)]
@@ -88,10 +88,11 @@ pub struct EnvPolicy {
 }
 
 /// `process/start` params.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StartParams {
     pub process_id: String,
+    #[schemars(length(min = 1))]
     pub argv: Vec<String>,
     pub cwd: WirePath,
     #[serde(default)]
@@ -101,25 +102,27 @@ pub struct StartParams {
     #[serde(default)]
     pub tty: bool,
     #[serde(default, deserialize_with = "null_as_default")]
+    #[schemars(with = "Option<bool>")]
     pub pipe_stdin: bool,
     #[serde(default)]
     pub arg0: Option<String>,
     /// FileSystemSandboxContext, interpreted by `server::process_sandbox`.
     #[serde(default)]
+    #[schemars(with = "Option<super::sandbox::FileSystemSandboxContext>")]
     pub sandbox: Option<Value>,
     #[serde(default)]
     pub size: Option<PtySize>,
 }
 
 /// `process/start` result.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StartResult {
     pub process_id: String,
 }
 
 /// `process/read` params.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReadParams {
     pub process_id: String,
@@ -132,16 +135,17 @@ pub struct ReadParams {
 }
 
 /// One retained chunk in a `process/read` result.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ReadChunk {
     pub seq: u64,
     pub stream: StreamKind,
+    #[schemars(with = "String", extend("contentEncoding" = "base64"))]
     #[serde(serialize_with = "as_base64")]
     pub chunk: Vec<u8>,
 }
 
 /// `process/read` result.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReadResult {
     pub chunks: Vec<ReadChunk>,
@@ -155,20 +159,22 @@ pub struct ReadResult {
 }
 
 /// `process/write` params (both dialects).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WriteParams {
     pub process_id: String,
+    #[schemars(with = "Option<String>", extend("contentEncoding" = "base64"))]
     #[serde(default, deserialize_with = "from_base64")]
     pub chunk: Vec<u8>,
     #[serde(default)]
     pub write_id: Option<String>,
     #[serde(default, deserialize_with = "null_as_default")]
+    #[schemars(with = "Option<bool>")]
     pub close_stdin: bool,
 }
 
 /// `process/write` status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum WriteStatus {
     Accepted,
@@ -178,13 +184,13 @@ pub enum WriteStatus {
 }
 
 /// `process/write` result.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct WriteResult {
     pub status: WriteStatus,
 }
 
 /// `process/signal` params.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SignalParams {
     pub process_id: String,
@@ -192,7 +198,7 @@ pub struct SignalParams {
 }
 
 /// `process/resize` params.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ResizeParams {
     pub process_id: String,
@@ -201,20 +207,20 @@ pub struct ResizeParams {
 }
 
 /// `process/terminate` params.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TerminateParams {
     pub process_id: String,
 }
 
 /// `process/terminate` result.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct TerminateResult {
     pub running: bool,
 }
 
 /// `process/exited` notification params.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExitedNotification<'a> {
     pub process_id: &'a str,
@@ -226,7 +232,7 @@ pub struct ExitedNotification<'a> {
 }
 
 /// `process/closed` notification params.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClosedNotification<'a> {
     pub process_id: &'a str,

@@ -16,7 +16,9 @@ use super::path::WirePath;
 use crate::sandbox::policy::{normalize, PermissionProfile, SandboxPolicy};
 
 /// Windows sandbox level; accepted and ignored on Linux.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum WindowsSandboxLevel {
     #[default]
@@ -26,7 +28,9 @@ pub enum WindowsSandboxLevel {
 }
 
 /// Network side of a profile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum NetworkAccess {
     #[default]
@@ -35,7 +39,9 @@ pub enum NetworkAccess {
 }
 
 /// Access of one entry. `none` is accepted as an alias of `deny`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum AccessMode {
     Read,
@@ -45,7 +51,7 @@ pub enum AccessMode {
 }
 
 /// A special path token.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum SpecialPath {
     Root,
@@ -66,7 +72,7 @@ pub enum SpecialPath {
 
 /// The path of an entry. `path` carries a `file:` URI or a native path on
 /// the wire and a native path once materialized.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum EntryPath {
     Path { path: String },
@@ -75,14 +81,14 @@ pub enum EntryPath {
 }
 
 /// One filesystem entry of a restricted profile.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SandboxEntry {
     pub path: EntryPath,
     pub access: AccessMode,
 }
 
 /// Filesystem part of a managed profile.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ManagedFileSystem {
     Restricted {
@@ -95,7 +101,7 @@ pub enum ManagedFileSystem {
 }
 
 /// The permission profile of the exec wire (tag `type`, snake_case keys).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ExecPermissionProfile {
     Managed {
@@ -114,7 +120,7 @@ pub enum ExecPermissionProfile {
 ///
 /// Either `permissions` (the current shape) or `sandboxPolicy` (the older
 /// shape, with `sandboxPolicyCwd`) must be present.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FileSystemSandboxContext {
     #[serde(default, skip_serializing_if = "Option::is_none")]

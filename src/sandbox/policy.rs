@@ -50,7 +50,19 @@ pub enum PolicyError {
 // Access modes, paths and entries
 
 /// What an entry grants. Ordered by strength for ties: `deny > write > read`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum FileSystemAccessMode {
     Read,
@@ -164,11 +176,12 @@ impl<'de> Deserialize<'de> for FileSystemSpecialPath {
 }
 
 /// Where an entry applies.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum FileSystemPath {
     /// An absolute path (native or `file:` URI on input), lexically normalised.
     Path {
+        #[schemars(with = "crate::protocol::path::WirePath")]
         #[serde(with = "abs_path")]
         path: PathBuf,
     },
@@ -191,7 +204,7 @@ impl FileSystemPath {
 }
 
 /// One rule of a filesystem policy.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FileSystemSandboxEntry {
     pub path: FileSystemPath,
     pub access: FileSystemAccessMode,
@@ -293,7 +306,9 @@ fn is_glob(pattern: &str) -> bool {
 // Network and profiles
 
 /// Whether the sandboxed command may use the network.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum NetworkSandboxPolicy {
     #[default]
@@ -308,7 +323,7 @@ impl NetworkSandboxPolicy {
 }
 
 /// The filesystem half of a managed profile.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ManagedFileSystemPermissions {
     Restricted {
@@ -322,7 +337,7 @@ pub enum ManagedFileSystemPermissions {
 
 /// The canonical permission profile the helper receives
 /// (`--permission-profile JSON`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum PermissionProfile {
     /// codexbox enforces the filesystem and network rules.
@@ -710,7 +725,9 @@ fn join_pattern(base: &Path, pattern: &str) -> String {
 // Runtime filesystem policy
 
 /// Which kind of filesystem policy applies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum FileSystemSandboxKind {
     #[default]
@@ -720,7 +737,7 @@ pub enum FileSystemSandboxKind {
 }
 
 /// The runtime filesystem policy (`--file-system-sandbox-policy JSON`).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FileSystemSandboxPolicy {
     pub kind: FileSystemSandboxKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1173,7 +1190,7 @@ fn is_false(b: &bool) -> bool {
 }
 
 /// The legacy policy (`--sandbox-policy JSON`, `sandboxPolicy` on the wire).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum SandboxPolicy {
     DangerFullAccess,
@@ -1186,6 +1203,7 @@ pub enum SandboxPolicy {
         network_access: NetworkSandboxPolicy,
     },
     WorkspaceWrite {
+        #[schemars(with = "Vec<crate::protocol::path::WirePath>")]
         #[serde(default, with = "abs_path::vec")]
         writable_roots: Vec<PathBuf>,
         #[serde(default)]

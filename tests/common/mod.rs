@@ -6,3 +6,4 @@ pub mod confine;
 pub mod fs;
 pub mod redteam;
 pub mod sandbox;
+pub mod schema;
