@@ -2,6 +2,7 @@
 //! prints every SPEC §8 figure beside a baseline measured in the same run,
 //! one line each. Each area adds a module with a `run(&mut Report)`.
 
+mod bwrap;
 mod common;
 mod fs;
 mod process;
@@ -11,6 +12,7 @@ fn main() {
     println!("codexbox benchmark (release build, {} CPUs)", cpus());
     process::run(&mut report);
     fs::run(&mut report);
+    bwrap::run(&mut report);
     if report.is_empty() {
         println!("no figures measured");
     } else {

@@ -39,7 +39,8 @@ pub fn run(report: &mut Report) {
         Ok(server) => server,
         Err(err) => return report.failed("process", &format!("exec-server: {err}")),
     };
-    let sections: [(&str, SectionFn); 5] = [
+    let sections: [(&str, SectionFn); 6] = [
+        ("request round trip", |r, url| Box::pin(round_trip(r, url))),
         ("start->closed latency of true", |r, url| {
             Box::pin(latency(r, url))
         }),
@@ -98,16 +99,72 @@ fn program(name: &str) -> BenchResult<String> {
     Ok(which::which(name)?.to_string_lossy().into_owned())
 }
 
+/// `environment/status` round trips through the client and server, beside
+/// a bare TCP echo round trip on loopback: the protocol's fixed cost.
+async fn round_trip(report: &mut Report, url: String) -> BenchResult {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const RUNS: usize = 2000;
+    let (client, _events) = connect(&url).await?;
+    let mut samples = Vec::with_capacity(RUNS);
+    for _ in 0..RUNS {
+        let started = Instant::now();
+        client.environment_status().await?;
+        samples.push(started.elapsed());
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        use std::io::{Read, Write};
+        let (mut stream, _) = listener.accept()?;
+        stream.set_nodelay(true)?;
+        let mut byte = [0u8; 64];
+        loop {
+            let n = stream.read(&mut byte)?;
+            if n == 0 {
+                return Ok(());
+            }
+            stream.write_all(&byte[..n])?;
+        }
+    });
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let mut baseline = Vec::with_capacity(RUNS);
+    let mut byte = [0u8; 1];
+    for _ in 0..RUNS {
+        let started = Instant::now();
+        stream.write_all(b"x").await?;
+        stream.read_exact(&mut byte).await?;
+        baseline.push(started.elapsed());
+    }
+    drop(stream);
+    let _ = echo.join();
+    let measured = quantile(&mut samples, 0.5).as_secs_f64() * 1e6;
+    let base = quantile(&mut baseline, 0.5).as_secs_f64() * 1e6;
+    report.figure(
+        Value::new("environment/status round trip p50", measured, "us"),
+        Value::new("loopback TCP echo round trip p50", base, "us"),
+        &format!(
+            "ratio {:.2} (informational)",
+            measured / base.max(f64::MIN_POSITIVE)
+        ),
+    );
+    Ok(())
+}
+
 async fn latency(report: &mut Report, url: String) -> BenchResult {
     let (client, mut events) = connect(&url).await?;
     let true_path = program("true")?;
     let mut samples = Vec::with_capacity(LATENCY_RUNS);
+    let mut responses = Vec::with_capacity(LATENCY_RUNS);
     for i in 0..LATENCY_WARMUP + LATENCY_RUNS {
         let id = format!("lat{i}");
         let started = Instant::now();
         client
             .process_start(&StartParams::new(id.as_str(), [true_path.as_str()]))
             .await?;
+        if i >= LATENCY_WARMUP {
+            responses.push(started.elapsed());
+        }
         loop {
             if let ProcessEvent::Closed { process_id, .. } = next_event(&mut events).await? {
                 if process_id == id {
@@ -120,15 +177,18 @@ async fn latency(report: &mut Report, url: String) -> BenchResult {
         }
     }
     let mut baseline = Vec::with_capacity(LATENCY_RUNS);
+    let mut spawns = Vec::with_capacity(LATENCY_RUNS);
     for i in 0..LATENCY_WARMUP + LATENCY_RUNS {
         let started = Instant::now();
-        Command::new(&true_path)
+        let mut child = Command::new(&true_path)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .spawn()?
-            .wait()?;
+            .spawn()?;
+        let spawned = started.elapsed();
+        child.wait()?;
         if i >= LATENCY_WARMUP {
+            spawns.push(spawned);
             baseline.push(started.elapsed());
         }
     }
@@ -141,6 +201,16 @@ async fn latency(report: &mut Report, url: String) -> BenchResult {
             &ratio_at_most(measured, base, 1.5),
         );
     }
+    let measured = ms(quantile(&mut responses, 0.5));
+    let base = ms(quantile(&mut spawns, 0.5));
+    report.figure(
+        Value::new("process/start response of true p50", measured, "ms"),
+        Value::new("bare spawn (exec done, no wait) p50", base, "ms"),
+        &format!(
+            "ratio {:.2} (informational: where the start->closed time goes)",
+            measured / base.max(f64::MIN_POSITIVE)
+        ),
+    );
     Ok(())
 }
 

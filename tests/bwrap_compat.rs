@@ -22,8 +22,18 @@ use common::bwrap::{
 
 /// Paths whose readable/writable state every probe reports.
 const PATHS: &[&str] = &[
-    "/", "/etc", "/tmp", "/usr", "/dev", "/dev/shm", "/dev/null", "/proc", "/proc/sys", "/sys",
-    "/sys/fs/cgroup", "/root",
+    "/",
+    "/etc",
+    "/tmp",
+    "/usr",
+    "/dev",
+    "/dev/shm",
+    "/dev/null",
+    "/proc",
+    "/proc/sys",
+    "/sys",
+    "/sys/fs/cgroup",
+    "/root",
 ];
 
 fn pipe() -> (OwnedFd, OwnedFd) {
@@ -54,8 +64,16 @@ fn read_only_profile_observes_the_same() {
     }
     let outcome = assert_same(&with_probe(READ_ONLY_PROFILE, PATHS));
     assert_eq!(outcome.code, 0, "{outcome:?}");
-    assert!(outcome.stdout.contains("access: /tmp r-\n"), "{}", outcome.stdout);
-    assert!(outcome.stdout.contains("access: /sys/fs/cgroup r-\n"), "{}", outcome.stdout);
+    assert!(
+        outcome.stdout.contains("access: /tmp r-\n"),
+        "{}",
+        outcome.stdout
+    );
+    assert!(
+        outcome.stdout.contains("access: /sys/fs/cgroup r-\n"),
+        "{}",
+        outcome.stdout
+    );
     assert!(outcome.stdout.contains("pid: 2\n"));
 }
 
@@ -89,15 +107,60 @@ fn workspace_profile_observes_the_same() {
     let denied = format!("{ws}/denied");
     // Reference §4.3–§4.5: writable root, read-only metadata, masks.
     let args: Vec<&str> = vec![
-        "--new-session", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev",
-        "--bind", &ws, &ws, "--ro-bind", &git, &git,
-        "--perms", "555", "--tmpfs", &agents, "--remount-ro", &agents,
-        "--perms", "555", "--tmpfs", &codex, "--remount-ro", &codex,
-        "--perms", "000", "--ro-bind-data", "5", &secret,
-        "--perms", "000", "--tmpfs", &denied, "--remount-ro", &denied,
-        "--unshare-user", "--unshare-pid", "--unshare-net", "--proc", "/proc", "--chdir", &ws,
+        "--new-session",
+        "--die-with-parent",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--bind",
+        &ws,
+        &ws,
+        "--ro-bind",
+        &git,
+        &git,
+        "--perms",
+        "555",
+        "--tmpfs",
+        &agents,
+        "--remount-ro",
+        &agents,
+        "--perms",
+        "555",
+        "--tmpfs",
+        &codex,
+        "--remount-ro",
+        &codex,
+        "--perms",
+        "000",
+        "--ro-bind-data",
+        "5",
+        &secret,
+        "--perms",
+        "000",
+        "--tmpfs",
+        &denied,
+        "--remount-ro",
+        &denied,
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-net",
+        "--proc",
+        "/proc",
+        "--chdir",
+        &ws,
     ];
-    let paths = [ws.as_str(), &git, &agents, &codex, &secret, &denied, "/tmp", "/"];
+    let paths = [
+        ws.as_str(),
+        &git,
+        &agents,
+        &codex,
+        &secret,
+        &denied,
+        "/tmp",
+        "/",
+    ];
     let argv = with_probe(&args, &paths);
     let run_with_null_fd = |which: Impl| {
         let null = OwnedFd::from(fs::File::open("/dev/null").expect("open /dev/null"));
@@ -108,8 +171,16 @@ fn workspace_profile_observes_the_same() {
     let system = run_with_null_fd(Impl::System);
     let builtin = run_with_null_fd(Impl::Builtin);
     assert_outcomes_equal(&argv, &system, &builtin);
-    assert!(builtin.stdout.contains(&format!("access: {ws} rw\n")), "{}", builtin.stdout);
-    assert!(builtin.stdout.contains(&format!("access: {git} r-\n")), "{}", builtin.stdout);
+    assert!(
+        builtin.stdout.contains(&format!("access: {ws} rw\n")),
+        "{}",
+        builtin.stdout
+    );
+    assert!(
+        builtin.stdout.contains(&format!("access: {git} r-\n")),
+        "{}",
+        builtin.stdout
+    );
     assert!(builtin.stdout.contains(&format!("cwd: {ws}\n")));
     // The masks bubblewrap had to create on the host are there for both runs.
     assert!(dir.path().join(".agents").is_dir());
@@ -121,14 +192,39 @@ fn every_namespace_with_ids_and_hostname_observes_the_same() {
         return;
     }
     let args = [
-        "--ro-bind", "/", "/", "--unshare-all", "--uid", "1234", "--gid", "4321", "--hostname",
-        "sandbox-host", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+        "--ro-bind",
+        "/",
+        "/",
+        "--unshare-all",
+        "--uid",
+        "1234",
+        "--gid",
+        "4321",
+        "--hostname",
+        "sandbox-host",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
     ];
     let outcome = assert_same(&with_probe(&args, PATHS));
-    assert!(outcome.stdout.contains("ids: 1234 4321 [4321]\n"), "{}", outcome.stdout);
+    assert!(
+        outcome.stdout.contains("ids: 1234 4321 [4321]\n"),
+        "{}",
+        outcome.stdout
+    );
     assert!(outcome.stdout.contains("hostname: sandbox-host\n"));
     assert!(outcome.stdout.contains("access: /tmp rw\n"));
-    let net = assert_same(&["--ro-bind", "/", "/", "--unshare-net", "cat", "/proc/net/dev"]);
+    let net = assert_same(&[
+        "--ro-bind",
+        "/",
+        "/",
+        "--unshare-net",
+        "cat",
+        "/proc/net/dev",
+    ]);
     assert!(net.stdout.contains("lo:"));
 }
 
@@ -138,16 +234,46 @@ fn tmpfs_root_with_binds_and_links_observes_the_same() {
         return;
     }
     let args = [
-        "--tmpfs", "/", "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc", "--symlink",
-        "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
-        "--symlink", "usr/sbin", "/sbin", "--dir", "/work", "--chdir", "/work", "--unshare-pid",
-        "--proc", "/proc", "--dev", "/dev", "--mqueue", "/dev/mqueue", "--unshare-ipc",
+        "--tmpfs",
+        "/",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+        "--ro-bind",
+        "/etc",
+        "/etc",
+        "--symlink",
+        "usr/bin",
+        "/bin",
+        "--symlink",
+        "usr/lib",
+        "/lib",
+        "--symlink",
+        "usr/lib64",
+        "/lib64",
+        "--symlink",
+        "usr/sbin",
+        "/sbin",
+        "--dir",
+        "/work",
+        "--chdir",
+        "/work",
+        "--unshare-pid",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--mqueue",
+        "/dev/mqueue",
+        "--unshare-ipc",
     ];
     let outcome = assert_same(&with_probe(&args, PATHS));
     assert_eq!(outcome.code, 0, "{outcome:?}");
     // The host tree is gone: no /oldroot, /newroot or host directories.
     assert!(
-        outcome.stdout.contains("root: bin dev etc lib lib64 proc sbin usr work \n"),
+        outcome
+            .stdout
+            .contains("root: bin dev etc lib lib64 proc sbin usr work \n"),
         "{}",
         outcome.stdout
     );
@@ -159,12 +285,40 @@ fn bind_variants_and_remount_observe_the_same() {
         return;
     }
     let args = [
-        "--bind", "/", "/", "--tmpfs", "/tmp", "--ro-bind", "/etc", "/tmp/etc", "--dev-bind",
-        "/dev", "/tmp/dev", "--bind-try", "/nonexistent", "/tmp/none", "--ro-bind-try", "/usr",
-        "/tmp/usr", "--dir", "/tmp/d", "--remount-ro", "/tmp", "--proc", "/proc", "--unshare-pid",
+        "--bind",
+        "/",
+        "/",
+        "--tmpfs",
+        "/tmp",
+        "--ro-bind",
+        "/etc",
+        "/tmp/etc",
+        "--dev-bind",
+        "/dev",
+        "/tmp/dev",
+        "--bind-try",
+        "/nonexistent",
+        "/tmp/none",
+        "--ro-bind-try",
+        "/usr",
+        "/tmp/usr",
+        "--dir",
+        "/tmp/d",
+        "--remount-ro",
+        "/tmp",
+        "--proc",
+        "/proc",
+        "--unshare-pid",
     ];
-    let outcome = assert_same(&with_probe(&args, &["/tmp", "/tmp/etc", "/tmp/usr", "/tmp/dev"]));
-    assert!(outcome.stdout.contains("access: /tmp r-\n"), "{}", outcome.stdout);
+    let outcome = assert_same(&with_probe(
+        &args,
+        &["/tmp", "/tmp/etc", "/tmp/usr", "/tmp/dev"],
+    ));
+    assert!(
+        outcome.stdout.contains("access: /tmp r-\n"),
+        "{}",
+        outcome.stdout
+    );
 }
 
 #[test]
@@ -173,10 +327,42 @@ fn file_data_perms_and_chmod_observe_the_same() {
         return;
     }
     let argv: Vec<&str> = vec![
-        "--ro-bind", "/", "/", "--tmpfs", "/tmp", "--perms", "0640", "--file", "5", "/tmp/f",
-        "--bind-data", "6", "/tmp/b", "--perms", "0444", "--ro-bind-data", "7", "/tmp/r",
-        "--perms", "0700", "--dir", "/tmp/d", "--size", "65536", "--perms", "0750", "--tmpfs",
-        "/tmp/t", "--symlink", "../f", "/tmp/d/link", "--chmod", "0711", "/tmp/t", "sh", "-c",
+        "--ro-bind",
+        "/",
+        "/",
+        "--tmpfs",
+        "/tmp",
+        "--perms",
+        "0640",
+        "--file",
+        "5",
+        "/tmp/f",
+        "--bind-data",
+        "6",
+        "/tmp/b",
+        "--perms",
+        "0444",
+        "--ro-bind-data",
+        "7",
+        "/tmp/r",
+        "--perms",
+        "0700",
+        "--dir",
+        "/tmp/d",
+        "--size",
+        "65536",
+        "--perms",
+        "0750",
+        "--tmpfs",
+        "/tmp/t",
+        "--symlink",
+        "../f",
+        "/tmp/d/link",
+        "--chmod",
+        "0711",
+        "/tmp/t",
+        "sh",
+        "-c",
         "cd /tmp && stat -c '%n %a %h %s %F' f b r d t d/link && cat f b r && \
          ls /proc/self/fd | tr '\\n' ' ' && grep -c ' /tmp/t ' /proc/self/mountinfo",
     ];
@@ -185,7 +371,9 @@ fn file_data_perms_and_chmod_observe_the_same() {
         let mut keep = Vec::new();
         for (fd, text) in [(5, "file\n"), (6, "bind\n"), (7, "robind\n")] {
             let (read, write) = pipe();
-            fs::File::from(write).write_all(text.as_bytes()).expect("fill pipe");
+            fs::File::from(write)
+                .write_all(text.as_bytes())
+                .expect("fill pipe");
             pass_fd(&mut cmd, &read, fd);
             keep.push(read);
         }
@@ -194,7 +382,10 @@ fn file_data_perms_and_chmod_observe_the_same() {
     let system = run_with_data(Impl::System);
     let builtin = run_with_data(Impl::Builtin);
     assert_outcomes_equal(&argv, &system, &builtin);
-    assert!(builtin.stdout.contains("f 640 1 5 regular file\n"), "{builtin:?}");
+    assert!(
+        builtin.stdout.contains("f 640 1 5 regular file\n"),
+        "{builtin:?}"
+    );
     assert!(builtin.stdout.contains("robind\n"), "{builtin:?}");
 }
 
@@ -204,9 +395,27 @@ fn environment_and_cwd_options_observe_the_same() {
         return;
     }
     let env_args = [
-        "--ro-bind", "/", "/", "--setenv", "FIRST", "1", "--clearenv", "--setenv", "A", "b",
-        "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "GONE", "x", "--unsetenv", "GONE", "sh",
-        "-c", "env | sort",
+        "--ro-bind",
+        "/",
+        "/",
+        "--setenv",
+        "FIRST",
+        "1",
+        "--clearenv",
+        "--setenv",
+        "A",
+        "b",
+        "--setenv",
+        "PATH",
+        "/usr/bin:/bin",
+        "--setenv",
+        "GONE",
+        "x",
+        "--unsetenv",
+        "GONE",
+        "sh",
+        "-c",
+        "env | sort",
     ];
     let outcome = assert_same(&env_args);
     let cwd = std::env::current_dir().expect("cwd");
@@ -214,7 +423,16 @@ fn environment_and_cwd_options_observe_the_same() {
         outcome.stdout,
         format!("A=b\nPATH=/usr/bin:/bin\nPWD={}\n", cwd.display())
     );
-    assert_same(&["--ro-bind", "/", "/", "--chdir", "/etc", "sh", "-c", "pwd; echo $PWD"]);
+    assert_same(&[
+        "--ro-bind",
+        "/",
+        "/",
+        "--chdir",
+        "/etc",
+        "sh",
+        "-c",
+        "pwd; echo $PWD",
+    ]);
     let mut same_cwd = command(Impl::System, &["--ro-bind", "/", "/", "pwd"]);
     same_cwd.current_dir("/usr/share");
     let mut builtin_cwd = command(Impl::Builtin, &["--ro-bind", "/", "/", "pwd"]);
@@ -230,9 +448,43 @@ fn exit_status_passes_through_like_bubblewrap() {
     let cases: &[(&[&str], i32)] = &[
         (&["--ro-bind", "/", "/", "sh", "-c", "exit 7"], 7),
         (&["--ro-bind", "/", "/", "sh", "-c", "kill -TERM $$"], 143),
-        (&["--ro-bind", "/", "/", "--unshare-pid", "sh", "-c", "kill -KILL $$"], 137),
-        (&["--ro-bind", "/", "/", "--unshare-pid", "--as-pid-1", "sh", "-c", "echo $$; exit 3"], 3),
-        (&["--ro-bind", "/", "/", "--unshare-pid", "sh", "-c", "sleep 30 & exit 4"], 4),
+        (
+            &[
+                "--ro-bind",
+                "/",
+                "/",
+                "--unshare-pid",
+                "sh",
+                "-c",
+                "kill -KILL $$",
+            ],
+            137,
+        ),
+        (
+            &[
+                "--ro-bind",
+                "/",
+                "/",
+                "--unshare-pid",
+                "--as-pid-1",
+                "sh",
+                "-c",
+                "echo $$; exit 3",
+            ],
+            3,
+        ),
+        (
+            &[
+                "--ro-bind",
+                "/",
+                "/",
+                "--unshare-pid",
+                "sh",
+                "-c",
+                "sleep 30 & exit 4",
+            ],
+            4,
+        ),
     ];
     for (args, code) in cases {
         let outcome = assert_same(args);
@@ -240,32 +492,50 @@ fn exit_status_passes_through_like_bubblewrap() {
     }
 }
 
-/// Spawns `which` with --info-fd, returns (launcher, child pid from info).
-fn spawn_with_info(which: Impl, extra: &[&str]) -> (std::process::Child, i32) {
+/// Spawns `which` with --info-fd; returns (launcher, child pid from info).
+/// With `wait_ready`, also waits until the command itself runs.
+fn spawn_with_info(which: Impl, extra: &[&str], wait_ready: bool) -> (std::process::Child, i32) {
     let (read, write) = pipe();
     let mut args = vec!["--ro-bind", "/", "/", "--unshare-pid", "--info-fd", "3"];
     args.extend_from_slice(extra);
-    args.extend(["sleep", "600"]);
+    args.extend(["sh", "-c", "echo ready; exec sleep 600"]);
     let mut cmd = command(which, &args);
     pass_fd(&mut cmd, &write, 3);
-    cmd.stdout(Stdio::null()).stderr(Stdio::null());
-    let child = cmd.spawn().expect("spawn launcher");
-    drop(write);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::null());
+    let mut child = cmd.spawn().expect("spawn launcher");
+    drop((cmd, write));
     let mut info = String::new();
-    fs::File::from(read).read_to_string(&mut info).expect("read info");
+    fs::File::from(read)
+        .read_to_string(&mut info)
+        .expect("read info");
     let pid = info
         .split("\"child-pid\":")
         .nth(1)
         .and_then(|rest| rest.split([',', '\n', '}']).next())
         .and_then(|num| num.trim().parse::<i32>().ok())
         .unwrap_or_else(|| panic!("no child-pid in {info:?}"));
+    if wait_ready {
+        let mut line = [0u8; 6];
+        child
+            .stdout
+            .as_mut()
+            .expect("stdout")
+            .read_exact(&mut line)
+            .expect("ready line");
+        assert_eq!(&line, b"ready\n");
+    }
     (child, pid)
 }
 
-/// Whether `pid` is gone or a zombie, waiting (safety net only) for it.
-fn ends_after_parent_killed(which: Impl, die_with_parent: bool) -> bool {
-    let extra: &[&str] = if die_with_parent { &["--die-with-parent"] } else { &[] };
-    let (mut launcher, pid) = spawn_with_info(which, extra);
+/// Whether the sandbox's first process ends (or is a zombie) once the
+/// launcher is killed. Polling is only a safety net, never a threshold.
+fn ends_after_parent_killed(which: Impl, die_with_parent: bool, wait_ready: bool) -> bool {
+    let extra: &[&str] = if die_with_parent {
+        &["--die-with-parent"]
+    } else {
+        &[]
+    };
+    let (mut launcher, pid) = spawn_with_info(which, extra, wait_ready);
     launcher.kill().expect("kill launcher");
     launcher.wait().expect("reap launcher");
     let deadline = Instant::now() + Duration::from_secs(if die_with_parent { 20 } else { 1 });
@@ -292,9 +562,19 @@ fn die_with_parent_kills_the_sandbox_like_bubblewrap() {
     if !have_system_bwrap("die_with_parent_kills_the_sandbox_like_bubblewrap") {
         return;
     }
-    assert!(ends_after_parent_killed(Impl::System, true));
-    assert!(ends_after_parent_killed(Impl::Builtin, true));
-    assert!(!ends_after_parent_killed(Impl::Builtin, false));
+    assert!(ends_after_parent_killed(Impl::System, true, true));
+    assert!(ends_after_parent_killed(Impl::Builtin, true, true));
+    assert!(!ends_after_parent_killed(Impl::Builtin, false, true));
+}
+
+#[test]
+fn builtin_arms_die_with_parent_before_any_setup() {
+    // Documented improvement (SPEC §5.3 pitfalls): bubblewrap arms the death
+    // signal only once the command is forked, so a launcher killed during
+    // setup leaves the sandbox running; the built-in arms it first.
+    for _ in 0..3 {
+        assert!(ends_after_parent_killed(Impl::Builtin, true, false));
+    }
 }
 
 #[test]
@@ -306,8 +586,17 @@ fn info_and_json_status_documents_have_bubblewraps_shape() {
         let (info_r, info_w) = pipe();
         let (json_r, json_w) = pipe();
         let args = [
-            "--ro-bind", "/", "/", "--unshare-all", "--info-fd", "5", "--json-status-fd", "6", "sh",
-            "-c", "exit 5",
+            "--ro-bind",
+            "/",
+            "/",
+            "--unshare-all",
+            "--info-fd",
+            "5",
+            "--json-status-fd",
+            "6",
+            "sh",
+            "-c",
+            "exit 5",
         ];
         let mut cmd = command(which, &args);
         pass_fd(&mut cmd, &info_w, 5);
@@ -316,10 +605,22 @@ fn info_and_json_status_documents_have_bubblewraps_shape() {
         drop((info_w, json_w));
         let mut info = String::new();
         let mut json = String::new();
-        fs::File::from(info_r).read_to_string(&mut info).expect("info");
-        fs::File::from(json_r).read_to_string(&mut json).expect("json");
-        let digits = |text: &str| text.chars().map(|c| if c.is_ascii_digit() { '9' } else { c }).collect::<String>();
-        (outcome.code, digits(&info).replace("99", "9"), json.lines().last().map(str::to_owned))
+        fs::File::from(info_r)
+            .read_to_string(&mut info)
+            .expect("info");
+        fs::File::from(json_r)
+            .read_to_string(&mut json)
+            .expect("json");
+        let digits = |text: &str| {
+            text.chars()
+                .map(|c| if c.is_ascii_digit() { '9' } else { c })
+                .collect::<String>()
+        };
+        (
+            outcome.code,
+            digits(&info).replace("99", "9"),
+            json.lines().last().map(str::to_owned),
+        )
     };
     let squash = |(code, info, last): (i32, String, Option<String>)| {
         let mut info = info;
@@ -346,7 +647,15 @@ fn block_fd_and_sync_fd_behave_like_bubblewrap() {
         let (block_r, block_w) = pipe();
         let (sync_r, sync_w) = pipe();
         let args = [
-            "--ro-bind", "/", "/", "--block-fd", "5", "--sync-fd", "6", "sh", "-c",
+            "--ro-bind",
+            "/",
+            "/",
+            "--block-fd",
+            "5",
+            "--sync-fd",
+            "6",
+            "sh",
+            "-c",
             &format!("cat {marker_str}; ls /proc/self/fd | tr '\\n' ' '"),
         ];
         let mut cmd = command(which, &args);
@@ -354,17 +663,22 @@ fn block_fd_and_sync_fd_behave_like_bubblewrap() {
         pass_fd(&mut cmd, &sync_w, 6);
         cmd.stdout(Stdio::piped());
         let child = cmd.spawn().expect("spawn");
-        drop((block_r, sync_w));
+        drop((cmd, block_r, sync_w));
         // The command only runs once unblocked, so it sees the marker.
         fs::write(&marker, "seen\n").expect("marker");
         fs::File::from(block_w).write_all(b"x").expect("unblock");
         let output = child.wait_with_output().expect("wait");
         let stdout = String::from_utf8_lossy(&output.stdout);
         assert!(stdout.starts_with("seen\n"), "{which:?}: {stdout}");
-        assert!(stdout.ends_with("0 1 2 3 "), "{which:?} leaks fds: {stdout}");
+        assert!(
+            stdout.ends_with("0 1 2 3 "),
+            "{which:?} leaks fds: {stdout}"
+        );
         // Nothing holds the sync fd once the sandbox is gone.
         let mut rest = Vec::new();
-        fs::File::from(sync_r).read_to_end(&mut rest).expect("sync fd EOF");
+        fs::File::from(sync_r)
+            .read_to_end(&mut rest)
+            .expect("sync fd EOF");
     }
 }
 
@@ -392,7 +706,15 @@ fn seccomp_programs_apply_like_bubblewrap() {
         program.extend(k.to_ne_bytes());
     }
     let argv = [
-        "--ro-bind", "/", "/", "--tmpfs", "/tmp", "--seccomp", "5", "sh", "-c",
+        "--ro-bind",
+        "/",
+        "/",
+        "--tmpfs",
+        "/tmp",
+        "--seccomp",
+        "5",
+        "sh",
+        "-c",
         "mkdir /tmp/x 2>/dev/null && echo made || echo denied; grep Seccomp: /proc/self/status",
     ];
     let with_program = |which: Impl| {
@@ -416,7 +738,16 @@ fn bind_fd_observes_the_same() {
     let dir = tempfile::tempdir().expect("tempdir");
     fs::write(dir.path().join("inside"), "x").expect("file");
     let argv = [
-        "--ro-bind", "/", "/", "--tmpfs", "/mnt", "--ro-bind-fd", "5", "/mnt/d", "sh", "-c",
+        "--ro-bind",
+        "/",
+        "/",
+        "--tmpfs",
+        "/mnt",
+        "--ro-bind-fd",
+        "5",
+        "/mnt/d",
+        "sh",
+        "-c",
         "ls /mnt/d; test -w /mnt/d && echo w || echo ro",
     ];
     let with_dir = |which: Impl| {
@@ -437,7 +768,14 @@ fn disable_userns_and_new_session_observe_the_same() {
         return;
     }
     let outcome = assert_same(&[
-        "--ro-bind", "/", "/", "--unshare-user", "--disable-userns", "--new-session", "sh", "-c",
+        "--ro-bind",
+        "/",
+        "/",
+        "--unshare-user",
+        "--disable-userns",
+        "--new-session",
+        "sh",
+        "-c",
         "unshare -U true 2>/dev/null && echo nested || echo refused; \
          test \"$(ps -o sid= -p $$ | tr -d ' ')\" = $$ && echo leader",
     ]);
@@ -454,11 +792,15 @@ fn unprivileged_caller_observes_the_same() {
         return;
     }
     let exe = Path::new(common::bwrap::CODEXBOX);
-    let readable = exe
-        .ancestors()
-        .all(|dir| fs::metadata(dir).map(|m| m.permissions().mode() & 0o005 != 0).unwrap_or(false));
+    let readable = exe.ancestors().all(|dir| {
+        fs::metadata(dir)
+            .map(|m| m.permissions().mode() & 0o005 != 0)
+            .unwrap_or(false)
+    });
     if !readable {
-        eprintln!("skipping unprivileged_caller_observes_the_same: binary not reachable for nobody");
+        eprintln!(
+            "skipping unprivileged_caller_observes_the_same: binary not reachable for nobody"
+        );
         return;
     }
     let script = "id -u; cat /proc/self/uid_map; grep -E '^Cap(Eff|Bnd)' /proc/self/status";
@@ -501,20 +843,99 @@ fn builtin_root_caller_stays_in_a_user_namespace() {
     // Documented difference: bubblewrap run by root without --unshare-user
     // keeps the host's user namespace; the built-in always creates one, so
     // the command's capabilities never reach the host.
-    let outcome = run(Impl::Builtin, &["--ro-bind", "/", "/", "cat", "/proc/self/uid_map"]);
+    let outcome = run(
+        Impl::Builtin,
+        &["--ro-bind", "/", "/", "cat", "/proc/self/uid_map"],
+    );
     assert_eq!(outcome.code, 0, "{outcome:?}");
-    assert_eq!(outcome.stdout.split_whitespace().nth(2), Some("1"), "{outcome:?}");
+    assert_eq!(
+        outcome.stdout.split_whitespace().nth(2),
+        Some("1"),
+        "{outcome:?}"
+    );
     let mount = run(
         Impl::Builtin,
-        &["--ro-bind", "/", "/", "--unshare-pid", "--proc", "/proc", "sh", "-c", "mount -o remount,rw / 2>/dev/null && echo rw || echo refused"],
+        &[
+            "--ro-bind",
+            "/",
+            "/",
+            "--unshare-pid",
+            "--proc",
+            "/proc",
+            "sh",
+            "-c",
+            "mount -o remount,rw / 2>/dev/null && echo rw || echo refused",
+        ],
     );
     assert_eq!(mount.stdout, "refused\n", "{mount:?}");
 }
 
 #[test]
 fn builtin_sets_argv0_and_runs_as_a_subcommand() {
-    let argv0 = run(Impl::Builtin, &["--ro-bind", "/", "/", "--argv0", "renamed", "sh", "-c", "echo $0"]);
+    let argv0 = run(
+        Impl::Builtin,
+        &[
+            "--ro-bind",
+            "/",
+            "/",
+            "--argv0",
+            "renamed",
+            "sh",
+            "-c",
+            "echo $0",
+        ],
+    );
     assert_eq!(argv0.stdout, "renamed\n", "{argv0:?}");
-    let sub = run(Impl::Subcommand, &["--ro-bind", "/", "/", "--unshare-pid", "sh", "-c", "echo $$"]);
+    let sub = run(
+        Impl::Subcommand,
+        &[
+            "--ro-bind",
+            "/",
+            "/",
+            "--unshare-pid",
+            "sh",
+            "-c",
+            "echo $$",
+        ],
+    );
     assert_eq!(sub.stdout, "2\n", "{sub:?}");
+}
+
+/// Runs `python3` TIOCSTI injection through `which` inside a pseudo-terminal.
+fn tiocsti_in_pty(which: &str, new_session: bool) -> String {
+    let session = if new_session { "--new-session " } else { "" };
+    let program = "import fcntl, termios\n\
+                   try:\n    fcntl.ioctl(0, termios.TIOCSTI, b'x'); print('injected')\n\
+                   except OSError as e:\n    print('refused', e.errno)";
+    let inner =
+        format!("{which} --ro-bind / / --dev /dev {session}/usr/bin/python3 -c \"{program}\"");
+    let output = std::process::Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run script");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn builtin_new_session_blocks_terminal_injection() {
+    if !Path::new("/usr/bin/script").exists() || !Path::new("/usr/bin/python3").exists() {
+        eprintln!(
+            "skipping builtin_new_session_blocks_terminal_injection: needs script and python3"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let link = dir.path().join("bwrap");
+    std::os::unix::fs::symlink(common::bwrap::CODEXBOX, &link).expect("symlink");
+    let link = link.to_str().expect("utf-8");
+    let blocked = tiocsti_in_pty(link, true);
+    assert!(blocked.contains("refused 1"), "{blocked:?}");
+    // Documented difference: bubblewrap run by root keeps host capabilities
+    // (no user namespace), with which TIOCSTI still works after setsid().
+    let legacy = fs::read_to_string("/proc/sys/dev/tty/legacy_tiocsti").unwrap_or_default();
+    if legacy.trim() != "0" {
+        let same_session = tiocsti_in_pty(link, false);
+        assert!(same_session.contains("injected"), "{same_session:?}");
+    }
 }

@@ -213,34 +213,103 @@ async fn an_untaken_notification_channel_never_stalls_responses() {
         Ok(client) => client,
         Err(err) => panic!("connect: {err}"),
     };
-    for i in 0..10 {
-        let params = StartParams::new(format!("t{i}"), ["echo", "x"]);
-        assert!(client.process_start(&params).await.is_ok());
-    }
-    for i in 0..10 {
-        let mut after = 0;
-        loop {
-            let read = client
-                .process_read(&ReadParams {
-                    process_id: format!("t{i}"),
-                    after_seq: Some(after),
-                    wait_ms: Some(10_000),
-                    ..ReadParams::default()
-                })
-                .await;
-            let read = match read {
-                Ok(read) => read,
-                Err(err) => panic!("read t{i}: {err}"),
-            };
-            if read.closed {
-                break;
-            }
-            after = read.next_seq.saturating_sub(1).max(after);
+    let body = async {
+        for i in 0..10 {
+            let params = StartParams::new(format!("t{i}"), ["echo", "x"]);
+            assert!(client.process_start(&params).await.is_ok());
         }
+        for i in 0..10 {
+            let mut after = 0;
+            loop {
+                let read = client
+                    .process_read(&ReadParams {
+                        process_id: format!("t{i}"),
+                        after_seq: Some(after),
+                        wait_ms: Some(10_000),
+                        ..ReadParams::default()
+                    })
+                    .await;
+                let read = match read {
+                    Ok(read) => read,
+                    Err(err) => panic!("read t{i}: {err}"),
+                };
+                if read.closed {
+                    break;
+                }
+                after = read.next_seq.saturating_sub(1).max(after);
+            }
+        }
+        assert_eq!(
+            client.environment_status().await.ok().as_deref(),
+            Some("ready")
+        );
+    };
+    if tokio::time::timeout(WAIT * 3, body).await.is_err() {
+        panic!("responses stalled behind unread notifications");
     }
-    assert_eq!(
-        client.environment_status().await.ok().as_deref(),
-        Some("ready")
-    );
     assert_no_children(server.pid()).await;
+}
+
+#[tokio::test]
+async fn fs_helpers_round_trip_files_without_a_sandbox() {
+    let server = Server::start(&[]);
+    let (client, _events) = connect(&server).await;
+    let dir = match tempfile::tempdir() {
+        Ok(dir) => dir,
+        Err(err) => panic!("tempdir: {err}"),
+    };
+    let root = dir.path().to_string_lossy().into_owned();
+    let file = format!("{root}/a.txt");
+    let result = async {
+        client.fs_write_file(&file, b"hello fs", None).await?;
+        assert_eq!(client.fs_read_file(&file, None).await?, b"hello fs");
+        // The URI dialect reads the same file and answers in kind.
+        let uri = format!("file://{file}");
+        assert_eq!(client.fs_read_file(&uri, None).await?, b"hello fs");
+        let meta = client.fs_get_metadata(&file, None).await?;
+        assert_eq!(meta["isFile"], true);
+        assert_eq!(meta["size"], 8);
+        client
+            .fs_create_directory(&format!("{root}/d/e"), None, None)
+            .await?;
+        client
+            .fs_copy(&file, &format!("{root}/d/b.txt"), false, None)
+            .await?;
+        let listing = client.fs_read_directory(&format!("{root}/d"), None).await?;
+        let names: Vec<&str> = listing["entries"]
+            .as_array()
+            .map(|entries| {
+                entries
+                    .iter()
+                    .filter_map(|e| e["fileName"].as_str())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(names, ["b.txt", "e"], "sorted by name: {listing}");
+        let canonical = client
+            .fs_canonicalize(&format!("{root}/d/../a.txt"), None)
+            .await?;
+        assert!(
+            canonical.ends_with("/a.txt") && !canonical.contains(".."),
+            "{canonical}"
+        );
+        client.fs_open("h1", &file, None).await?;
+        let (block, eof) = client.fs_read_block("h1", 6, 100).await?;
+        assert_eq!((block.as_slice(), eof), (&b"fs"[..], true));
+        client.fs_close("h1").await?;
+        client
+            .fs_remove(&format!("{root}/d"), None, None, None)
+            .await?;
+        let missing = client.fs_read_file(&format!("{root}/d/b.txt"), None).await;
+        assert_eq!(
+            missing.err().and_then(|e| e.rpc().map(|r| r.code)),
+            Some(-32004),
+            "NotFound maps to -32004"
+        );
+        Ok::<(), ClientError>(())
+    }
+    .await;
+    if let Err(err) = result {
+        panic!("fs call failed: {err}");
+    }
 }

@@ -791,3 +791,65 @@ async fn sessions_do_not_see_each_others_processes() {
     first.events_until_closed("mine").await;
     assert_no_children(server.pid()).await;
 }
+
+#[tokio::test]
+async fn pipelined_requests_take_effect_in_arrival_order() {
+    let server = Server::start(&[]);
+    let (mut ws, _) = server.session().await;
+    let mut params = start_params("cat", &["cat"]);
+    params["pipeStdin"] = json!(true);
+    // Start, write, close stdin: sent back to back, no waiting in between.
+    ws.send(json!({"id": "start", "method": "process/start", "params": params}))
+        .await;
+    ws.send(json!({"id": "write", "method": "process/write",
+                   "params": {"processId": "cat", "chunk": b64(b"ordered"), "writeId": "1", "closeStdin": true}}))
+        .await;
+    ws.send(json!({"id": "sleeper", "method": "process/start",
+                   "params": start_params("sleeper", &["sleep", "1000"])}))
+        .await;
+    ws.send(json!({"id": "kill", "method": "process/terminate",
+                   "params": {"processId": "sleeper"}}))
+        .await;
+    assert_eq!(
+        ws.response(&json!("start")).await["result"],
+        json!({"processId": "cat"})
+    );
+    assert_eq!(
+        ws.response(&json!("write")).await["result"],
+        json!({"status": "accepted"})
+    );
+    assert_eq!(
+        ws.response(&json!("sleeper")).await["result"],
+        json!({"processId": "sleeper"})
+    );
+    assert_eq!(
+        ws.response(&json!("kill")).await["result"],
+        json!({"running": true})
+    );
+    let events = ws.events_until_closed("cat").await;
+    assert_eq!(text(&events, "stdout"), "ordered");
+    let events = ws.events_until_closed("sleeper").await;
+    assert_eq!(exited_of(&events).exit_code, Some(137));
+    assert_no_children(server.pid()).await;
+}
+
+#[tokio::test]
+async fn a_pty_process_killed_by_a_signal_exits_128_plus_signal() {
+    let server = Server::start(&[]);
+    let (mut ws, _) = server.session().await;
+    let mut params = sh("tty-int", "echo ready; exec sleep 1000");
+    params["tty"] = json!(true);
+    ws.call("process/start", params).await;
+    let mut events = ws.output_until("tty-int", "ready").await;
+    ws.call(
+        "process/signal",
+        json!({"processId": "tty-int", "signal": "interrupt"}),
+    )
+    .await;
+    events.extend(ws.events_until_closed("tty-int").await);
+    assert_well_ordered(&events);
+    let exited = exited_of(&events);
+    assert_eq!(exited.exit_code, Some(130), "{exited:?}");
+    assert!(exited.params["signal"].is_string(), "{exited:?}");
+    assert_no_children(server.pid()).await;
+}

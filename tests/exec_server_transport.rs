@@ -272,3 +272,22 @@ async fn shutdown_kills_every_process(signal: nix::sys::signal::Signal) {
         wait_gone(pid).await;
     }
 }
+
+#[tokio::test]
+async fn children_die_with_a_killed_server() {
+    let server = Server::start(&[]);
+    let (mut ws, _) = server.session().await;
+    ws.call(
+        "process/start",
+        sh("orphan", "echo pid:$$; exec sleep 1000"),
+    )
+    .await;
+    let params = ws.notification("process/output", "orphan").await;
+    let pids = pids_in(&String::from_utf8_lossy(&unb64(
+        params["chunk"].as_str().unwrap_or_default(),
+    )));
+    assert_eq!(pids.len(), 1);
+    let pid = nix::unistd::Pid::from_raw(server.pid() as i32);
+    assert!(nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).is_ok());
+    wait_gone(pids[0]).await;
+}

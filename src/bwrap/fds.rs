@@ -67,6 +67,34 @@ pub fn block_on(fd: RawFd) {
 
 /// Marks every fd from 3 upwards close-on-exec, except those in `keep`.
 pub fn cloexec_all_but(keep: &[RawFd]) -> io::Result<()> {
+    for_ranges_but(keep, cloexec_range)
+}
+
+/// Closes every fd from 3 upwards except those in `keep` (for a process
+/// that never execs, such as the reaper).
+pub fn close_all_but(keep: &[RawFd]) -> io::Result<()> {
+    for_ranges_but(keep, |first, last| {
+        // SAFETY: close_range only closes fds; nothing here borrows them.
+        let rc = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let entries: Vec<u32> = std::fs::read_dir("/proc/self/fd")?
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        for fd in entries.into_iter().filter(|fd| (first..=last).contains(fd)) {
+            if let Ok(fd) = RawFd::try_from(fd) {
+                close(fd);
+            }
+        }
+        Ok(())
+    })
+}
+
+fn for_ranges_but(
+    keep: &[RawFd],
+    mut each: impl FnMut(u32, u32) -> io::Result<()>,
+) -> io::Result<()> {
     let mut keep: Vec<u32> = keep
         .iter()
         .filter_map(|fd| u32::try_from(*fd).ok())
@@ -78,7 +106,7 @@ pub fn cloexec_all_but(keep: &[RawFd]) -> io::Result<()> {
     for fd in keep.iter().copied().chain(std::iter::once(u32::MAX)) {
         if fd > start {
             let end = if fd == u32::MAX { u32::MAX } else { fd - 1 };
-            cloexec_range(start, end)?;
+            each(start, end)?;
         }
         start = fd.saturating_add(1);
     }

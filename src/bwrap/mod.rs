@@ -285,14 +285,24 @@ fn sandbox_child(
         }
     }
     drop(alive_read);
+    // The status documents are the outer process's business.
+    for fd in [config.info_fd, config.json_status_fd]
+        .into_iter()
+        .flatten()
+    {
+        fds::close(fd);
+    }
 
     let uid = config.uid.unwrap_or(caller.uid);
     let gid = config.gid.unwrap_or(caller.gid);
-    // Setup runs as uid/gid 0 of the sandbox's user namespace (so ownership
-    // checks on the host's files behave as for bubblewrap); a nested user
-    // namespace then maps the requested ids onto 0, after every mount.
-    let nested = uid != 0 || gid != 0 || config.disable_userns;
-    let (setup_uid, setup_gid) = if nested { (0, 0) } else { (uid, gid) };
+    // As bubblewrap does: a root caller sets up as uid/gid 0 of the sandbox's
+    // user namespace (ownership checks on the host's files then behave as
+    // for root) and a nested user namespace maps the requested ids onto 0
+    // after every mount; any other caller is mapped directly. The nested
+    // namespace is also the last one allowed under --disable-userns.
+    let as_root = caller.uid == 0 && (uid != 0 || gid != 0);
+    let nested = as_root || config.disable_userns;
+    let (setup_uid, setup_gid) = if as_root { (0, 0) } else { (uid, gid) };
     namespaces::write_id_maps(&proc_fd, setup_uid, caller.uid, setup_gid, caller.gid)?;
     if config.unshare.net {
         namespaces::loopback_up()?;
@@ -319,7 +329,12 @@ fn sandbox_child(
     }
     caps::set_no_new_privs().map_err(BwrapError::NoNewPrivs)?;
     if nested {
-        namespaces::enter_nested_user_namespace(&proc_fd, uid, gid, config.disable_userns)?;
+        namespaces::enter_nested_user_namespace(
+            &proc_fd,
+            (uid, setup_uid),
+            (gid, setup_gid),
+            config.disable_userns,
+        )?;
     }
     drop(proc_fd);
     if let Some(fd) = config.block_fd {
@@ -336,7 +351,7 @@ fn sandbox_child(
                 let _ = caps::drop_all();
                 let mut keep = vec![status_write.as_raw_fd()];
                 keep.extend(config.sync_fd);
-                let _ = fds::cloexec_all_but(&keep);
+                let _ = fds::close_all_but(&keep);
                 let code = proc_pid1::run_reaper(child.as_raw(), status_write);
                 // SAFETY: ends the reaper; nothing of the parent's state to flush.
                 unsafe { libc::_exit(code) }

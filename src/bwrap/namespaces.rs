@@ -182,18 +182,18 @@ pub fn limit_user_namespaces(proc_fd: &OwnedFd) -> Result<()> {
 }
 
 /// After every mount: move into a nested user namespace mapping the
-/// requested ids onto the setup ids (0). With `--disable-userns` it is the
+/// requested ids (inside, outside) onto the setup ids. With `--disable-userns` it is the
 /// last one allowed (see [`limit_user_namespaces`]): check that no further one
 /// can be created.
 pub fn enter_nested_user_namespace(
     proc_fd: &OwnedFd,
-    uid: u32,
-    gid: u32,
+    (uid, setup_uid): (u32, u32),
+    (gid, setup_gid): (u32, u32),
     disable_userns: bool,
 ) -> Result<()> {
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER)
         .map_err(|errno| NamespaceError::NestedUserns(errno.into()))?;
-    write_id_maps(proc_fd, uid, 0, gid, 0)?;
+    write_id_maps(proc_fd, uid, setup_uid, gid, setup_gid)?;
     if disable_userns && nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER).is_ok() {
         return Err(NamespaceError::UsernsStillAllowed);
     }

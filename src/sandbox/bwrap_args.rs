@@ -880,4 +880,22 @@ mod tests {
         let text = render(&build(&inputs(&policy, Path::new("/"))).unwrap());
         assert!(!text.contains("--bind /does"), "{text}");
     }
+
+    #[test]
+    fn helper_state_directory_is_hidden() {
+        let (_dir, root) = fixture();
+        let state = root.join("state");
+        std::fs::create_dir_all(&state).unwrap();
+        let policy = resolve(&FileSystemSandboxPolicy::read_only(), Path::new("/"));
+        let mut i = inputs(&policy, Path::new("/"));
+        i.extra_deny = vec![state.clone()];
+        let text = render(&build(&i).unwrap());
+        assert!(
+            text.contains(&format!(
+                "--perms 000 --tmpfs {0} --remount-ro {0} --unshare-user",
+                state.display()
+            )),
+            "{text}"
+        );
+    }
 }

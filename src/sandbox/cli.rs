@@ -463,10 +463,7 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
             print_explain(prepared, &choice, &built);
             return Ok(0);
         }
-        let fds = run::RunFds {
-            masks: run::RunFds::open(built.fd_count()).map_err(fail)?.masks,
-            stderr: fds.stderr,
-        };
+        let fds = fds.with_masks(built.fd_count()).map_err(fail)?;
         let argv = built.render(&fds.mask_numbers());
         let registration = state::register(&state_dir, &built.synthetic_targets).map_err(fail)?;
         let outcome = run::run(&choice, &argv, &fds);

@@ -64,11 +64,6 @@ impl RunFds {
     /// Opens `masks` fds and duplicates stderr (all close-on-exec here;
     /// made inheritable in the child only).
     pub fn open(masks: usize) -> Result<RunFds, RunError> {
-        let mut v = Vec::with_capacity(masks);
-        for _ in 0..masks {
-            let f = File::open("/dev/null").map_err(RunError::DevNull)?;
-            v.push(OwnedFd::from(f));
-        }
         let stderr = std::io::stderr().as_raw_fd().to_owned();
         // SAFETY: F_DUPFD_CLOEXEC duplicates a valid fd; no memory involved.
         let dup = unsafe { libc::fcntl(stderr, libc::F_DUPFD_CLOEXEC, 3) };
@@ -77,7 +72,24 @@ impl RunFds {
         }
         // SAFETY: `dup` is a fresh fd we own.
         let stderr = unsafe { OwnedFd::from_raw_fd(dup) };
-        Ok(RunFds { masks: v, stderr })
+        RunFds {
+            masks: Vec::new(),
+            stderr,
+        }
+        .with_masks(masks)
+    }
+
+    /// The same stderr with `masks` fresh mask fds.
+    pub fn with_masks(self, masks: usize) -> Result<RunFds, RunError> {
+        let mut v = Vec::with_capacity(masks);
+        for _ in 0..masks {
+            let f = File::open("/dev/null").map_err(RunError::DevNull)?;
+            v.push(OwnedFd::from(f));
+        }
+        Ok(RunFds {
+            masks: v,
+            stderr: self.stderr,
+        })
     }
 
     pub fn mask_numbers(&self) -> Vec<i32> {
@@ -174,6 +186,13 @@ pub fn run(
                 libc::SIGPIPE,
             ] {
                 libc::signal(sig, libc::SIG_DFL);
+            }
+            // The forwarded signals are blocked in the helper; the launcher
+            // must start with an empty mask.
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            if libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) != 0 {
+                return Err(std::io::Error::last_os_error());
             }
             Ok(())
         });

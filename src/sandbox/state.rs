@@ -252,8 +252,9 @@ fn is_empty_node(path: &Path) -> bool {
 #[derive(Debug)]
 pub struct Registration {
     mounts: PathBuf,
-    /// (target, created by a sandbox run: ours or a dead/live peer's)
-    targets: Vec<(SyntheticTarget, bool)>,
+    /// (target, created by a sandbox run: ours or a dead/live peer's,
+    /// canonical parent directory at registration)
+    targets: Vec<(SyntheticTarget, bool, Option<PathBuf>)>,
 }
 
 /// Registers `targets` before bwrap runs.
@@ -290,7 +291,8 @@ pub fn register(dir: &Path, targets: &[SyntheticTarget]) -> Result<Registration,
         let mut f = open_nofollow(&entry.join(me.to_string()), true).map_err(io)?;
         let kind = if synthetic { "synthetic" } else { "existing" };
         writeln!(f, "{kind}\n{}", t.path.display()).map_err(io)?;
-        reg.targets.push((t.clone(), synthetic));
+        let parent = t.path.parent().and_then(|p| p.canonicalize().ok());
+        reg.targets.push((t.clone(), synthetic, parent));
     }
     Ok(reg)
 }
@@ -307,14 +309,19 @@ impl Registration {
             return removed;
         };
         let me = std::process::id().to_string();
-        for (t, synthetic) in &self.targets {
+        for (t, synthetic, parent) in &self.targets {
             let entry = self.mounts.join(entry_name(&t.path));
             let _ = std::fs::remove_file(entry.join(&me));
             let others_alive = markers(&entry).iter().any(|(_, _, alive)| *alive);
             if others_alive {
                 continue;
             }
-            if *synthetic && is_empty_node(&t.path) {
+            // The sandboxed command may have swapped a parent directory for
+            // a symlink: only remove where the parent still resolves to the
+            // directory it was at registration.
+            let same_parent =
+                parent.is_some() && t.path.parent().and_then(|p| p.canonicalize().ok()) == *parent;
+            if *synthetic && same_parent && is_empty_node(&t.path) {
                 let gone = if t.is_dir {
                     std::fs::remove_dir(&t.path)
                 } else {
@@ -395,5 +402,27 @@ mod tests {
                 .count(),
             1
         );
+    }
+
+    #[test]
+    fn cleanup_never_follows_a_swapped_parent() {
+        let state = tempfile::tempdir().unwrap();
+        std::fs::create_dir(state.path().join("mounts")).unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let d = ws.path().join("d");
+        std::fs::create_dir(&d).unwrap();
+        let t = SyntheticTarget {
+            path: d.join(".codex"),
+            is_dir: true,
+        };
+        let reg = register(state.path(), std::slice::from_ref(&t)).unwrap();
+        // The command moved the directory away and left a symlink to a
+        // host directory holding an empty `.codex`.
+        let host = ws.path().join("host");
+        std::fs::create_dir_all(host.join(".codex")).unwrap();
+        std::fs::remove_dir(&d).unwrap();
+        std::os::unix::fs::symlink(&host, &d).unwrap();
+        assert!(reg.cleanup().is_empty());
+        assert!(host.join(".codex").exists());
     }
 }

@@ -78,13 +78,23 @@ pub fn command<S: AsRef<OsStr>>(which: Impl, args: &[S]) -> Command {
     cmd
 }
 
-/// Makes `fd` (ours) appear as fd `target` in the launched process.
+/// Makes `fd` (ours) appear as fd `target` in the launched process. The fd is
+/// first duplicated above 100 so that several calls cannot overwrite each
+/// other's source while the child shuffles them into place.
 pub fn pass_fd(cmd: &mut Command, fd: &OwnedFd, target: i32) {
-    let raw = fd.as_raw_fd();
+    // SAFETY: F_DUPFD_CLOEXEC returns a new fd (or -1) and takes no pointer.
+    let high = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 100) };
+    assert!(
+        high >= 0,
+        "dup {target}: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: `high` was just created and is owned by nothing else.
+    let high = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(high) };
     // SAFETY: dup2 is async-signal-safe; it runs in the child between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::dup2(raw, target) < 0 {
+            if libc::dup2(high.as_raw_fd(), target) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
