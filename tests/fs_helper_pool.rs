@@ -79,7 +79,10 @@ async fn warm_helpers_are_reused_and_expire_when_idle() {
     if !sandbox_available() {
         return;
     }
-    let server = Server::start_with_env(&[("CODEXBOX_FS_HELPER_IDLE_MS", "400")]);
+    let server = Server::start_with_env(&[
+        ("CODEXBOX_FS_HELPER_IDLE_MS", "400"),
+        ("FS_TEST_SERVER_ONLY", "must-not-reach-the-helper"),
+    ]);
     let client = server.connect().await;
     let dir = workdir();
     let root = canonical(&dir);
@@ -89,6 +92,21 @@ async fn warm_helpers_are_reused_and_expire_when_idle() {
         .await;
     let first = serving_helpers(server.pid());
     assert_eq!(first.len(), 1, "one warm helper expected: {first:?}");
+    // The helper's environment keeps only PATH, TMPDIR, TMP and TEMP
+    // (bubblewrap adds PWD for its --chdir).
+    let environ = std::fs::read(format!("/proc/{}/environ", first[0])).unwrap();
+    let names: Vec<String> = environ
+        .split(|b| *b == 0)
+        .filter(|var| !var.is_empty())
+        .map(|var| String::from_utf8_lossy(var.split(|b| *b == b'=').next().unwrap()).into_owned())
+        .collect();
+    assert!(names.iter().any(|name| name == "PATH"), "{names:?}");
+    assert!(
+        names
+            .iter()
+            .all(|name| ["PATH", "TMPDIR", "TMP", "TEMP", "PWD"].contains(&name.as_str())),
+        "helper environment: {names:?}"
+    );
     client
         .ok("fs/getMetadata", json!({"path": root, "sandbox": ctx}))
         .await;

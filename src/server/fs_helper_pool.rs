@@ -57,8 +57,9 @@ pub struct HelperKey {
 
 /// One live helper process.
 struct Helper {
-    child: Child,
-    stdin: ChildStdin,
+    /// `None` only once the helper is being torn down.
+    child: Option<Child>,
+    stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
     stderr: Arc<Mutex<Vec<u8>>>,
     stderr_task: tokio::task::JoinHandle<()>,
@@ -223,21 +224,37 @@ impl HelperPool {
     }
 }
 
-/// Closes a helper's stdin (it exits at EOF) and reaps it in the background;
-/// a helper that does not exit within a second is killed.
+/// Closes a helper: dropping it closes its stdin and reaps it gracefully.
 fn close_helper(helper: Helper) {
-    let Helper {
-        mut child, stdin, ..
-    } = helper;
-    drop(stdin);
-    tokio::spawn(async move {
-        if tokio::time::timeout(Duration::from_secs(1), child.wait())
-            .await
-            .is_err()
-        {
-            let _ = child.kill().await;
+    drop(helper);
+}
+
+impl Drop for Helper {
+    /// Closes stdin (the helper exits at EOF, and the sandbox then removes
+    /// what it mounted) and reaps the process in the background; a helper
+    /// that does not exit within a second is killed. Never SIGKILLs first,
+    /// so the sandbox gets to clean up.
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if tokio::time::timeout(Duration::from_secs(1), child.wait())
+                        .await
+                        .is_err()
+                    {
+                        let _ = child.kill().await;
+                    }
+                });
+            }
+            Err(_) => {
+                let _ = child.start_kill();
+            }
         }
-    });
+    }
 }
 
 /// Why a helper exchange failed.
@@ -269,8 +286,9 @@ impl Helper {
             "params": params,
         }))?;
         line.push(b'\n');
-        self.stdin.write_all(&line).await?;
-        self.stdin.flush().await?;
+        let stdin = self.stdin.as_mut().ok_or(ExchangeError::Closed)?;
+        stdin.write_all(&line).await?;
+        stdin.flush().await?;
         let mut answer = Vec::new();
         if self.stdout.read_until(b'\n', &mut answer).await? == 0 {
             return Err(ExchangeError::Closed);
@@ -301,8 +319,11 @@ impl Helper {
     /// stderr when it died, the exchange error otherwise. The helper is gone
     /// afterwards.
     async fn failure_message(mut self, err: ExchangeError) -> String {
-        drop(self.stdin);
-        let status = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await;
+        drop(self.stdin.take());
+        let Some(child) = self.child.as_mut() else {
+            return err.to_string();
+        };
+        let status = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
         // Let the stderr reader catch the last bytes.
         if status.is_ok() {
             let _ = tokio::time::timeout(Duration::from_secs(1), &mut self.stderr_task).await;
@@ -320,7 +341,9 @@ impl Helper {
                 format!("fs sandbox helper failed with status {status}: {stderr}")
             }
             _ => {
-                let _ = self.child.kill().await;
+                if let Some(child) = self.child.as_mut() {
+                    let _ = child.kill().await;
+                }
                 err.to_string()
             }
         }
@@ -354,8 +377,7 @@ fn spawn_helper(paths: &ExecServerRuntimePaths, key: &HelperKey) -> Result<Helpe
     command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+        .stderr(Stdio::piped());
     let mut child = command
         .spawn()
         .map_err(|err| RpcError::internal(format!("failed to start fs sandbox helper: {err}")))?;
@@ -383,8 +405,8 @@ fn spawn_helper(paths: &ExecServerRuntimePaths, key: &HelperKey) -> Result<Helpe
         }
     });
     Ok(Helper {
-        child,
-        stdin,
+        child: Some(child),
+        stdin: Some(stdin),
         stdout: BufReader::new(stdout),
         stderr,
         stderr_task,
