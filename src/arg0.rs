@@ -81,6 +81,12 @@ pub fn dispatch(argv: Vec<OsString>) -> i32 {
     let Some(arg0) = argv.first() else {
         return run(Mode::Doctor, vec![OsString::from("codexbox")]);
     };
+    if argv
+        .get(1)
+        .is_some_and(|a| a == crate::process::supervisor::SUPERVISOR_ARG1)
+    {
+        return crate::process::supervisor::main(&argv);
+    }
     if let Some(mode) = Mode::from_arg0(arg0) {
         return run(mode, argv);
     }

@@ -340,3 +340,143 @@ async fn a_detached_session_resumes_with_the_output_produced_meanwhile() {
     assert_eq!(read["result"]["chunks"][0]["chunk"], "aGVsbG8K");
     assert_eq!(read["result"]["exitCode"], 0);
 }
+
+async fn read_pid(client: &mut Client, id: &str, events: &mut Vec<Value>) -> i32 {
+    loop {
+        let text = output_of(&events_of(events, id));
+        if let Some(pid) = text.lines().next().and_then(|l| l.trim().parse().ok()) {
+            return pid;
+        }
+        events.push(client.recv().await);
+    }
+}
+
+/// Waits (bounded by the safety net) until `pid` is gone.
+async fn wait_gone(pid: i32) {
+    tokio::time::timeout(SAFETY, async {
+        while is_alive(pid) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("process {pid} survived"));
+}
+
+#[tokio::test]
+async fn zero_grace_kills_the_processes_of_a_dropped_connection() {
+    let server = Server::start(&["--session-grace-secs", "0"]);
+    let mut client = Client::connect(&server.url).await;
+    client.handshake().await;
+    let mut events = Vec::new();
+    client
+        .call(
+            "process/start",
+            start_params("g", &["sh", "-c", "echo $$; exec sleep 1000"]),
+            &mut events,
+        )
+        .await;
+    let pid = read_pid(&mut client, "g", &mut events).await;
+    drop(client);
+    wait_gone(pid).await;
+}
+
+#[tokio::test]
+async fn readyz_origin_and_token_rules_hold_on_the_listening_port() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "s3cret\n").expect("token");
+    let server = Server::start(&["--auth-token-file", token_file.to_str().expect("utf8")]);
+    let addr = server.url.trim_start_matches("ws://").to_owned();
+    let status_of = |request: String| {
+        let addr = addr.clone();
+        async move {
+            let mut stream = TcpStream::connect(&addr).await.expect("connect");
+            stream.write_all(request.as_bytes()).await.expect("write");
+            let mut response = vec![0u8; 256];
+            let n = stream.read(&mut response).await.expect("read");
+            String::from_utf8_lossy(&response[..n])
+                .split(' ')
+                .nth(1)
+                .unwrap_or_default()
+                .to_owned()
+        }
+    };
+    let upgrade = "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n";
+    assert_eq!(
+        status_of("GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n".into()).await,
+        "200"
+    );
+    assert_eq!(
+        status_of("GET /readyz HTTP/1.1\r\nOrigin: http://evil\r\n\r\n".into()).await,
+        "403"
+    );
+    assert_eq!(status_of(format!("{upgrade}\r\n")).await, "401");
+    assert_eq!(
+        status_of(format!("{upgrade}Authorization: Bearer wrong\r\n\r\n")).await,
+        "401"
+    );
+    assert_eq!(
+        status_of(format!("{upgrade}Authorization: Bearer s3cret\r\n\r\n")).await,
+        "101"
+    );
+}
+
+#[test]
+fn a_public_bind_without_a_token_is_refused() {
+    let output = Command::new(env!("CARGO_BIN_EXE_codexbox"))
+        .args(["exec-server", "--listen", "ws://0.0.0.0:0"])
+        .env_remove("CODEXBOX_AUTH_TOKEN")
+        .output()
+        .expect("run");
+    assert!(!output.status.success());
+    assert!(output.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("non-loopback"));
+}
+
+#[test]
+fn stdio_eof_kills_every_process_and_exits_zero() {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_codexbox"))
+        .args(["exec-server", "--listen", "stdio"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let script = "(setsid sleep 1000 & echo $!); echo $$; exec sleep 1000";
+    for line in [
+        json!({"id":1,"method":"initialize","params":{"clientName":"smoke"}}),
+        json!({"method":"initialized"}),
+        json!({"id":2,"method":"process/start","params":start_params("s", &["sh", "-c", script])}),
+    ] {
+        writeln!(stdin, "{line}").expect("write");
+    }
+    let mut text = String::new();
+    let mut line = String::new();
+    let pids = loop {
+        let pids: Vec<i32> = text
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        if pids.len() == 2 {
+            break pids;
+        }
+        line.clear();
+        assert!(
+            stdout.read_line(&mut line).expect("read") > 0,
+            "stdout ended"
+        );
+        let message: Value = serde_json::from_str(&line).expect("json");
+        if message["method"] == "process/output" {
+            text.push_str(&output_of(&[&message]));
+        }
+    };
+    drop(stdin);
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "{status:?}");
+    for pid in pids {
+        assert!(!is_alive(pid), "{pid} survived stdin EOF");
+    }
+}

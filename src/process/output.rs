@@ -72,22 +72,38 @@ enum Event {
     Exit(Option<i32>),
 }
 
-/// One non-blocking read: `Some(bytes)`, `None` at EOF, or `WouldBlock`.
+/// Reads what is available, up to [`CHUNK_BYTES`], coalescing several short
+/// reads (a PTY hands out a few KiB at a time) into one chunk: `Some(bytes)`,
+/// `None` at EOF, or `WouldBlock` when nothing was readable.
 fn read_chunk(fd: &OwnedFd, kind: StreamKind) -> io::Result<Option<Vec<u8>>> {
-    SCRATCH.with_borrow_mut(|buf| loop {
-        match nix::unistd::read(fd, buf) {
-            Ok(0) => return Ok(None),
-            Ok(n) => return Ok(buf.get(..n).map(<[u8]>::to_vec)),
-            Err(Errno::EINTR) => continue,
-            Err(Errno::EAGAIN) => return Err(io::ErrorKind::WouldBlock.into()),
-            // EIO on a PTY master means every slave descriptor is closed.
-            Err(Errno::EIO) if kind == StreamKind::Pty => return Ok(None),
-            Err(err) => return Err(err.into()),
+    SCRATCH.with_borrow_mut(|buf| {
+        let mut filled = 0;
+        while let Some(free) = buf.get_mut(filled..).filter(|f| !f.is_empty()) {
+            match nix::unistd::read(fd, free) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(Errno::EINTR) => continue,
+                Err(Errno::EAGAIN) if filled == 0 => return Err(io::ErrorKind::WouldBlock.into()),
+                Err(Errno::EAGAIN) => break,
+                // EIO on a PTY master means every slave descriptor is closed.
+                Err(Errno::EIO) if kind == StreamKind::Pty => break,
+                Err(err) if filled == 0 => return Err(err.into()),
+                Err(_) => break,
+            }
         }
+        // EOF (or an error) with nothing read: the stream is done. With data,
+        // the next read reports the EOF again.
+        Ok(buf
+            .get(..filled)
+            .filter(|d| !d.is_empty())
+            .map(<[u8]>::to_vec))
     })
 }
 
-async fn next_output(fd: &AsyncFd<OwnedFd>, kind: StreamKind) -> Event {
+async fn next_output(fd: Option<&AsyncFd<OwnedFd>>, kind: StreamKind) -> Event {
+    let Some(fd) = fd else {
+        return std::future::pending().await;
+    };
     loop {
         let mut guard = match fd.readable().await {
             Ok(guard) => guard,
@@ -101,7 +117,10 @@ async fn next_output(fd: &AsyncFd<OwnedFd>, kind: StreamKind) -> Event {
     }
 }
 
-async fn next_status(fd: &AsyncFd<OwnedFd>) -> Event {
+async fn next_status(fd: Option<&AsyncFd<OwnedFd>>) -> Event {
+    let Some(fd) = fd else {
+        return std::future::pending().await;
+    };
     loop {
         let mut guard = match fd.readable().await {
             Ok(guard) => guard,
@@ -118,44 +137,15 @@ async fn next_status(fd: &AsyncFd<OwnedFd>) -> Event {
     }
 }
 
+/// The next event of any open stream (and of the status pipe, when asked).
+/// Every branch is cancel-safe: data is only taken by a completed read.
 async fn next_event(streams: &Streams, with_status: bool) -> Event {
     tokio::select! {
-        ev = next_output(stream_ref(&streams.stdout), StreamKind::Stdout), if streams.stdout.is_some() => ev,
-        ev = next_output(stream_ref(&streams.stderr), StreamKind::Stderr), if streams.stderr.is_some() => ev,
-        ev = next_output(pty_ref(&streams.pty), StreamKind::Pty), if streams.pty.is_some() => ev,
-        ev = next_status(stream_ref(&streams.status)), if with_status && streams.status.is_some() => ev,
+        ev = next_output(streams.stdout.as_ref(), StreamKind::Stdout) => ev,
+        ev = next_output(streams.stderr.as_ref(), StreamKind::Stderr) => ev,
+        ev = next_output(streams.pty.as_deref(), StreamKind::Pty) => ev,
+        ev = next_status(streams.status.as_ref().filter(|_| with_status)) => ev,
     }
-}
-
-// The `if` guards of `select!` ensure these are only polled when present; a
-// dangling placeholder is never read.
-fn stream_ref(fd: &Option<AsyncFd<OwnedFd>>) -> &AsyncFd<OwnedFd> {
-    match fd {
-        Some(fd) => fd,
-        None => placeholder(),
-    }
-}
-
-fn pty_ref(fd: &Option<Arc<AsyncFd<OwnedFd>>>) -> &AsyncFd<OwnedFd> {
-    match fd {
-        Some(fd) => fd,
-        None => placeholder(),
-    }
-}
-
-fn placeholder() -> &'static AsyncFd<OwnedFd> {
-    static NEVER: std::sync::OnceLock<Option<AsyncFd<OwnedFd>>> = std::sync::OnceLock::new();
-    // Only reached for a branch whose guard is false, which select! never polls;
-    // still, give it a real (never readable) descriptor rather than panicking.
-    NEVER
-        .get_or_init(|| {
-            let (read, write) = nix::unistd::pipe().ok()?;
-            std::mem::forget(write);
-            super::pty::set_nonblocking(&read).ok()?;
-            register(read).ok()
-        })
-        .as_ref()
-        .unwrap_or_else(|| std::process::abort())
 }
 
 /// Runs until the process is closed, then forgets it after [`CLOSED_PROCESS_TTL`].

@@ -6,12 +6,13 @@ use std::io::{self, Read};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Arc;
 
 use nix::fcntl::OFlag;
 use nix::unistd::Pid;
 
 use super::pty;
-use super::supervisor::{self, SupervisorConfig};
+use super::supervisor::{self, ReaperExec, SupervisorConfig};
 use crate::protocol::process::PtySize;
 
 /// Everything needed to start one managed process.
@@ -100,18 +101,26 @@ pub fn spawn(spec: &LaunchSpec) -> Result<Spawned, SpawnError> {
     };
     let (status_read, status_write) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
-    let config = SupervisorConfig {
-        status_fd: status_write.as_raw_fd(),
-        server_pid: std::process::id() as libc::pid_t,
-        controlling_tty: pty.is_some(),
-    };
+    let reaper = ReaperExec::new(status_write.as_raw_fd()).map(Arc::new);
+    let config_reaper = reaper.clone();
+    let status_fd = status_write.as_raw_fd();
+    let server_pid = std::process::id() as libc::pid_t;
+    let controlling_tty = pty.is_some();
     // SAFETY: the hook only makes async-signal-safe calls (see supervisor.rs).
     unsafe {
-        cmd.pre_exec(move || supervisor::enter(config));
+        cmd.pre_exec(move || {
+            supervisor::enter(SupervisorConfig {
+                reaper: config_reaper.as_deref(),
+                status_fd,
+                server_pid,
+                controlling_tty,
+            })
+        });
     }
     let spawned = cmd.spawn();
     drop(cmd);
     drop(status_write);
+    drop(reaper);
     let mut child = spawned?;
     let supervisor_pid = child.id().map(|p| Pid::from_raw(p as i32));
     let mut status = std::fs::File::from(status_read);

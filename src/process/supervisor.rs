@@ -7,18 +7,60 @@
 //! even one that called setsid or double-forked, therefore stays in the
 //! supervisor's subtree, which `kill::kill_tree` can find and kill.
 //!
-//! Everything here runs between fork and exec in a multi-threaded program:
-//! only async-signal-safe system calls, no allocation, no locks, no logging.
+//! So that a long-lived supervisor does not pin a copy-on-write snapshot of
+//! the server's memory, it re-executes this binary in its reaper role
+//! ([`SUPERVISOR_ARG1`], handled by [`main`] before any other start-up work)
+//! right after forking the command; if that exec fails it reaps in place.
+//!
+//! Everything before that exec runs between fork and exec in a multi-threaded
+//! program: only async-signal-safe system calls, no allocation, no locks, no
+//! logging.
 
+use std::ffi::{CString, OsString};
 use std::io;
 use std::os::fd::RawFd;
+
+/// argv[1] that turns the binary into a supervisor's reaper loop:
+/// `<name> --codexbox-supervise <status fd> <command pid>`.
+pub const SUPERVISOR_ARG1: &str = "--codexbox-supervise";
 
 /// Bytes of one record on the status pipe (a native-endian `i32`).
 pub const RECORD_LEN: usize = 4;
 
+/// The reaper program: the path and argv the supervisor execs, built before
+/// the fork so the child does not allocate. `{pid}` slots are filled in
+/// place in a fixed-width buffer.
+#[derive(Debug)]
+pub struct ReaperExec {
+    path: CString,
+    name: CString,
+    flag: CString,
+    fd: CString,
+    /// Ten digits, overwritten in the child with the command's pid.
+    pid: std::cell::UnsafeCell<[u8; 12]>,
+}
+
+// SAFETY: `pid` is only written in the forked child, which has one thread.
+unsafe impl Sync for ReaperExec {}
+
+impl ReaperExec {
+    /// The reaper command for status descriptor `status_fd`.
+    pub fn new(status_fd: RawFd) -> Option<Self> {
+        Some(Self {
+            path: CString::new("/proc/self/exe").ok()?,
+            name: CString::new("codexbox-supervisor").ok()?,
+            flag: CString::new(SUPERVISOR_ARG1).ok()?,
+            fd: CString::new(status_fd.to_string()).ok()?,
+            pid: std::cell::UnsafeCell::new([0; 12]),
+        })
+    }
+}
+
 /// What the forked child needs to know, captured before the fork.
 #[derive(Debug, Clone, Copy)]
-pub struct SupervisorConfig {
+pub struct SupervisorConfig<'a> {
+    /// How to re-exec as the reaper (`None`: reap in place).
+    pub reaper: Option<&'a ReaperExec>,
     /// The write end of the status pipe.
     pub status_fd: RawFd,
     /// The server's pid, to detect a server that died before `PR_SET_PDEATHSIG`.
@@ -40,7 +82,7 @@ fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
 ///
 /// # Safety
 /// Must only be called in a freshly forked child, as a `pre_exec` hook.
-pub unsafe fn enter(config: SupervisorConfig) -> io::Result<()> {
+pub unsafe fn enter(config: SupervisorConfig<'_>) -> io::Result<()> {
     // SAFETY: prctl with integer arguments only.
     check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) })?;
     // SAFETY: getppid has no preconditions.
@@ -59,13 +101,13 @@ pub unsafe fn enter(config: SupervisorConfig) -> io::Result<()> {
         return prepare_command(config);
     }
     // SAFETY: called once, in the supervisor, with the command's pid.
-    unsafe { supervise(pid, config.status_fd) }
+    unsafe { supervise(pid, config) }
 }
 
 /// The command's side: own session and process group (pgid = pid), the PTY
 /// as controlling terminal, death with the supervisor, and no inherited
 /// descriptor beyond stdio across exec.
-fn prepare_command(config: SupervisorConfig) -> io::Result<()> {
+fn prepare_command(config: SupervisorConfig<'_>) -> io::Result<()> {
     // SAFETY: no preconditions; the command becomes a session and group leader.
     check(unsafe { libc::setsid() })?;
     if config.controlling_tty {
@@ -139,16 +181,61 @@ fn write_record(fd: RawFd, value: i32) {
     }
 }
 
-/// The supervisor's life: report, reap, exit.
+/// The supervisor's life: report the pid, shed every descriptor, re-exec as
+/// the reaper (or reap in place).
 ///
 /// # Safety
 /// Only in the forked supervisor.
-unsafe fn supervise(command: libc::pid_t, status_fd: RawFd) -> ! {
+unsafe fn supervise(command: libc::pid_t, config: SupervisorConfig<'_>) -> ! {
     // SAFETY: ignoring SIGPIPE so a vanished reader cannot kill the supervisor
     // before it reaped the subtree.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    let status_fd = config.status_fd;
     write_record(status_fd, command);
     close_all_but(status_fd);
+    if let Some(reaper) = config.reaper {
+        // SAFETY: the buffer is only touched here, in the single-threaded child.
+        let pid = unsafe { &mut *reaper.pid.get() };
+        format_decimal(command, pid);
+        // The reaper inherits the status descriptor across exec.
+        // SAFETY: clearing FD_CLOEXEC on our own descriptor.
+        unsafe { libc::fcntl(status_fd, libc::F_SETFD, 0) };
+        let argv = [
+            reaper.name.as_ptr(),
+            reaper.flag.as_ptr(),
+            reaper.fd.as_ptr(),
+            pid.as_ptr().cast(),
+            std::ptr::null(),
+        ];
+        let envp = [std::ptr::null()];
+        // SAFETY: every pointer is a NUL-terminated string that outlives the
+        // call; both arrays are NULL-terminated. Returns only on failure.
+        unsafe { libc::execve(reaper.path.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+    }
+    reap(command, status_fd)
+}
+
+/// Writes `value` as NUL-terminated decimal into `buf` without allocating.
+fn format_decimal(value: i32, buf: &mut [u8; 12]) {
+    let mut digits = [0u8; 11];
+    let mut n = value.unsigned_abs();
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        n /= 10;
+        len += 1;
+        if n == 0 || len == digits.len() {
+            break;
+        }
+    }
+    for (i, slot) in buf.iter_mut().enumerate() {
+        *slot = if i < len { digits[len - 1 - i] } else { 0 };
+    }
+}
+
+/// Reports the command's wait status, then reaps every adopted descendant
+/// until none is left, and exits.
+fn reap(command: libc::pid_t, status_fd: RawFd) -> ! {
     let mut reported = false;
     loop {
         let mut status: libc::c_int = 0;
@@ -168,6 +255,25 @@ unsafe fn supervise(command: libc::pid_t, status_fd: RawFd) -> ! {
     unsafe { libc::_exit(0) }
 }
 
+/// The reaper role after re-exec: `argv = [name, SUPERVISOR_ARG1, fd, pid]`.
+pub fn main(argv: &[OsString]) -> i32 {
+    let parse = |i: usize| -> Option<i32> { argv.get(i)?.to_str()?.parse().ok() };
+    let (Some(status_fd), Some(command)) = (parse(2), parse(3)) else {
+        eprintln!("codexbox: {SUPERVISOR_ARG1} expects <status fd> <command pid>");
+        return 2;
+    };
+    // SAFETY: restoring SIGPIPE handling is not needed; ignoring it keeps a
+    // vanished reader from killing the reaper.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    reap(command, status_fd)
+}
+
+/// The NUL-terminated contents of a fixed buffer, for tests.
+#[cfg(test)]
+fn as_cstr(buf: &[u8; 12]) -> &std::ffi::CStr {
+    std::ffi::CStr::from_bytes_until_nul(buf).unwrap_or_default()
+}
+
 /// `(exit code, signal number)` from a raw wait status: 128+signal when killed.
 pub fn decode_wait_status(status: i32) -> (i32, Option<i32>) {
     if libc::WIFEXITED(status) {
@@ -183,6 +289,15 @@ pub fn decode_wait_status(status: i32) -> (i32, Option<i32>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pids_format_without_allocation() {
+        let mut buf = [0xffu8; 12];
+        format_decimal(4_194_304, &mut buf);
+        assert_eq!(as_cstr(&buf).to_str().unwrap(), "4194304");
+        format_decimal(0, &mut buf);
+        assert_eq!(as_cstr(&buf).to_str().unwrap(), "0");
+    }
 
     #[test]
     fn wait_statuses_decode_to_exit_codes() {
