@@ -4,4 +4,5 @@ pub mod bwrap;
 pub mod client;
 pub mod confine;
 pub mod fs;
+pub mod redteam;
 pub mod sandbox;
