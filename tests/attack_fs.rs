@@ -400,3 +400,33 @@ against!(read_only_metadata_is_unchangeable:
     system,
     #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin,
     #[ignore = "VULN: under the Landlock backend a root command can chmod/utime/setxattr read-only host files (Landlock has no right for metadata)"] landlock);
+
+/// A deny glob that names a directory (`**/.ssh`) must hide what is inside
+/// it: ripgrep's `--files` lists only files, so a directory match masks
+/// nothing and `.ssh/id_rsa` stays readable.
+fn deny_glob_naming_a_directory_hides_its_contents(l: Launcher) {
+    let t = Tree::new();
+    t.put("ws/a/.ssh/id_rsa", "PRIVKEY");
+    t.put("ws/a/readme", "public");
+    let profile = workspace(&[glob("**/.ssh", "deny")], "restricted");
+    let script = format!(
+        "{PRELUDE}\
+         try read-key grep -q PRIVKEY a/.ssh/id_rsa\n\
+         try list-dir sh -c 'ls a/.ssh | grep -q id_rsa'\n\
+         must readme grep -q public a/readme\n"
+    );
+    let out = sh(l, &t.ws, &profile, &[], &script);
+    let held: &[&str] = if l.is_bwrap() {
+        &["read-key", "list-dir"]
+    } else {
+        &["read-key"]
+    };
+    let s = stdout(&out);
+    assert!(!s.contains("PRIVKEY"), "{s}");
+    assert_markers(&out, held, &["readme"]);
+}
+
+against!(deny_glob_naming_a_directory_hides_its_contents:
+    #[ignore = "VULN (reference-compatible): a deny glob matching a directory masks nothing; files below it stay readable"] system,
+    #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin,
+    #[ignore = "VULN (reference-compatible): a deny glob matching a directory masks nothing; files below it stay readable"] landlock);

@@ -444,3 +444,74 @@ async fn terminate_leaves_nothing_in_the_workspace() {
     }
     assert_eq!(t.names("ws"), ["src"], "leftovers after terminate");
 }
+
+/// Warm fs-helpers are pooled per sandbox context: two contexts that differ
+/// only in their workspace roots (or cwd) must never share a helper, or
+/// the second request would get the first one's writable roots.
+#[tokio::test]
+async fn pooled_helpers_never_cross_contexts() {
+    if !ready() {
+        return;
+    }
+    let a = Tree::new();
+    let b = Tree::new();
+    let server = Server::start();
+    let c = server.connect().await;
+    let profile = workspace(vec![]);
+    let ctx_a = ctx(profile.clone(), &a.ws);
+    let ctx_b = ctx(profile.clone(), &b.ws);
+    // Warm a helper for A (control: A is writable in its own context).
+    c.ok(
+        "fs/writeFile",
+        json!({"path": p(&a.ws.join("mine")), "dataBase64": b64(b"a"), "sandbox": ctx_a}),
+    )
+    .await;
+    c.ok(
+        "fs/writeFile",
+        json!({"path": p(&b.ws.join("mine")), "dataBase64": b64(b"b"), "sandbox": ctx_b}),
+    )
+    .await;
+    // Context B writing into A, and A into B, right after each other.
+    for _ in 0..3 {
+        denied(
+            c.call(
+                "fs/writeFile",
+                json!({"path": p(&a.ws.join("from-b")), "dataBase64": b64(b"x"), "sandbox": ctx_b}),
+            )
+            .await,
+            "B wrote into A",
+        );
+        denied(
+            c.call(
+                "fs/writeFile",
+                json!({"path": p(&b.ws.join("from-a")), "dataBase64": b64(b"x"), "sandbox": ctx_a}),
+            )
+            .await,
+            "A wrote into B",
+        );
+    }
+    // Same roots, different cwd with a cwd-relative profile.
+    let mut ctx_cwd = ctx(profile, &a.ws);
+    ctx_cwd["cwd"] = json!(p(&b.ws));
+    ctx_cwd["workspaceRoots"] = json!([p(&b.ws)]);
+    denied(
+        c.call(
+            "fs/writeFile",
+            json!({"path": p(&a.ws.join("from-cwd")), "dataBase64": b64(b"x"), "sandbox": ctx_cwd}),
+        )
+        .await,
+        "cwd-B context wrote into A",
+    );
+    // Empty .git/.codex/.agents are the live helpers' mount points.
+    let real = |t: &Tree| -> Vec<String> {
+        t.names("ws")
+            .into_iter()
+            .filter(|n| {
+                ![".git", ".codex", ".agents"].contains(&n.as_str())
+                    || !t.names(&format!("ws/{n}")).is_empty()
+            })
+            .collect()
+    };
+    assert_eq!(real(&a), ["mine"]);
+    assert_eq!(real(&b), ["mine"]);
+}
