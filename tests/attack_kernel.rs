@@ -982,3 +982,62 @@ fn core_dumps_respect_the_sandbox(l: Launcher) {
 
 against!(core_dumps_respect_the_sandbox: system,
     #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin, landlock);
+
+/// System V IPC of the host: a root-owned (0600) shared-memory segment
+/// must not be attachable from inside, and queues created inside must not
+/// appear on the host. Control: the command's own private segment works.
+fn host_sysv_ipc_is_unreachable(l: Launcher) {
+    if !python3() {
+        return;
+    }
+    let t = Tree::new();
+    let salt = (std::process::id() & 0xfff) as i32;
+    let key: i32 = 0x5eed_0000 + (salt << 4) + l as i32;
+    let qkey: i32 = 0x5eef_0000 + (salt << 4) + l as i32;
+    // SAFETY: plain SysV calls on a fresh segment of 4096 bytes; the
+    // pointer from shmat is checked and only 11 bytes are written.
+    let sid = unsafe { libc::shmget(key, 4096, libc::IPC_CREAT | 0o600) };
+    assert!(sid >= 0, "control: shmget on the host");
+    // SAFETY: as above.
+    let addr = unsafe { libc::shmat(sid, std::ptr::null(), 0) };
+    assert!(addr as isize != -1, "control: shmat on the host");
+    // SAFETY: `addr` maps at least 4096 writable bytes.
+    unsafe { std::ptr::copy_nonoverlapping(b"SHM-SECRET\0".as_ptr(), addr.cast::<u8>(), 11) };
+    let code = format!(
+        r#"
+import ctypes
+l = ctypes.CDLL(None, use_errno=True)
+l.shmat.restype = ctypes.c_void_p
+sid = l.shmget({key}, 0, 0)
+a = l.shmat(sid, None, 0) if sid >= 0 else None
+got = a is not None and a != ctypes.c_void_p(-1).value and ctypes.string_at(a, 10) == b"SHM-SECRET"
+print("ESCAPE:attach-host-shm" if got else "held:attach-host-shm")
+q = l.msgget({qkey}, 0o1000 | 0o600)
+print("created-queue" if q >= 0 else "no-queue")
+own = l.shmget(0, 4096, 0o1000 | 0o600)
+b = l.shmat(own, None, 0) if own >= 0 else None
+ok = b is not None and b != ctypes.c_void_p(-1).value
+if ok:
+    ctypes.memmove(b, b"mine", 4); ok = ctypes.string_at(b, 4) == b"mine"
+print("ok:own-shm" if ok else "BROKEN:own-shm")
+"#
+    );
+    let out = py(l, &t.ws, "read-only", &code);
+    // SAFETY: detach and remove our own segment.
+    unsafe {
+        libc::shmdt(addr);
+        libc::shmctl(sid, libc::IPC_RMID, std::ptr::null_mut());
+    }
+    // SAFETY: msgget without IPC_CREAT only looks the key up.
+    let q = unsafe { libc::msgget(qkey, 0) };
+    if q >= 0 {
+        // SAFETY: removes the queue the sandboxed command created.
+        unsafe { libc::msgctl(q, libc::IPC_RMID, std::ptr::null_mut()) };
+    }
+    assert_markers(&out, &["attach-host-shm"], &["own-shm"]);
+    assert!(q < 0, "a message queue created inside appeared on the host");
+}
+
+against!(host_sysv_ipc_is_unreachable: system,
+    #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin,
+    #[ignore = "VULN: the Landlock backend shares the host IPC namespace: host SysV shared memory (root 0600) is attachable, queues created inside appear on the host"] landlock);
