@@ -430,3 +430,38 @@ against!(deny_glob_naming_a_directory_hides_its_contents:
     #[ignore = "VULN (reference-compatible): a deny glob matching a directory masks nothing; files below it stay readable"] system,
     #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin,
     #[ignore = "VULN (reference-compatible): a deny glob matching a directory masks nothing; files below it stay readable"] landlock);
+
+/// A writable root that does not exist yet and lies inside another
+/// writable root (`ws/cache` beside the project root `ws`): one run plants
+/// it as a symlink to a read-only place, the next run must not make the
+/// symlink's target writable (the bwrap argv binds the canonical target;
+/// Landlock grants the opened target).
+fn planted_writable_root_symlink_grants_nothing(l: Launcher) {
+    let t = Tree::new();
+    t.put("outside/f", "orig");
+    t.put("ws/src/keep", "");
+    let profile = workspace(&[entry(&t.ws.join("cache"), "write")], "restricted");
+    let o = t.outside.display();
+    let plant = format!("ln -s {o} cache && echo planted");
+    let out = sh(l, &t.ws, &profile, &[], &plant);
+    assert!(
+        stdout(&out).contains("planted"),
+        "control: the project root is writable"
+    );
+    let script = format!(
+        "{PRELUDE}\
+         try through-link sh -c 'echo pwned >> cache/f'\n\
+         try direct sh -c 'echo pwned >> {o}/f'\n\
+         try new-file sh -c 'echo x > {o}/planted'\n\
+         must ws-write sh -c 'echo ok > src/new'\n"
+    );
+    let out = sh(l, &t.ws, &profile, &[], &script);
+    assert_markers(&out, &["through-link", "direct", "new-file"], &["ws-write"]);
+    assert_eq!(t.read("outside/f").as_deref(), Some("orig"));
+    assert_eq!(t.names("outside"), ["f"]);
+}
+
+against!(planted_writable_root_symlink_grants_nothing:
+    #[ignore = "VULN: a missing writable root inside another writable root can be planted as a symlink; the next run makes its target writable"] system,
+    #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin,
+    #[ignore = "VULN: a missing writable root inside another writable root can be planted as a symlink; the next run makes its target writable"] landlock);
