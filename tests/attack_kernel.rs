@@ -315,6 +315,13 @@ t("unshare_user", sc(272, 0x10000000) == 0)
 t("unshare_mount", sc(272, 0x00020000) == 0)
 t("unshare_net", sc(272, 0x40000000) == 0)
 t("clone_newuser", sc(56, 0x10000000 | 17, 0, 0, 0, 0) == 0)
+args = (ctypes.c_uint64 * 11)(0x10000000, 0, 0, 0, 17, 0, 0, 0, 0, 0, 0)
+r = sc(435, ctypes.byref(args), 88)
+if r == 0:
+    os._exit(0)
+t("clone3_newuser", r > 0)
+t("add_key", sc(248, b"user", b"codexbox-attack", b"x", 1, -3) >= 0)
+t("request_key", sc(249, b"user", b"codexbox-attack", b"callout", -3) >= 0)
 for ns in ("mnt", "net", "pid", "user", "uts", "ipc", "cgroup"):
     try:
         fd = os.open("/proc/1/ns/" + ns, os.O_RDONLY)
@@ -345,6 +352,9 @@ print("ok:fork" if os.fork() or os._exit(0) else "BROKEN:fork")
         "unshare_mount",
         "unshare_net",
         "clone_newuser",
+        "clone3_newuser",
+        "add_key",
+        "request_key",
         "setns_mnt",
         "setns_net",
         "setns_user",
