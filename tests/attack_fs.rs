@@ -465,3 +465,37 @@ against!(planted_writable_root_symlink_grants_nothing:
     #[ignore = "VULN: a missing writable root inside another writable root can be planted as a symlink; the next run makes its target writable"] system,
     #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin,
     #[ignore = "VULN: a missing writable root inside another writable root can be planted as a symlink; the next run makes its target writable"] landlock);
+
+/// The read-side twin: with restricted reads (`:minimal`), a readable
+/// entry inside a writable root that a previous run replaced by a symlink
+/// must not expose the symlink's target.
+fn planted_readable_root_symlink_exposes_nothing(l: Launcher) {
+    let t = Tree::new();
+    t.put("private/key", "PRIVKEY");
+    t.put("ws/src/keep", "");
+    let profile = managed(
+        &[
+            special("minimal", "read"),
+            special("project_roots", "write"),
+            entry(&t.ws.join("docs"), "read"),
+        ],
+        "restricted",
+    );
+    // A previous run (any profile writing the workspace) planted the link.
+    std::os::unix::fs::symlink(t.root.join("private"), t.ws.join("docs")).expect("symlink");
+    let p = t.root.join("private").display().to_string();
+    let script = format!(
+        "{PRELUDE}\
+         try through-link grep -q PRIVKEY docs/key\n\
+         try direct grep -q PRIVKEY {p}/key\n\
+         must ws-read test -f src/keep\n"
+    );
+    let out = sh(l, &t.ws, &profile, &[], &script);
+    assert_markers(&out, &["through-link", "direct"], &["ws-read"]);
+    assert!(!stdout(&out).contains("PRIVKEY"));
+}
+
+against!(planted_readable_root_symlink_exposes_nothing:
+    #[ignore = "VULN: a readable entry inside a writable root, replaced by a symlink, exposes the link's target under restricted reads"] system,
+    #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin,
+    #[ignore = "VULN: a readable entry inside a writable root, replaced by a symlink, exposes the link's target under restricted reads"] landlock);
