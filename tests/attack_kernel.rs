@@ -1051,3 +1051,44 @@ print("ok:own-shm" if ok else "BROKEN:own-shm")
 against!(host_sysv_ipc_is_unreachable: system,
     #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin,
     #[ignore = "VULN: the Landlock backend shares the host IPC namespace: host SysV shared memory (root 0600) is attachable, queues created inside appear on the host"] landlock);
+
+/// The chain of two findings with the default `--backend auto`: the
+/// command forges bubblewrap's "no user namespaces" error, the helper
+/// reruns it under Landlock, and there it sets the setuid bit on a
+/// root-owned binary outside every writable root.
+#[test]
+#[ignore = "VULN: forged fallback to Landlock + chmod under Landlock = setuid bit on a host binary from the default workspace profile"]
+fn forged_fallback_cannot_setuid_a_host_binary() {
+    if !available(Launcher::System) {
+        return;
+    }
+    let t = Tree::new();
+    let tool = t.outside.join("tool");
+    std::fs::copy("/bin/true", &tool).expect("copy");
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let script = format!(
+        "if [ $$ -lt 100 ]; then echo 'bwrap: No permissions to create a new namespace' > /proc/1/fd/2; exit 1; fi\n\
+         chmod 4755 {} && echo SETUID",
+        tool.display()
+    );
+    let out = Command::new(BIN)
+        .args(["linux-sandbox", "--sandbox-policy-cwd"])
+        .arg(&t.ws)
+        .args([
+            "--permission-profile",
+            "workspace",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .env("CODEXBOX_BWRAP", "system")
+        .current_dir(&t.ws)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    log(Launcher::System, &script, &out);
+    let mode = std::fs::metadata(&tool).expect("stat").permissions().mode();
+    assert_eq!(mode & 0o7777, 0o755, "host binary changed to {mode:o}");
+    assert!(!stdout(&out).contains("SETUID"));
+}
