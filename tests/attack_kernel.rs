@@ -291,7 +291,11 @@ l = ctypes.CDLL(None, use_errno=True)
 def sc(nr, *a):
     return l.syscall(ctypes.c_long(nr), *[ctypes.c_long(x) if isinstance(x, int) else x for x in a])
 def t(name, ok):
-    print(("ESCAPE:" if ok else "held:") + name)
+    # A refusal must be a permission error (EPERM/EACCES) or a missing
+    # syscall (ENOSYS), not an argument error a privileged caller would get.
+    e = ctypes.get_errno()
+    refused = not ok and e in (1, 13, 38)
+    print(("held:" if refused else "ESCAPE:") + name + ("" if refused else " errno=%d" % e))
 buf = ctypes.create_string_buffer(256)
 pp = os.getppid()
 t("io_uring_setup", sc(425, 8, buf) >= 0)
@@ -299,14 +303,15 @@ t("ptrace_attach_parent", sc(101, 16, pp, 0, 0) == 0)
 t("ptrace_traceme", sc(101, 0, 0, 0, 0) == 0)
 iov = (ctypes.c_char * 16)()
 t("process_vm_readv_parent", sc(310, pp, ctypes.byref(iov), 1, ctypes.byref(iov), 1, 0) >= 0)
-t("bpf", sc(321, 0, buf, 64) >= 0)
+attr = (ctypes.c_uint32 * 32)(2, 4, 4, 1)  # BPF_MAP_TYPE_ARRAY, 4-byte key/value, 1 entry
+t("bpf", sc(321, 0, attr, 128) >= 0)
 t("perf_event_open", sc(298, buf, 0, -1, -1, 0) >= 0)
 t("fsopen", sc(430, b"tmpfs", 0) >= 0)
 t("open_tree_clone", sc(428, -100, b"/", 1 | 0x80000) >= 0)
 t("mount_setattr", sc(442, -100, b"/", 0x8000, buf, 32) == 0)
 t("kexec_load", sc(246, 0, 0, 0, 0) == 0)
 t("init_module", sc(175, buf, 0, b"") == 0)
-t("delete_module", sc(176, b"loop", 0x800) == 0)
+t("delete_module", sc(176, b"codexbox_attack_none", 0x800) == 0)
 t("reboot_cad_off", sc(169, 0xfee1dead, 672274793, 0, 0) == 0)
 t("acct", sc(163, b"/dev/null") == 0)
 t("swapoff", sc(168, b"/dev/null") == 0)
@@ -324,9 +329,13 @@ t("add_key", sc(248, b"user", b"codexbox-attack", b"x", 1, -3) >= 0)
 t("request_key", sc(249, b"user", b"codexbox-attack", b"callout", -3) >= 0)
 for ns in ("mnt", "net", "pid", "user", "uts", "ipc", "cgroup"):
     try:
+        if os.stat("/proc/1/ns/" + ns).st_ino == os.stat("/proc/self/ns/" + ns).st_ino:
+            print("held:setns_" + ns)  # pid 1 shares it: nothing to join
+            continue
         fd = os.open("/proc/1/ns/" + ns, os.O_RDONLY)
         t("setns_" + ns, sc(308, fd, 0) == 0)
     except OSError:
+        ctypes.set_errno(13)
         t("setns_" + ns, False)
 r, w = os.pipe(); os.write(w, b"ok"); print("ok:pipe" if os.read(r, 2) == b"ok" else "BROKEN:pipe")
 print("ok:fork" if os.fork() or os._exit(0) else "BROKEN:fork")
