@@ -1021,7 +1021,9 @@ fn host_sysv_ipc_is_unreachable(l: Launcher) {
     let addr = unsafe { libc::shmat(sid, std::ptr::null(), 0) };
     assert!(addr as isize != -1, "control: shmat on the host");
     // SAFETY: `addr` maps at least 4096 writable bytes.
-    unsafe { std::ptr::copy_nonoverlapping(b"SHM-SECRET\0".as_ptr(), addr.cast::<u8>(), 11) };
+    unsafe {
+        std::ptr::copy_nonoverlapping(c"SHM-SECRET".as_ptr().cast::<u8>(), addr.cast::<u8>(), 11)
+    };
     let code = format!(
         r#"
 import ctypes
