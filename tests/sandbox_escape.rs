@@ -90,6 +90,20 @@ fn codex_symlink_to_decoy_is_masked_not_refused() {
     assert!(stdout(&out).contains("w-denied"));
     assert!(stdout(&out).contains("ok"));
     assert!(!w.ws.join("decoy/config.toml").exists());
+    // Swapping the link for a real directory during the run is undone.
+    let out = sh(
+        &w.ws,
+        &workspace_only("restricted"),
+        &[],
+        "rm .codex && mkdir .codex && echo evil > .codex/config.toml",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("blocked replacement of protected workspace metadata"));
+    assert_eq!(
+        std::fs::read_link(w.ws.join(".codex")).unwrap(),
+        std::path::PathBuf::from("decoy")
+    );
+    assert!(!w.ws.join("decoy/config.toml").exists());
 }
 
 #[test]
@@ -311,4 +325,65 @@ fn dev_nodes_proc_and_tty_basics_work() {
     let s = stdout(&out);
     assert!(!s.contains("MISSING"), "{s}");
     assert!(s.contains("4\nproc\npid1\n"), "{s}");
+}
+
+#[test]
+fn no_proc_hides_the_host_proc_instead_of_exposing_it() {
+    require_sandbox!();
+    let w = Ws::new();
+    let out = sh(
+        &w.ws,
+        "read-only",
+        &["--no-proc"],
+        "ls /proc | grep -c '^[0-9]'; echo ok",
+    );
+    assert_eq!(stdout(&out), "0\nok\n");
+}
+
+#[test]
+#[cfg(target_arch = "x86_64")] // syscall numbers below are x86_64's
+fn io_uring_and_process_vm_are_denied() {
+    require_sandbox!();
+    if !python3() {
+        return;
+    }
+    let w = Ws::new();
+    let out = sh(
+        &w.ws,
+        "read-only",
+        &[],
+        "python3 -c 'import ctypes,os; l=ctypes.CDLL(None,use_errno=True); p=ctypes.create_string_buffer(120); \
+         print(\"uring\", l.syscall(425, 4, p), ctypes.get_errno()); \
+         print(\"vm\", l.syscall(310, 1, p, 1, p, 1, 0), ctypes.get_errno())'",
+    );
+    let s = stdout(&out);
+    assert!(s.contains("uring -1 1\n"), "{s}");
+    assert!(s.contains("vm -1 1\n"), "{s}");
+}
+
+#[test]
+fn caller_file_descriptors_do_not_leak_into_the_sandbox() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    require_sandbox!();
+    let w = Ws::new();
+    let dir = std::fs::File::open(&w.outside).unwrap();
+    let raw = dir.as_raw_fd();
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.arg("linux-sandbox")
+        .arg("--sandbox-policy-cwd")
+        .arg(&w.ws)
+        .args(["--permission-profile", "read-only", "--", "sh", "-c"])
+        .arg("ls /proc/self/fd | tr '\\n' ' '");
+    // SAFETY: dup2 in the child before exec; no allocation.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(raw, 9) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    assert_eq!(stdout(&out), "0 1 2 3 ", "{}", stderr(&out));
 }

@@ -549,6 +549,17 @@ impl Builder<'_> {
         }
         if i.mount_proc {
             self.out.texts(&["--proc", "/proc"]);
+        } else {
+            // Without a fresh procfs the host's /proc (bound with `/`) would
+            // show every host process: hide it instead.
+            self.out.texts(&[
+                "--perms",
+                "555",
+                "--tmpfs",
+                "/proc",
+                "--remount-ro",
+                "/proc",
+            ]);
         }
         let cwd = canonical_or_self(&i.command_cwd);
         self.out.text("--chdir");
@@ -660,7 +671,7 @@ mod tests {
             render(&cmd),
             format!(
                 "--new-session --die-with-parent --ro-bind / / --dev /dev {NS} --cap-drop ALL \
-                 --chdir / -- /opt/codexbox linux-sandbox --apply-seccomp-then-exec -- \
+                 --perms 555 --tmpfs /proc --remount-ro /proc --chdir / -- /opt/codexbox linux-sandbox --apply-seccomp-then-exec -- \
                  /opt/codexbox -- x"
             )
         );
@@ -894,6 +905,42 @@ mod tests {
             text.contains(&format!(
                 "--perms 000 --tmpfs {0} --remount-ro {0} --unshare-user",
                 state.display()
+            )),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn restricted_policy_chdirs_to_canonical_command_cwd() {
+        let (_dir, root) = fixture();
+        std::fs::create_dir_all(root.join("real")).unwrap();
+        std::os::unix::fs::symlink(root.join("real"), root.join("alias")).unwrap();
+        let policy = resolve(&FileSystemSandboxPolicy::read_only(), &root);
+        let text = render(&build(&inputs(&policy, &root.join("alias"))).unwrap());
+        assert!(
+            text.contains(&format!("--chdir {} --argv0", root.join("real").display())),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn root_read_directory_carve_outs_are_masked_read_only() {
+        let (_dir, root) = fixture();
+        std::fs::create_dir_all(root.join("secrets")).unwrap();
+        let fs = split(vec![
+            FileSystemSandboxEntry::special(
+                crate::sandbox::policy::FileSystemSpecialPath::Root,
+                Read,
+            ),
+            FileSystemSandboxEntry::path(root.join("secrets"), Deny),
+        ]);
+        let policy = resolve(&fs, &root);
+        let text = render(&build(&inputs(&policy, &root)).unwrap());
+        assert!(
+            text.starts_with(&format!(
+                "--new-session --die-with-parent --ro-bind / / --dev /dev \
+                 --perms 000 --tmpfs {0} --remount-ro {0} --unshare-user",
+                root.join("secrets").display()
             )),
             "{text}"
         );

@@ -306,7 +306,8 @@ fn run_args(args: Args) -> Result<i32, Failure> {
         })?;
         if prepared.profile != PermissionProfile::Disabled {
             if prepared.network.is_enabled() {
-                crate::sandbox::confine::set_no_new_privs().map_err(fail)?;
+                // Still no capabilities for a root caller (SPEC §5.3 item 7).
+                crate::sandbox::confine::confine_process().map_err(fail)?;
             } else {
                 inner::confine(SeccompMode::Restricted).map_err(fail)?;
             }
@@ -314,10 +315,27 @@ fn run_args(args: Args) -> Result<i32, Failure> {
         return Err(fail(inner::exec(&args.command)));
     }
 
+    // WSL1 cannot create the namespaces bubblewrap needs.
+    let backend = if backend != Backend::Landlock && is_wsl1() {
+        if backend == Backend::Bwrap {
+            return Err(fail(
+                "bubblewrap is not supported on WSL1, which cannot create user namespaces; use WSL2 or --backend landlock",
+            ));
+        }
+        Backend::Landlock
+    } else {
+        backend
+    };
     match backend {
         Backend::Landlock => landlock_backend(&args, &prepared),
         Backend::Bwrap | Backend::Auto => bwrap_backend(&args, &prepared, backend == Backend::Auto),
     }
+}
+
+fn is_wsl1() -> bool {
+    let version = std::fs::read_to_string("/proc/version").unwrap_or_default();
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    crate::sandbox::probe::detect_wsl(&version, &release) == crate::sandbox::probe::Wsl::Wsl1
 }
 
 fn net_name(n: NetworkSandboxPolicy) -> &'static str {
@@ -415,6 +433,12 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
         glob_matches = expansion.paths;
     }
 
+    let protected_paths: Vec<PathBuf> = prepared
+        .resolved
+        .writable_roots()
+        .iter()
+        .flat_map(|w| w.protected_metadata_names.iter().map(|n| w.root.join(n)))
+        .collect();
     let inner_profile = prepared.profile.with_network(prepared.network);
     let mut mount_proc = !args.no_proc;
     let mut attempt = 0;
@@ -466,21 +490,36 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
         let fds = fds.with_masks(built.fd_count()).map_err(fail)?;
         let argv = built.render(&fds.mask_numbers());
         let registration = state::register(&state_dir, &built.synthetic_targets).map_err(fail)?;
+        let links = state::ProtectedLinks::snapshot(&protected_paths);
         let outcome = run::run(&choice, &argv, &fds);
         drop(fds);
         registration.cleanup();
-        let outcome = outcome.map_err(fail)?;
+        let restored = links.restore();
+        let mut outcome = outcome.map_err(fail)?;
+        for p in &restored {
+            eprintln!(
+                "{PREFIX}: sandbox blocked replacement of protected workspace metadata path {}",
+                p.display()
+            );
+        }
+        if !restored.is_empty() && outcome.code == 0 {
+            outcome.code = 1;
+        }
         let text = String::from_utf8_lossy(&outcome.stderr).into_owned();
         if outcome.code != 0 && mount_proc && attempt == 1 && run::is_proc_mount_failure(&text) {
             mount_proc = false;
             continue;
         }
-        if outcome.code != 0 && auto && attempt <= 2 && run::is_userns_failure(&text) {
+        let setup_failed = outcome.code != 0 && text.contains("bwrap: ");
+        if auto
+            && setup_failed
+            && (run::is_userns_failure(&text) || !crate::sandbox::probe::host().userns_usable())
+        {
             eprintln!("{PREFIX}: note: bubblewrap cannot create user namespaces here; using the Landlock backend");
             return landlock_backend(args, prepared);
         }
         use std::io::Write;
-        let _ = std::io::stderr().write_all(&outcome.stderr);
+        let _ = std::io::stderr().write_all(&outcome.held);
         return Ok(outcome.code);
     }
 }

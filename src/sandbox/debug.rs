@@ -116,8 +116,11 @@ fn run(args: Args) -> Result<i32, (i32, String)> {
 
     let mut cmd = match profile {
         PermissionProfile::Disabled | PermissionProfile::External { .. } if !args.explain => {
-            let mut cmd = Command::new(&args.command[0]);
-            cmd.args(&args.command[1..]).current_dir(&cwd);
+            let Some((program, rest)) = args.command.split_first() else {
+                return Err((2, "no command given".into()));
+            };
+            let mut cmd = Command::new(program);
+            cmd.args(rest).current_dir(&cwd);
             cmd
         }
         _ => {

@@ -69,15 +69,18 @@ pub fn check_inside_sandbox() -> Result<(), InnerError> {
     Ok(())
 }
 
-/// Makes `fd` the process's stderr again and closes it.
+/// Makes `fd` the process's stderr again and closes it. A launcher that
+/// passes no inherited fd (EBADF) leaves stderr on the helper's pipe, which
+/// the helper relays: the output still arrives, only not on a terminal.
 pub fn restore_stderr(fd: i32) -> Result<(), InnerError> {
     // SAFETY: dup2/close on plain fd numbers; no memory is involved.
     let rc = unsafe { libc::dup2(fd, libc::STDERR_FILENO) };
     if rc < 0 {
-        return Err(InnerError::Stderr {
-            fd,
-            source: nix::Error::last(),
-        });
+        let err = nix::Error::last();
+        if err == nix::Error::EBADF {
+            return Ok(());
+        }
+        return Err(InnerError::Stderr { fd, source: err });
     }
     // SAFETY: as above; `fd` is not used afterwards.
     unsafe { libc::close(fd) };

@@ -97,12 +97,9 @@ impl LauncherChoice {
             Some(file) => PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())),
             None => self.path.clone(),
         };
+        // The built-in mode is this binary dispatched on argv[0] `bwrap`.
         let mut cmd = Command::new(program);
         cmd.arg0("bwrap");
-        if self.kind == LauncherKind::Builtin {
-            // Dispatch also works without relying on argv[0].
-            cmd.arg0("bwrap");
-        }
         cmd
     }
 }

@@ -9,7 +9,9 @@
 //! the original stderr travels to the inner stage as an extra fd that it
 //! `dup2`s back before exec (`--restore-stderr-fd`). Only bubblewrap's and
 //! the inner stage's own messages pass through the pipe; they are relayed
-//! when bwrap exits.
+//! as they come (a `/proc` mount failure is held back for the retry). A
+//! launcher that passes no inherited fd to the command (the built-in one)
+//! leaves the command's stderr on the pipe: still relayed, not a terminal.
 //!
 //! Signals: SIGHUP, SIGINT, SIGQUIT and SIGTERM are blocked in the helper
 //! and forwarded to bwrap (which dies; `--die-with-parent` then kills the
@@ -19,7 +21,6 @@
 
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
@@ -102,8 +103,10 @@ impl RunFds {
 pub struct RunOutcome {
     /// Exit code (128+signal when bwrap died of a signal).
     pub code: i32,
-    /// What bwrap and the inner stage printed before exec (truncated).
+    /// What came through bwrap's stderr (truncated), already relayed.
     pub stderr: Vec<u8>,
+    /// A `/proc` mount failure message not relayed yet.
+    pub held: Vec<u8>,
 }
 
 fn forwarded() -> SigSet {
@@ -211,46 +214,105 @@ pub fn run(
     };
     let pid = Pid::from_raw(child.id() as i32);
 
-    let reader = std::thread::spawn(move || {
-        let mut file = File::from(read_end);
-        let mut kept = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            match file.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    let room = MAX_CAPTURED_STDERR.saturating_sub(kept.len());
-                    kept.extend_from_slice(&buf[..n.min(room)]);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => break,
-            }
-        }
-        kept
-    });
+    // One loop, no thread: poll bwrap's stderr pipe and a signalfd. When
+    // bwrap has exited, its messages (and the inner stage's) are already in
+    // the pipe: drain it without waiting for EOF, which only comes once the
+    // sandbox's pid 1 is torn down (tens of ms for a network namespace).
+    let result = wait_and_capture(pid, read_end, &set);
+    let _ = old.thread_set_mask();
+    result
+}
 
-    let code = loop {
-        match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(_, c)) => break c,
-            Ok(WaitStatus::Signaled(_, s, _)) => break 128 + s as i32,
-            Ok(_) => {}
-            Err(nix::Error::EINTR) => continue,
-            Err(e) => {
-                let _ = old.thread_set_mask();
-                return Err(RunError::Wait(e));
+/// Reads one chunk: keeps a copy for diagnosis and relays it to stderr at
+/// once, except a `/proc` mount failure, held back until the caller knows
+/// whether it retries.
+fn read_some(fd: &OwnedFd, kept: &mut Vec<u8>, held: &mut Vec<u8>) -> bool {
+    use std::io::Write;
+    let mut buf = [0u8; 4096];
+    match nix::unistd::read(fd, &mut buf) {
+        Ok(0) => false,
+        Ok(n) => {
+            let chunk = &buf[..n];
+            let room = MAX_CAPTURED_STDERR.saturating_sub(kept.len());
+            kept.extend_from_slice(&chunk[..n.min(room)]);
+            if is_proc_mount_failure(&String::from_utf8_lossy(chunk)) {
+                let room = MAX_CAPTURED_STDERR.saturating_sub(held.len());
+                held.extend_from_slice(&chunk[..n.min(room)]);
+            } else {
+                let _ = std::io::stderr().write_all(chunk);
             }
+            true
         }
-        match set.wait() {
-            Ok(Signal::SIGCHLD) => {}
-            Ok(sig) => {
+        Err(nix::Error::EINTR) => true,
+        Err(_) => false,
+    }
+}
+
+fn wait_and_capture(pid: Pid, pipe: OwnedFd, set: &SigSet) -> Result<RunOutcome, RunError> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
+    use std::os::fd::AsFd;
+
+    let _ = nix::fcntl::fcntl(
+        &pipe,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    );
+    let sfd = SignalFd::with_flags(set, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .map_err(RunError::Wait)?;
+    let mut kept = Vec::new();
+    let mut held = Vec::new();
+    let mut pipe_open = true;
+    loop {
+        match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(_, c)) => return Ok(finish(c, &pipe, pipe_open, kept, held)),
+            Ok(WaitStatus::Signaled(_, s, _)) => {
+                return Ok(finish(128 + s as i32, &pipe, pipe_open, kept, held))
+            }
+            Ok(_) | Err(nix::Error::EINTR) => {}
+            Err(e) => return Err(RunError::Wait(e)),
+        }
+        let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+        if pipe_open {
+            fds.push(PollFd::new(pipe.as_fd(), PollFlags::POLLIN));
+        }
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) | Err(nix::Error::EINTR) => {}
+            Err(e) => return Err(RunError::Wait(e)),
+        }
+        let pipe_ready = fds
+            .get(1)
+            .and_then(|f| f.revents())
+            .is_some_and(|r| !r.is_empty());
+        if pipe_ready {
+            pipe_open = read_some(&pipe, &mut kept, &mut held);
+        }
+        while let Ok(Some(info)) = sfd.read_signal() {
+            let Ok(sig) = Signal::try_from(info.ssi_signo as i32) else {
+                continue;
+            };
+            if sig != Signal::SIGCHLD {
                 let _ = nix::sys::signal::kill(pid, sig);
             }
-            Err(_) => {}
         }
-    };
-    let _ = old.thread_set_mask();
-    let stderr = reader.join().unwrap_or_default();
-    Ok(RunOutcome { code, stderr })
+    }
+}
+
+/// Drains what is already in the pipe (non-blocking) and builds the outcome.
+fn finish(
+    code: i32,
+    pipe: &OwnedFd,
+    mut open: bool,
+    mut kept: Vec<u8>,
+    mut held: Vec<u8>,
+) -> RunOutcome {
+    while open {
+        open = read_some(pipe, &mut kept, &mut held);
+    }
+    RunOutcome {
+        code,
+        stderr: kept,
+        held,
+    }
 }
 
 /// Does bwrap's stderr show a failed `/proc` mount (old and 0.12 wording)?
