@@ -8,6 +8,12 @@ mod fs;
 mod process;
 
 fn main() {
+    // `cargo test --all-targets` runs this binary too, without `--bench`:
+    // measuring a debug build there would only cost time.
+    if !std::env::args().any(|arg| arg == "--bench") {
+        println!("benchmark skipped: run scripts/bench (cargo bench --bench bench)");
+        return;
+    }
     let mut report = common::Report::default();
     println!("codexbox benchmark (release build, {} CPUs)", cpus());
     process::run(&mut report);

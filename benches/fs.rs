@@ -32,7 +32,9 @@ pub fn run(report: &mut Report) {
         Ok(runtime) => runtime,
         Err(err) => return report.failed("fs", &format!("tokio runtime: {err}")),
     };
-    let server = match Server::start(&[]) {
+    // 64 MiB of file data is ~90 MB of base64: above the default 64 MiB
+    // message limit, so this server takes larger messages.
+    let server = match Server::start(&["--max-message-bytes", "268435456"]) {
         Ok(server) => server,
         Err(err) => return report.failed("fs", &format!("exec-server: {err}")),
     };
@@ -49,6 +51,18 @@ pub fn run(report: &mut Report) {
     }
     if let Err(err) = runtime.block_on(sandboxed_metadata(report, &server.url, &root)) {
         report.failed("sandboxed fs/getMetadata", &err.to_string());
+    }
+}
+
+/// A call that fails instead of hanging when the server never answers.
+async fn call(
+    client: &ExecServerClient,
+    method: &str,
+    params: serde_json::Value,
+) -> BenchResult<serde_json::Value> {
+    match tokio::time::timeout(Duration::from_secs(120), client.call(method, params)).await {
+        Ok(result) => Ok(result?),
+        Err(_) => Err(format!("{method}: no answer within 120 s").into()),
     }
 }
 
@@ -75,12 +89,15 @@ async fn throughput(report: &mut Report, url: &str, root: &Path) -> BenchResult 
             return Err("short direct read".into());
         }
         let start = Instant::now();
-        client
-            .call("fs/writeFile", json!({"path": path, "dataBase64": encoded}))
-            .await?;
+        call(
+            &client,
+            "fs/writeFile",
+            json!({"path": path, "dataBase64": encoded}),
+        )
+        .await?;
         rpc_write.push(start.elapsed());
         let start = Instant::now();
-        let answer = client.call("fs/readFile", json!({"path": path})).await?;
+        let answer = call(&client, "fs/readFile", json!({"path": path})).await?;
         let decoded = base64::engine::general_purpose::STANDARD
             .decode(answer["dataBase64"].as_str().unwrap_or_default())?;
         rpc_read.push(start.elapsed());
@@ -145,11 +162,11 @@ async fn sandboxed_metadata(report: &mut Report, url: &str, root: &Path) -> Benc
     let client =
         ExecServerClient::connect_and_initialize(ConnectOptions::new(url), "fs-bench").await?;
     // The first call starts the helper.
-    client.call("fs/getMetadata", params.clone()).await?;
+    call(&client, "fs/getMetadata", params.clone()).await?;
     let mut warm = Vec::with_capacity(WARM_RUNS);
     for _ in 0..WARM_RUNS {
         let start = Instant::now();
-        client.call("fs/getMetadata", params.clone()).await?;
+        call(&client, "fs/getMetadata", params.clone()).await?;
         warm.push(start.elapsed());
     }
     let ctx: FileSystemSandboxContext = serde_json::from_value(sandbox)?;

@@ -675,7 +675,7 @@ fn peak_rss_kib(pid: u32) -> u64 {
 async fn a_slow_client_loses_nothing_and_the_server_does_not_buffer_it_all() {
     let server = Server::start(&[]);
     let (mut ws, _) = server.session().await;
-    let total: u64 = 256 << 20;
+    let total: u64 = 128 << 20;
     let count = total.to_string();
     ws.call(
         "process/start",
@@ -702,8 +702,10 @@ async fn a_slow_client_loses_nothing_and_the_server_does_not_buffer_it_all() {
     }
     assert_eq!(received, total, "every byte delivered");
     let peak_mib = peak_rss_kib(server.pid()) / 1024;
+    eprintln!("server peak RSS while streaming to a slow client: {peak_mib} MiB");
+    // Buffering it all would take more than the output's base64 size.
     assert!(
-        peak_mib < 128,
+        peak_mib < 96,
         "server peaked at {peak_mib} MiB while streaming {} MiB to a slow client",
         total >> 20
     );

@@ -480,3 +480,110 @@ fn stdio_eof_kills_every_process_and_exits_zero() {
         assert!(!is_alive(pid), "{pid} survived stdin EOF");
     }
 }
+
+#[tokio::test]
+async fn five_hundred_concurrent_processes_lose_no_event() {
+    let server = Server::start(&[]);
+    let mut client = Client::connect(&server.url).await;
+    client.handshake().await;
+    let count = 500;
+    for i in 0..count {
+        let params = start_params(&format!("c{i}"), &["sh", "-c", "read x; echo out-$x"]);
+        let mut params = params;
+        params["pipeStdin"] = json!(true);
+        client
+            .send_raw(
+                json!({"id": 1000 + i, "method": "process/start", "params": params}).to_string(),
+            )
+            .await;
+    }
+    // Every process is alive and blocked on stdin now; release them all.
+    for i in 0..count {
+        client
+            .send_raw(
+                json!({"id": 5000 + i, "method": "process/write",
+                       "params": {"processId": format!("c{i}"), "chunk": "MQo=", "closeStdin": true}})
+                .to_string(),
+            )
+            .await;
+    }
+    let mut events: Vec<Value> = Vec::new();
+    let mut closed = 0;
+    while closed < count {
+        let message = client.recv().await;
+        if message["method"] == "process/closed" {
+            closed += 1;
+        }
+        if let Some(error) = message.get("error") {
+            panic!("unexpected error {error}");
+        }
+        events.push(message);
+    }
+    for i in 0..count {
+        let id = format!("c{i}");
+        let mine = events_of(&events, &id);
+        let seqs: Vec<u64> = mine
+            .iter()
+            .filter_map(|e| e["params"]["seq"].as_u64())
+            .collect();
+        assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "{id}");
+        assert_eq!(output_of(&mine), "out-1\n", "{id}");
+        assert_eq!(
+            mine.last().map(|e| &e["method"]),
+            Some(&json!("process/closed"))
+        );
+    }
+}
+
+#[tokio::test]
+async fn unix_socket_listener_is_private_and_serves_websocket() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("exec.sock");
+    let url = format!("unix://{}", socket.display());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_codexbox"))
+        .args(["exec-server", "--listen", &url])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("line");
+    assert_eq!(line.trim_end(), url);
+    let mode = std::fs::metadata(&socket)
+        .expect("socket")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let stream = tokio::net::UnixStream::connect(&socket)
+        .await
+        .expect("connect");
+    let (mut ws, _) = tokio_tungstenite::client_async("ws://localhost/", stream)
+        .await
+        .expect("upgrade");
+    ws.send(Message::Binary(
+        json!({"id":"a","method":"initialize","params":{"clientName":"unix"}})
+            .to_string()
+            .into_bytes()
+            .into(),
+    ))
+    .await
+    .expect("send");
+    let answer = loop {
+        match ws.next().await.expect("open").expect("frame") {
+            Message::Text(text) => break serde_json::from_str::<Value>(&text).expect("json"),
+            _ => continue,
+        }
+    };
+    assert_eq!(answer["id"], "a");
+    assert!(answer["result"]["sessionId"].is_string());
+    // SIGTERM: graceful exit 0, socket removed.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("kill");
+    assert!(child.wait().expect("wait").success());
+    assert!(!socket.exists());
+}

@@ -149,3 +149,32 @@ async fn bad_sandbox_objects_are_invalid_params() {
         .await;
     assert_eq!(err.code, -32602);
 }
+
+#[tokio::test]
+async fn the_legacy_sandbox_policy_shape_wraps_processes_too() {
+    if !sandbox_available() {
+        return;
+    }
+    let server = Server::start();
+    let client = server.connect().await;
+    let work_dir = workdir();
+    let outside_dir = workdir();
+    let work = canonical(&work_dir);
+    let outside = canonical(&outside_dir);
+    let legacy = json!({
+        "sandboxPolicy": {"type": "workspace-write", "network_access": false,
+                          "exclude_slash_tmp": true, "exclude_tmpdir_env_var": true},
+        "sandboxPolicyCwd": work,
+    });
+    let script = format!(
+        "echo in > '{}' && echo out > '{}'",
+        work.join("in").display(),
+        outside.join("out").display()
+    );
+    let (code, denied, output) =
+        run(&client, "legacy", &["sh", "-c", &script], &work, legacy).await;
+    assert_ne!(code, 0, "{output}");
+    assert!(denied, "{output}");
+    assert_eq!(std::fs::read(work.join("in")).unwrap(), b"in\n");
+    assert!(!outside.join("out").exists());
+}

@@ -8,9 +8,10 @@
 //! new connection with [`ExecServerClient::reconnect`].
 //!
 //! The transport (dialing, reader and writer tasks) lives in `connection`;
-//! the typed views of process messages in `types`. The client never retries
-//! a request on its own: after a disconnect, callers reconnect and catch up
-//! with `process/read { afterSeq }`.
+//! the typed views of process messages in `types`. The client never replays
+//! a request on its own (only the resume handshake is retried while the
+//! server detaches the old connection): after a disconnect, callers
+//! reconnect and catch up with `process/read { afterSeq }`.
 
 mod connection;
 mod types;
@@ -33,8 +34,9 @@ pub use types::{
 /// the session from the previous connection.
 const DETACH_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Default capacity of the notification channel. When it is full the client
-/// stops reading the socket until the receiver catches up.
+/// Default capacity of the notification channel. Once the receiver is taken,
+/// a full channel makes the client stop reading the socket until the
+/// receiver catches up (the server then holds the output back).
 pub const DEFAULT_NOTIFICATION_CAPACITY: usize = 4096;
 
 pub use crate::protocol::envelope::RpcError;

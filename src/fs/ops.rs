@@ -31,16 +31,15 @@ pub fn decode_params<T: DeserializeOwned>(params: Value) -> Result<T> {
     } else {
         params
     };
-    match T::deserialize(&params) {
-        Ok(value) => Ok(value),
-        Err(err) => {
-            let probe = PathFieldsProbe::deserialize(&params).unwrap_or_default();
-            match probe.first_invalid() {
-                Some(path_err) => Err(FsError::InvalidRequest(path_err.to_string())),
-                None => Err(FsError::InvalidParams(err.to_string())),
-            }
-        }
+    // The probe only looks at the path fields, so a large `dataBase64` is
+    // not copied; the params are then consumed without cloning.
+    if let Some(path_err) = PathFieldsProbe::deserialize(&params)
+        .ok()
+        .and_then(|probe| probe.first_invalid())
+    {
+        return Err(FsError::InvalidRequest(path_err.to_string()));
     }
+    serde_json::from_value(params).map_err(|err| FsError::InvalidParams(err.to_string()))
 }
 
 fn to_value<T: Serialize>(value: T) -> Result<Value> {
@@ -74,7 +73,10 @@ pub fn validate(operation: &str, params: &Value) -> Result<()> {
 /// looked at: the caller has already decided where this runs.
 pub fn run(operation: &str, params: Value) -> Result<Value> {
     match operation {
-        method::READ_FILE => to_value(read_file(&decode_params(params)?)?),
+        // Built by hand so the (possibly 700 MB) base64 text is moved, not copied.
+        method::READ_FILE => Ok(serde_json::json!({
+            "dataBase64": read_file(&decode_params(params)?)?.data_base64
+        })),
         method::WRITE_FILE => to_value(write_file(&decode_params(params)?)?),
         method::CREATE_DIRECTORY => to_value(create_directory(&decode_params(params)?)?),
         method::GET_METADATA => to_value(get_metadata(&decode_params(params)?)?),

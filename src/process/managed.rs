@@ -102,6 +102,9 @@ struct StdinState {
 pub struct ProcessOptions {
     /// Retained output bytes.
     pub retained_bytes: usize,
+    /// The codexbox binary supervisors re-execute as reapers (`None`: they
+    /// reap in the forked copy of the server).
+    pub reaper_exe: Option<std::path::PathBuf>,
 }
 
 /// A managed process.
@@ -154,7 +157,7 @@ impl ManagedProcess {
         route: EventRoute,
         on_evict: Box<dyn FnOnce() + Send>,
     ) -> Result<Arc<Self>, SpawnError> {
-        let spawned = spawn::spawn(spec)?;
+        let spawned = spawn::spawn(spec, options.reaper_exe.as_deref())?;
         let pty_master = spawned
             .pty_master
             .map(super::output::register)
@@ -317,7 +320,8 @@ impl ManagedProcess {
             if let Some(id) = write_id {
                 stdin.write_ids.insert(id);
             }
-            if close {
+            // A PTY stays writable after its EOF character; a pipe is closed.
+            if close && self.pty_master.is_none() {
                 stdin.tx = None;
             }
         }

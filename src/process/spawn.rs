@@ -4,7 +4,7 @@
 use std::ffi::OsString;
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 
@@ -69,7 +69,10 @@ pub enum SpawnError {
 /// Starts `spec` under a supervisor (see [`super::supervisor`]). Must run on a
 /// long-lived thread: the supervisor's parent-death signal fires when the
 /// spawning thread exits.
-pub fn spawn(spec: &LaunchSpec) -> Result<Spawned, SpawnError> {
+///
+/// `reaper_exe` is the codexbox binary the supervisor re-executes as its
+/// reaper; `None` keeps the supervisor reaping in the forked copy.
+pub fn spawn(spec: &LaunchSpec, reaper_exe: Option<&Path>) -> Result<Spawned, SpawnError> {
     let (program, args) = spec.argv.split_first().ok_or(SpawnError::EmptyArgv)?;
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args)
@@ -101,7 +104,7 @@ pub fn spawn(spec: &LaunchSpec) -> Result<Spawned, SpawnError> {
     };
     let (status_read, status_write) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
-    let reaper = ReaperExec::new(status_write.as_raw_fd()).map(Arc::new);
+    let reaper = reaper_exe.and_then(ReaperExec::new).map(Arc::new);
     let config_reaper = reaper.clone();
     let status_fd = status_write.as_raw_fd();
     let server_pid = std::process::id() as libc::pid_t;

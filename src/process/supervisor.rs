@@ -8,7 +8,7 @@
 //! supervisor's subtree, which `kill::kill_tree` can find and kill.
 //!
 //! So that a long-lived supervisor does not pin a copy-on-write snapshot of
-//! the server's memory, it re-executes this binary in its reaper role
+//! the server's memory, it re-executes the codexbox binary in its reaper role
 //! ([`SUPERVISOR_ARG1`], handled by [`main`] before any other start-up work)
 //! right after forking the command; if that exec fails it reaps in place.
 //!
@@ -21,7 +21,7 @@ use std::io;
 use std::os::fd::RawFd;
 
 /// argv[1] that turns the binary into a supervisor's reaper loop:
-/// `<name> --codexbox-supervise <status fd> <command pid>`.
+/// `<name> --codexbox-supervise <status fd or -1> <command pid>`.
 pub const SUPERVISOR_ARG1: &str = "--codexbox-supervise";
 
 /// Bytes of one record on the status pipe (a native-endian `i32`).
@@ -35,22 +35,24 @@ pub struct ReaperExec {
     path: CString,
     name: CString,
     flag: CString,
-    fd: CString,
-    /// Ten digits, overwritten in the child with the command's pid.
+    /// Decimal slots filled in the child: the status descriptor (or -1) and
+    /// the command's pid.
+    fd: std::cell::UnsafeCell<[u8; 12]>,
     pid: std::cell::UnsafeCell<[u8; 12]>,
 }
 
-// SAFETY: `pid` is only written in the forked child, which has one thread.
+// SAFETY: `fd` and `pid` are only written in the forked child, which has one thread.
 unsafe impl Sync for ReaperExec {}
 
 impl ReaperExec {
-    /// The reaper command for status descriptor `status_fd`.
-    pub fn new(status_fd: RawFd) -> Option<Self> {
+    /// The reaper command: the codexbox binary at `exe`.
+    pub fn new(exe: &std::path::Path) -> Option<Self> {
+        use std::os::unix::ffi::OsStrExt;
         Some(Self {
-            path: CString::new("/proc/self/exe").ok()?,
+            path: CString::new(exe.as_os_str().as_bytes()).ok()?,
             name: CString::new("codexbox-supervisor").ok()?,
             flag: CString::new(SUPERVISOR_ARG1).ok()?,
-            fd: CString::new(status_fd.to_string()).ok()?,
+            fd: std::cell::UnsafeCell::new([0; 12]),
             pid: std::cell::UnsafeCell::new([0; 12]),
         })
     }
@@ -190,20 +192,44 @@ unsafe fn supervise(command: libc::pid_t, config: SupervisorConfig<'_>) -> ! {
     // SAFETY: ignoring SIGPIPE so a vanished reader cannot kill the supervisor
     // before it reaped the subtree.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
-    let status_fd = config.status_fd;
+    let mut status_fd = config.status_fd;
     write_record(status_fd, command);
     close_all_but(status_fd);
+    // Most commands are short: wait for them in place first, so only the
+    // long-lived ones pay for the reaper exec.
+    wait_briefly(command);
+    let mut leftover_children = false;
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: waitpid writes the status into a live stack variable.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid == command {
+            status_fd = report(status_fd, status);
+        } else if pid == 0 {
+            leftover_children = true;
+            break;
+        } else if pid < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            break;
+        }
+    }
+    if !leftover_children {
+        // SAFETY: _exit is async-signal-safe and skips atexit handlers.
+        unsafe { libc::_exit(0) }
+    }
     if let Some(reaper) = config.reaper {
-        // SAFETY: the buffer is only touched here, in the single-threaded child.
-        let pid = unsafe { &mut *reaper.pid.get() };
+        // SAFETY: the buffers are only touched here, in the single-threaded child.
+        let (pid, fd) = unsafe { (&mut *reaper.pid.get(), &mut *reaper.fd.get()) };
         format_decimal(command, pid);
-        // The reaper inherits the status descriptor across exec.
-        // SAFETY: clearing FD_CLOEXEC on our own descriptor.
-        unsafe { libc::fcntl(status_fd, libc::F_SETFD, 0) };
+        format_decimal(status_fd, fd);
+        if status_fd >= 0 {
+            // The reaper inherits the status descriptor across exec.
+            // SAFETY: clearing FD_CLOEXEC on our own descriptor.
+            unsafe { libc::fcntl(status_fd, libc::F_SETFD, 0) };
+        }
         let argv = [
             reaper.name.as_ptr(),
             reaper.flag.as_ptr(),
-            reaper.fd.as_ptr(),
+            fd.as_ptr().cast(),
             pid.as_ptr().cast(),
             std::ptr::null(),
         ];
@@ -215,8 +241,45 @@ unsafe fn supervise(command: libc::pid_t, config: SupervisorConfig<'_>) -> ! {
     reap(command, status_fd)
 }
 
+/// How long the supervisor waits in place before re-executing as the reaper.
+const IN_PLACE_WAIT_MS: libc::c_int = 50;
+
+/// Waits until `command` exits or [`IN_PLACE_WAIT_MS`] pass.
+fn wait_briefly(command: libc::pid_t) {
+    // SAFETY: pidfd_open takes a pid and flags, no pointers.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, command, 0) };
+    if pidfd < 0 {
+        return;
+    }
+    let mut poll = libc::pollfd {
+        fd: pidfd as RawFd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd; then closing our own descriptor.
+    unsafe {
+        libc::poll(&mut poll, 1, IN_PLACE_WAIT_MS);
+        libc::close(pidfd as RawFd);
+    }
+}
+
+/// Writes the command's wait status and closes the pipe (EOF tells the
+/// server the status is complete). Returns -1: nothing left to report.
+fn report(status_fd: RawFd, status: libc::c_int) -> RawFd {
+    if status_fd >= 0 {
+        write_record(status_fd, status);
+        // SAFETY: closing our own descriptor.
+        unsafe { libc::close(status_fd) };
+    }
+    -1
+}
+
 /// Writes `value` as NUL-terminated decimal into `buf` without allocating.
 fn format_decimal(value: i32, buf: &mut [u8; 12]) {
+    if value < 0 {
+        *buf = [b'-', b'1', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        return;
+    }
     let mut digits = [0u8; 11];
     let mut n = value.unsigned_abs();
     let mut len = 0;
@@ -233,20 +296,15 @@ fn format_decimal(value: i32, buf: &mut [u8; 12]) {
     }
 }
 
-/// Reports the command's wait status, then reaps every adopted descendant
-/// until none is left, and exits.
-fn reap(command: libc::pid_t, status_fd: RawFd) -> ! {
-    let mut reported = false;
+/// Reports the command's wait status (unless `status_fd` is -1: already
+/// reported), then reaps every adopted descendant until none is left, and exits.
+fn reap(command: libc::pid_t, mut status_fd: RawFd) -> ! {
     loop {
         let mut status: libc::c_int = 0;
         // SAFETY: waitpid writes the status into a live stack variable.
         let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
-        if pid == command && !reported {
-            write_record(status_fd, status);
-            // SAFETY: closing our own descriptor; EOF tells the server the
-            // status is complete.
-            unsafe { libc::close(status_fd) };
-            reported = true;
+        if pid == command {
+            status_fd = report(status_fd, status);
         } else if pid < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
             break;
         }
@@ -262,7 +320,7 @@ pub fn main(argv: &[OsString]) -> i32 {
         eprintln!("codexbox: {SUPERVISOR_ARG1} expects <status fd> <command pid>");
         return 2;
     };
-    // SAFETY: restoring SIGPIPE handling is not needed; ignoring it keeps a
+    // SAFETY: only sets a signal disposition; ignoring SIGPIPE keeps a
     // vanished reader from killing the reaper.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     reap(command, status_fd)
@@ -297,6 +355,8 @@ mod tests {
         assert_eq!(as_cstr(&buf).to_str().unwrap(), "4194304");
         format_decimal(0, &mut buf);
         assert_eq!(as_cstr(&buf).to_str().unwrap(), "0");
+        format_decimal(-1, &mut buf);
+        assert_eq!(as_cstr(&buf).to_str().unwrap(), "-1");
     }
 
     #[test]

@@ -310,6 +310,50 @@ mod tests {
         assert!(err.to_string().contains("path `tmp` is not absolute"));
     }
 
+    fn required(schema: &str) -> Vec<String> {
+        let schema: Value = serde_json::from_str(schema).unwrap();
+        serde_json::from_value(schema["required"].clone()).unwrap()
+    }
+
+    fn keys(value: &impl Serialize) -> Vec<String> {
+        let text = serde_json::to_string(value).unwrap();
+        let object: serde_json::Map<String, Value> = serde_json::from_str(&text).unwrap();
+        let mut keys: Vec<String> = object.keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    #[test]
+    fn shipped_schemas_match_the_emitted_shapes() {
+        let read = ReadResult {
+            chunks: vec![],
+            next_seq: 1,
+            exited: false,
+            exit_code: None,
+            closed: false,
+            failure: None,
+            sandbox_denied: false,
+            truncated: false,
+        };
+        let mut want = required(include_str!(
+            "../../resources/schema/process.read.result.json"
+        ));
+        want.sort();
+        assert_eq!(keys(&read), want);
+        let exited = ExitedNotification {
+            process_id: "p",
+            seq: 1,
+            exit_code: 0,
+            signal: None,
+            sandbox_denied: false,
+        };
+        let mut want = required(include_str!(
+            "../../resources/schema/process.exited.notification.json"
+        ));
+        want.sort();
+        assert_eq!(keys(&exited), want);
+    }
+
     #[test]
     fn write_rejects_invalid_base64() {
         let err = serde_json::from_value::<WriteParams>(

@@ -219,6 +219,11 @@ impl HelperPool {
                 expired.extend(old);
             }
             state.idle.retain(|_, helpers| !helpers.is_empty());
+            // Forget the limits of sandboxes nobody is using.
+            let PoolState { idle, busy_limits } = &mut *state;
+            busy_limits.retain(|key, limit| {
+                idle.contains_key(key) || limit.available_permits() < MAX_HELPERS_PER_KEY
+            });
         }
         expired.into_iter().for_each(close_helper);
     }

@@ -123,6 +123,7 @@ pub fn start(
     }
     let options = ProcessOptions {
         retained_bytes: conn.shared.config.retained_output_bytes,
+        reaper_exe: Some(conn.shared.paths.codex_self_exe.clone()),
     };
     let weak = Registry::weak_session(session);
     let evict_id = id.clone();

@@ -218,6 +218,7 @@ impl Registry {
             }
         }
         lock(&self.sessions).remove(&session.id);
+        tracing::info!(session = %session.id, "detached session expired; killing its processes");
         let session = session.clone();
         tokio::task::spawn_blocking(move || session.kill_all_blocking());
     }

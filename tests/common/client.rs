@@ -371,12 +371,19 @@ impl Raw {
 
     /// `initialize` with `resumeSessionId` + `initialized`.
     pub async fn handshake_resume(&mut self, resume: Option<&str>) -> String {
-        let result = self
-            .call(
-                "initialize",
-                json!({"clientName": "exec-server-tests", "resumeSessionId": resume}),
-            )
-            .await;
+        let params = json!({"clientName": "exec-server-tests", "resumeSessionId": resume});
+        let deadline = Instant::now() + WAIT;
+        let result = loop {
+            let response = self.request("initialize", params.clone()).await;
+            match error_of(&response) {
+                None => break response["result"].clone(),
+                // The server may still be detaching the closed connection.
+                Some((-32010, _)) if resume.is_some() && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Some(_) => panic!("initialize {params} failed: {response}"),
+            }
+        };
         self.send(json!({"method": "initialized", "params": {}}))
             .await;
         match result.get("sessionId").and_then(Value::as_str) {

@@ -82,6 +82,7 @@ where
     let prefix =
         format!("failed to parse websocket JSON-RPC message from exec-server websocket {peer}");
     let conn = Connection::new(shared, out_tx, prefix);
+    tracing::debug!(connection = conn.id, %peer, "websocket connection opened");
     let mut close = None;
     while let Some(message) = inbound.next().await {
         match message {
@@ -99,6 +100,7 @@ where
             Err(_) => break,
         }
     }
+    tracing::debug!(connection = conn.id, "websocket connection closed");
     conn.close();
     let _ = stop_tx.send(close);
     let _ = writer.await;
