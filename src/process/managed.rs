@@ -113,7 +113,9 @@ pub struct ManagedProcess {
     supervisor_pid: Pid,
     command_pid: Pid,
     sandboxed: bool,
-    pty_master: Option<Arc<AsyncFd<OwnedFd>>>,
+    /// The PTY master, for resize; released when the process closes.
+    pty_master: Mutex<Option<Arc<AsyncFd<OwnedFd>>>>,
+    tty: bool,
     pub(crate) state: Mutex<State>,
     /// Woken on every event (output, exit, close).
     pub(crate) changed: Notify,
@@ -185,7 +187,8 @@ impl ManagedProcess {
             supervisor_pid: spawned.supervisor_pid,
             command_pid: spawned.command_pid,
             sandboxed: spec.sandboxed,
-            pty_master: pty_master.clone(),
+            tty: pty_master.is_some(),
+            pty_master: Mutex::new(pty_master.clone()),
             state: Mutex::new(State {
                 retention: Retention::new(options.retained_bytes, RETAINED_CHUNKS),
                 next_seq: 1,
@@ -321,7 +324,7 @@ impl ManagedProcess {
                 stdin.write_ids.insert(id);
             }
             // A PTY stays writable after its EOF character; a pipe is closed.
-            if close && self.pty_master.is_none() {
+            if close && !self.tty {
                 stdin.tx = None;
             }
         }
@@ -346,13 +349,17 @@ impl ManagedProcess {
 
     /// `process/resize`; `false` for a process without a PTY.
     pub fn resize(&self, size: PtySize) -> bool {
-        match &self.pty_master {
-            Some(master) => {
-                let _ = pty::resize(master.get_ref().as_fd(), size);
-                true
-            }
-            None => false,
+        if let Some(master) = lock(&self.pty_master).as_ref() {
+            let _ = pty::resize(master.get_ref().as_fd(), size);
         }
+        self.tty
+    }
+
+    /// Drops the server's stdin and PTY descriptors once the process is
+    /// closed, so a closed process holds no descriptor while it stays readable.
+    pub(crate) fn release_io(&self) {
+        lock(&self.stdin).tx = None;
+        lock(&self.pty_master).take();
     }
 
     /// Kills the whole tree. Returns whether the process was still running.

@@ -175,6 +175,7 @@ pub(crate) async fn pump(
         }
     }
     emit_closed(&process, &route).await;
+    process.release_io();
     tokio::time::sleep(CLOSED_PROCESS_TTL).await;
     on_evict();
 }

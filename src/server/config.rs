@@ -8,6 +8,8 @@ use crate::process::retention::RETAINED_OUTPUT_BYTES;
 
 /// Default largest JSON-RPC message accepted.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+/// The smallest transport-level message cap (see [`ServerConfig::transport_cap`]).
+pub const MIN_TRANSPORT_CAP: usize = 128 * 1024 * 1024;
 /// Default live processes per session.
 pub const MAX_PROCESSES_PER_SESSION: usize = 1024;
 /// Default grace period of a detached session.
@@ -50,7 +52,11 @@ impl ServerConfig {
 
     /// Frames above this close the WebSocket (1009); between the JSON limit
     /// and this, a message gets an error reply and the connection stays open.
+    /// Twice the JSON limit, and never below [`MIN_TRANSPORT_CAP`], so a
+    /// small `--max-message-bytes` still answers oversized messages.
     pub fn transport_cap(&self) -> usize {
-        self.max_message_bytes.saturating_mul(2)
+        self.max_message_bytes
+            .saturating_mul(2)
+            .max(MIN_TRANSPORT_CAP)
     }
 }

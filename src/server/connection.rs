@@ -18,6 +18,9 @@ use crate::protocol::envelope::{self, encode_error, encode_response, Incoming};
 use crate::protocol::{RequestId, RpcError, NOTIFY_INITIALIZED};
 use crate::runtime_paths::ExecServerRuntimePaths;
 
+/// Requests of one connection that may wait at the same time.
+pub const MAX_DEFERRED_REQUESTS: usize = 1024;
+
 #[derive(Debug, Default)]
 struct HandshakeState {
     /// The session bound by a successful `initialize`, with its attach epoch.
@@ -43,6 +46,9 @@ pub struct Connection {
     pub out: mpsc::Sender<String>,
     /// Filesystem state of this connection.
     pub fs: Arc<FsContext>,
+    /// Caps requests answered later (long polls): the reader waits for a
+    /// permit instead of spawning without bound.
+    pub deferred: Arc<tokio::sync::Semaphore>,
     /// `failed to parse … message from exec-server …` for this transport.
     parse_error_prefix: String,
     handshake: Mutex<HandshakeState>,
@@ -55,6 +61,7 @@ impl Connection {
         Arc::new(Self {
             id: shared.registry.connection_id(),
             fs: Arc::new(FsContext::new(shared.paths.clone())),
+            deferred: Arc::new(tokio::sync::Semaphore::new(MAX_DEFERRED_REQUESTS)),
             shared,
             out,
             parse_error_prefix,

@@ -153,7 +153,7 @@ fn unknown_process(id: &str) -> RpcError {
 
 /// `process/read`: answers now when there is something to return (or no
 /// wait was asked), otherwise long-polls in its own task.
-pub fn read(
+pub async fn read(
     conn: &Arc<Connection>,
     id: &RequestId,
     session: Arc<Session>,
@@ -169,9 +169,13 @@ pub fn read(
     if ready || wait.is_zero() {
         return super::router::to_json(&result).map(Deferred::Now);
     }
+    let Ok(permit) = conn.deferred.clone().acquire_owned().await else {
+        return Err(RpcError::internal("connection is shutting down"));
+    };
     let conn = conn.clone();
     let id = id.clone();
     tokio::spawn(async move {
+        let _permit = permit;
         let deadline = tokio::time::Instant::now() + wait;
         let outcome = loop {
             let changed = process.changed.notified();

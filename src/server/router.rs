@@ -68,7 +68,7 @@ async fn route(
         METHOD_READ => {
             let params = decode_params(params)?;
             let (session, epoch) = conn.gate(FAMILY_EXEC)?;
-            handlers::read(conn, id, session, epoch, params)
+            handlers::read(conn, id, session, epoch, params).await
         }
         METHOD_WRITE => {
             let params = decode_params(params)?;
