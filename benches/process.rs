@@ -39,40 +39,45 @@ pub fn run(report: &mut Report) {
         Ok(server) => server,
         Err(err) => return report.failed("process", &format!("exec-server: {err}")),
     };
-    let sections: [(&str, SectionFn); 6] = [
-        ("request round trip", |r, url| Box::pin(round_trip(r, url))),
-        ("start->closed latency of true", |r, url| {
-            Box::pin(latency(r, url))
-        }),
-        ("pipe throughput", |r, url| {
-            Box::pin(throughput(r, url, false))
-        }),
-        ("pty throughput", |r, url| {
-            Box::pin(throughput(r, url, true))
-        }),
-        ("500 processes on one connection", |r, url| {
-            Box::pin(one_connection(r, url))
-        }),
-        ("64 connections", |r, url| {
-            Box::pin(many_connections(r, url))
-        }),
-    ];
-    for (name, section) in sections {
-        if let Err(err) = runtime.block_on(section(report, server.url.clone())) {
-            report.failed(name, &err.to_string());
-        }
-    }
+    let url = server.url.as_str();
+    let pid = server.pid();
+    let outcome = runtime.block_on(round_trip(report, url));
+    note(report, "request round trip", outcome);
+    let outcome = runtime.block_on(latency(report, url));
+    note(report, "start->closed latency of true", outcome);
+    let outcome = runtime.block_on(throughput(report, url, pid, false));
+    note(report, "pipe throughput", outcome);
+    let outcome = runtime.block_on(throughput(report, url, pid, true));
+    note(report, "pty throughput", outcome);
+    let outcome = runtime.block_on(one_connection(report, url));
+    note(report, "500 processes on one connection", outcome);
+    let outcome = runtime.block_on(many_connections(report, url));
+    note(report, "64 connections", outcome);
     drop(server);
     if let Err(err) = runtime.block_on(idle_rss(report)) {
         report.failed("idle server RSS", &err.to_string());
     }
 }
 
-type SectionFn =
-    for<'a> fn(
-        &'a mut Report,
-        String,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = BenchResult> + 'a>>;
+/// Prints a failed section instead of its figures.
+fn note(report: &mut Report, name: &str, outcome: BenchResult) {
+    if let Err(err) = outcome {
+        report.failed(name, &err.to_string());
+    }
+}
+
+/// CPU time (user + system) consumed so far by `pid`.
+fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 and 15 of stat (utime, stime), counted from after comm.
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let per_second = u64::try_from(per_second).ok().filter(|&t| t > 0)?;
+    Some(Duration::from_millis(ticks * 1000 / per_second))
+}
 
 async fn connect(url: &str) -> BenchResult<(ExecServerClient, mpsc::Receiver<Notification>)> {
     let mut client = ExecServerClient::connect(url).await?;
@@ -101,10 +106,10 @@ fn program(name: &str) -> BenchResult<String> {
 
 /// `environment/status` round trips through the client and server, beside
 /// a bare TCP echo round trip on loopback: the protocol's fixed cost.
-async fn round_trip(report: &mut Report, url: String) -> BenchResult {
+async fn round_trip(report: &mut Report, url: &str) -> BenchResult {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     const RUNS: usize = 2000;
-    let (client, _events) = connect(&url).await?;
+    let (client, _events) = connect(url).await?;
     let mut samples = Vec::with_capacity(RUNS);
     for _ in 0..RUNS {
         let started = Instant::now();
@@ -151,8 +156,8 @@ async fn round_trip(report: &mut Report, url: String) -> BenchResult {
     Ok(())
 }
 
-async fn latency(report: &mut Report, url: String) -> BenchResult {
-    let (client, mut events) = connect(&url).await?;
+async fn latency(report: &mut Report, url: &str) -> BenchResult {
+    let (client, mut events) = connect(url).await?;
     let true_path = program("true")?;
     let mut samples = Vec::with_capacity(LATENCY_RUNS);
     let mut responses = Vec::with_capacity(LATENCY_RUNS);
@@ -214,13 +219,15 @@ async fn latency(report: &mut Report, url: String) -> BenchResult {
     Ok(())
 }
 
-async fn throughput(report: &mut Report, url: String, tty: bool) -> BenchResult {
-    let (client, mut events) = connect(&url).await?;
+async fn throughput(report: &mut Report, url: &str, server_pid: u32, tty: bool) -> BenchResult {
+    let (client, mut events) = connect(url).await?;
     let bytes = if tty { PTY_BYTES } else { PIPE_BYTES };
     let head = program("head")?;
     let count = bytes.to_string();
     let argv = [head.as_str(), "-c", count.as_str(), "/dev/zero"];
     let id = if tty { "pty-stream" } else { "pipe-stream" };
+    let server_cpu = cpu_time(server_pid);
+    let client_cpu = cpu_time(std::process::id());
     let started = Instant::now();
     client
         .process_start(&StartParams::new(id, argv).tty(tty))
@@ -238,6 +245,19 @@ async fn throughput(report: &mut Report, url: String, tty: bool) -> BenchResult 
         }
     }
     let elapsed = started.elapsed().as_secs_f64();
+    let spent = |before: Option<Duration>, pid: u32| {
+        let (before, after) = (before?, cpu_time(pid)?);
+        Some(after.saturating_sub(before).as_secs_f64())
+    };
+    let cpu = match (
+        spent(server_cpu, server_pid),
+        spent(client_cpu, std::process::id()),
+    ) {
+        (Some(server), Some(client)) => {
+            format!(" | CPU server {server:.2} s, client {client:.2} s in {elapsed:.2} s")
+        }
+        _ => String::new(),
+    };
     if received != bytes {
         return Err(format!("received {received} of {bytes} bytes").into());
     }
@@ -268,7 +288,7 @@ async fn throughput(report: &mut Report, url: String, tty: bool) -> BenchResult 
     report.figure(
         Value::new(name, measured, "MB/s"),
         Value::new("direct pipe read in Rust", base, "MB/s"),
-        &at_least(measured, base, target, "MB/s"),
+        &format!("{}{cpu}", at_least(measured, base, target, "MB/s")),
     );
     Ok(())
 }
@@ -347,10 +367,10 @@ fn lost_events(ledger: &Ledger, count: usize) -> usize {
     (count as u64 * 3).saturating_sub(seen) as usize + ledger.bad.len()
 }
 
-async fn one_connection(report: &mut Report, url: String) -> BenchResult {
+async fn one_connection(report: &mut Report, url: &str) -> BenchResult {
     let count = ONE_CONNECTION_PROCESSES;
     let started = Instant::now();
-    let ledger = run_echoes(&url, "one", count).await?;
+    let ledger = run_echoes(url, "one", count).await?;
     let elapsed = started.elapsed();
     let lost = lost_events(&ledger, count);
     let base = bare_echoes(count)?;
@@ -372,11 +392,10 @@ async fn one_connection(report: &mut Report, url: String) -> BenchResult {
     Ok(())
 }
 
-async fn many_connections(report: &mut Report, url: String) -> BenchResult {
+async fn many_connections(report: &mut Report, url: &str) -> BenchResult {
     let started = Instant::now();
-    let runs = join_all((0..CONNECTIONS).map(|c| {
-        let url = url.clone();
-        async move { run_echoes(&url, &format!("conn{c}"), PROCESSES_PER_CONNECTION).await }
+    let runs = join_all((0..CONNECTIONS).map(|c| async move {
+        run_echoes(url, &format!("conn{c}"), PROCESSES_PER_CONNECTION).await
     }))
     .await;
     let elapsed = started.elapsed();

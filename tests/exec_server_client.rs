@@ -19,7 +19,8 @@ async fn connect(
     ExecServerClient,
     mpsc::Receiver<codexbox::client::Notification>,
 ) {
-    let mut client = match ExecServerClient::connect(&server.url).await {
+    let options = codexbox::client::ConnectOptions::new(&server.url).request_timeout(WAIT);
+    let mut client = match ExecServerClient::connect_with(options).await {
         Ok(client) => client,
         Err(err) => panic!("connect: {err}"),
     };
@@ -312,4 +313,31 @@ async fn fs_helpers_round_trip_files_without_a_sandbox() {
     if let Err(err) = result {
         panic!("fs call failed: {err}");
     }
+}
+
+#[tokio::test]
+async fn a_request_timeout_gives_up_on_one_call_and_the_connection_goes_on() {
+    let server = Server::start(&[]);
+    let options = codexbox::client::ConnectOptions::new(&server.url)
+        .request_timeout(std::time::Duration::from_millis(100));
+    let client = match ExecServerClient::connect_and_initialize(options, "timeouts").await {
+        Ok(client) => client,
+        Err(err) => panic!("connect: {err}"),
+    };
+    let params = StartParams::new("quiet", ["sleep", "1000"]);
+    assert!(client.process_start(&params).await.is_ok());
+    let read = client
+        .process_read(&ReadParams {
+            process_id: "quiet".into(),
+            wait_ms: Some(3_000),
+            ..ReadParams::default()
+        })
+        .await;
+    assert!(matches!(read, Err(ClientError::Timeout { .. })), "{read:?}");
+    assert_eq!(client.process_terminate("quiet").await.ok(), Some(true));
+    assert_eq!(
+        client.environment_status().await.ok().as_deref(),
+        Some("ready")
+    );
+    assert_no_children(server.pid()).await;
 }

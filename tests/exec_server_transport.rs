@@ -100,7 +100,9 @@ async fn a_token_is_required_when_configured() {
     assert_eq!(blocking(move || http_status(&addr, &good)).await, 101);
 
     let mut client = match ExecServerClient::connect_with(
-        ConnectOptions::new(&server.url).auth_token("s3cret-token"),
+        ConnectOptions::new(&server.url)
+            .auth_token("s3cret-token")
+            .request_timeout(WAIT),
     )
     .await
     {
@@ -165,7 +167,8 @@ async fn the_unix_socket_transport_is_private_and_serves() {
         .unwrap_or(0);
     assert_eq!(mode, 0o600, "socket mode {mode:o}");
 
-    let mut client = match ExecServerClient::connect(&server.url).await {
+    let options = ConnectOptions::new(&server.url).request_timeout(WAIT);
+    let mut client = match ExecServerClient::connect_with(options).await {
         Ok(client) => client,
         Err(err) => panic!("connect {}: {err}", server.url),
     };

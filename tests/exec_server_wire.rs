@@ -751,3 +751,19 @@ async fn a_message_far_above_the_limit_is_answered_and_the_connection_stays_open
     expect_malformed_error(&mut ws).await;
     assert_still_serving(&mut ws).await;
 }
+
+/// SPEC §2.2 sets no size above which the connection may be dropped: even a
+/// message larger than any transport buffer gets the id ‑1 error.
+#[tokio::test]
+async fn a_message_above_any_transport_buffer_is_answered_and_the_connection_stays_open() {
+    let server = Server::start(&["--max-message-bytes", "4096"]);
+    let (mut ws, _) = server.session().await;
+    let pad = "c".repeat(130 << 20);
+    ws.send_text(format!(
+        r#"{{"id":4,"method":"environment/status","params":{{"pad":"{pad}"}}}}"#
+    ))
+    .await;
+    drop(pad);
+    expect_malformed_error(&mut ws).await;
+    assert_still_serving(&mut ws).await;
+}

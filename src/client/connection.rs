@@ -259,7 +259,12 @@ impl Connection {
 
     /// Sends a request and waits for the response with the same id. Many
     /// calls may be in flight at once.
-    pub(crate) async fn call(&self, method: &str, params: &Value) -> Reply {
+    pub(crate) async fn call(
+        &self,
+        method: &str,
+        params: &Value,
+        timeout: Option<std::time::Duration>,
+    ) -> Reply {
         if self.is_closed() {
             return Err(ClientError::Closed);
         }
@@ -277,7 +282,23 @@ impl Connection {
         if self.out_tx.send(Message::text(text)).await.is_err() {
             self.shared.close();
         }
-        rx.await.unwrap_or(Err(ClientError::Closed))
+        let Some(limit) = timeout else {
+            return rx.await.unwrap_or(Err(ClientError::Closed));
+        };
+        match tokio::time::timeout(limit, rx).await {
+            Ok(reply) => reply.unwrap_or(Err(ClientError::Closed)),
+            Err(_) => {
+                // Forget the call: a late response is then ignored.
+                match self.shared.pending.lock() {
+                    Ok(mut pending) => pending.remove(&id),
+                    Err(poisoned) => poisoned.into_inner().remove(&id),
+                };
+                Err(ClientError::Timeout {
+                    method: method.to_owned(),
+                    after: limit,
+                })
+            }
+        }
     }
 
     /// Sends a notification (no response expected).

@@ -86,6 +86,11 @@ pub enum ClientError {
     },
     #[error("the client has no session to resume (call initialize first)")]
     NoSession,
+    #[error("no response to {method} within {after:?}")]
+    Timeout {
+        method: String,
+        after: std::time::Duration,
+    },
 }
 
 impl ClientError {
@@ -107,6 +112,10 @@ pub struct ConnectOptions {
     pub auth_token: Option<String>,
     /// Capacity of the notification channel.
     pub notification_capacity: usize,
+    /// Fail a call with [`ClientError::Timeout`] when no response came
+    /// within this time (`None`: wait as long as it takes; long-polls and
+    /// slow file operations legitimately take a while).
+    pub request_timeout: Option<std::time::Duration>,
 }
 
 impl ConnectOptions {
@@ -115,7 +124,13 @@ impl ConnectOptions {
             url: url.into(),
             auth_token: None,
             notification_capacity: DEFAULT_NOTIFICATION_CAPACITY,
+            request_timeout: None,
         }
+    }
+
+    pub fn request_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.request_timeout = Some(timeout);
+        self
     }
 
     pub fn auth_token(mut self, token: impl Into<String>) -> Self {
@@ -259,7 +274,9 @@ impl ExecServerClient {
 
     /// Sends any request and returns its `result`, or the server's error.
     pub async fn call(&self, method: &str, params: Value) -> Result<Value, ClientError> {
-        self.connection.call(method, &params).await
+        self.connection
+            .call(method, &params, self.options.request_timeout)
+            .await
     }
 
     /// Like [`call`](Self::call), decoding the result into `R`.
@@ -268,7 +285,10 @@ impl ExecServerClient {
         method: &str,
         params: Value,
     ) -> Result<R, ClientError> {
-        let value = self.connection.call(method, &params).await?;
+        let value = self
+            .connection
+            .call(method, &params, self.options.request_timeout)
+            .await?;
         R::deserialize(value).map_err(|source| ClientError::Decode {
             method: method.to_owned(),
             source,

@@ -147,11 +147,12 @@ pub enum ProcessEvent {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct OutputParams {
+struct OutputParams<'a> {
     process_id: String,
     seq: u64,
     stream: StreamKind,
-    chunk: String,
+    /// Borrowed from the notification: decoded without an extra copy.
+    chunk: &'a str,
 }
 
 #[derive(Deserialize)]
@@ -186,7 +187,7 @@ impl ProcessEvent {
                     process_id: p.process_id,
                     seq: p.seq,
                     stream: p.stream,
-                    chunk: decode_chunk(&p.chunk)?,
+                    chunk: decode_chunk(p.chunk)?,
                 })
             }
             NOTIFY_EXITED => {
