@@ -1,9 +1,8 @@
 //! The escape battery against the built-in bubblewrap (`codexbox bwrap`),
 //! run with the exact argv `codexbox linux-sandbox --explain` prints for
 //! the built-in launcher (inner stage included: no_new_privs, seccomp),
-//! as root. This reaches the built-in mode even while the linux-sandbox
-//! run through it is broken (its `--restore-stderr-fd` is closed by the
-//! built-in; the explained argv does not carry that flag).
+//! as root: the built-in mode on its own, without the helper around it
+//! (the explained argv carries no `--restore-stderr-fd`).
 
 mod common;
 

@@ -77,7 +77,7 @@ fn mount_table_tricks(l: Launcher) {
     assert_eq!(t.read("ws/sub/keep").as_deref(), Some("keep"));
 }
 
-against!(mount_table_tricks: system, #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin, landlock);
+against!(mount_table_tricks: system, builtin, landlock);
 
 fn metadata_swaps(l: Launcher) {
     let t = Tree::new();
@@ -135,7 +135,7 @@ fn metadata_swaps(l: Launcher) {
     assert_eq!(t.read("ws/decoy/config.toml").as_deref(), Some("decoy\n"));
 }
 
-against!(metadata_swaps: system, #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin, landlock);
+against!(metadata_swaps: system, builtin, landlock);
 
 /// A linked worktree whose `gitdir:` target lies in another writable root
 /// (the project root sits inside a larger writable directory). SPEC §5.2 /
@@ -170,7 +170,7 @@ fn gitdir_target_in_an_outer_writable_root(l: Launcher) {
 
 against!(gitdir_target_in_an_outer_writable_root:
     #[ignore = "VULN: a gitdir: target inside another writable root is left writable by the bwrap argv builder"] system,
-    #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin,
+    #[ignore = "VULN: a gitdir: target inside another writable root is left writable by the bwrap argv builder"] builtin,
     landlock);
 
 fn gitdir_target_inside_the_root(l: Launcher) {
@@ -198,7 +198,7 @@ fn gitdir_target_inside_the_root(l: Launcher) {
     assert_eq!(t.names("ws/modules/realgit"), ["config"]);
 }
 
-against!(gitdir_target_inside_the_root: system, #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin, landlock);
+against!(gitdir_target_inside_the_root: system, builtin, landlock);
 
 fn links_out_of_writable_roots(l: Launcher) {
     let t = Tree::new();
@@ -233,7 +233,7 @@ fn links_out_of_writable_roots(l: Launcher) {
     assert_eq!(t.names("outside"), ["f"]);
 }
 
-against!(links_out_of_writable_roots: system, #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin, landlock);
+against!(links_out_of_writable_roots: system, builtin, landlock);
 
 /// Denied paths inside a writable root: every way around the mask.
 fn deny_masks_hold(l: Launcher) {
@@ -300,7 +300,7 @@ fn deny_masks_hold(l: Launcher) {
     assert_eq!(t.read("ws/vault/key").as_deref(), Some("K3Y"));
 }
 
-against!(deny_masks_hold: system, #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin, landlock);
+against!(deny_masks_hold: system, builtin, landlock);
 
 /// Deny globs (a start-up snapshot): every way around the masks of the
 /// files that existed when the command started.
@@ -347,7 +347,7 @@ fn deny_globs_hold(l: Launcher) {
     assert_eq!(t.read("ws/a/.env").as_deref(), Some("TOKEN=1"));
 }
 
-against!(deny_globs_hold: system, #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin);
+against!(deny_globs_hold: system, builtin);
 
 /// chmod, chown, utimes and extended attributes of read-only paths: the
 /// files' metadata is host state too (a setuid bit on a root-owned binary
@@ -398,7 +398,7 @@ fn read_only_metadata_is_unchangeable(l: Launcher) {
 
 against!(read_only_metadata_is_unchangeable:
     system,
-    #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin,
+    builtin,
     #[ignore = "VULN: under the Landlock backend a root command can chmod/utime/setxattr read-only host files (Landlock has no right for metadata)"] landlock);
 
 /// A deny glob that names a directory (`**/.ssh`) must hide what is inside
@@ -428,7 +428,7 @@ fn deny_glob_naming_a_directory_hides_its_contents(l: Launcher) {
 
 against!(deny_glob_naming_a_directory_hides_its_contents:
     #[ignore = "VULN (reference-compatible): a deny glob matching a directory masks nothing; files below it stay readable"] system,
-    #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin,
+    #[ignore = "VULN (reference-compatible): a deny glob matching a directory masks nothing; files below it stay readable"] builtin,
     #[ignore = "VULN (reference-compatible): a deny glob matching a directory masks nothing; files below it stay readable"] landlock);
 
 /// A writable root that does not exist yet and lies inside another
@@ -463,7 +463,7 @@ fn planted_writable_root_symlink_grants_nothing(l: Launcher) {
 
 against!(planted_writable_root_symlink_grants_nothing:
     #[ignore = "VULN: a missing writable root inside another writable root can be planted as a symlink; the next run makes its target writable"] system,
-    #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin,
+    #[ignore = "VULN: a missing writable root inside another writable root can be planted as a symlink; the next run makes its target writable"] builtin,
     #[ignore = "VULN: a missing writable root inside another writable root can be planted as a symlink; the next run makes its target writable"] landlock);
 
 /// The read-side twin: with restricted reads (`:minimal`), a readable
@@ -497,5 +497,5 @@ fn planted_readable_root_symlink_exposes_nothing(l: Launcher) {
 
 against!(planted_readable_root_symlink_exposes_nothing:
     #[ignore = "VULN: a readable entry inside a writable root, replaced by a symlink, exposes the link's target under restricted reads"] system,
-    #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin,
+    #[ignore = "VULN: a readable entry inside a writable root, replaced by a symlink, exposes the link's target under restricted reads"] builtin,
     #[ignore = "VULN: a readable entry inside a writable root, replaced by a symlink, exposes the link's target under restricted reads"] landlock);

@@ -82,7 +82,7 @@ fn forged_userns_failure_does_not_rerun(l: Launcher) {
 
 against!(forged_userns_failure_does_not_rerun:
     #[ignore = "VULN: the command can write bwrap's error text to bwrap pid 1's stderr pipe (/proc/1/fd/2) and make the helper rerun it under Landlock"] system,
-    #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin);
+    #[ignore = "VULN: the built-in bwrap's pid 1 also holds the helper's stderr pipe (/proc/1/fd/2): a forged error makes the helper rerun the command under Landlock"] builtin);
 
 /// Same with bubblewrap's `/proc` mount failure: a rerun without `/proc`
 /// would also show the host's `/proc` (see `no_proc_hides_host_processes`).
@@ -104,7 +104,7 @@ fn forged_proc_failure_does_not_rerun(l: Launcher) {
 
 against!(forged_proc_failure_does_not_rerun:
     #[ignore = "VULN: the command can write bwrap's /proc error text to /proc/1/fd/2 and make the helper rerun it without a fresh /proc"] system,
-    #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin);
+    #[ignore = "VULN: the built-in bwrap's pid 1 also holds the helper's stderr pipe (/proc/1/fd/2): a forged /proc error makes the helper rerun the command"] builtin);
 
 /// bubblewrap's pid 1 inside the sandbox holds the helper's stderr pipe
 /// (what the helper parses to decide on a rerun): the command must not get
@@ -140,7 +140,7 @@ print("ok:ran")
 
 against!(launcher_fds_are_out_of_reach:
     #[ignore = "VULN: bwrap pid 1 is reachable (same uid, no caps, dumpable): /proc/1/fd/2 and pidfd_getfd give the helper's stderr pipe"] system,
-    #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin);
+    #[ignore = "VULN: the built-in bwrap's pid 1 is reachable: /proc/1/fd/2 and pidfd_getfd give the helper's stderr pipe"] builtin);
 
 /// `--no-proc` (restrictive containers) keeps the pid namespace: host
 /// processes and their command lines must stay invisible.
@@ -165,8 +165,8 @@ fn no_proc_hides_host_processes(l: Launcher) {
 }
 
 against!(no_proc_hides_host_processes:
-    #[ignore = "VULN: with --no-proc the recursive --ro-bind / / exposes the host's /proc (pids, command lines)"] system,
-    #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin);
+    system,
+    builtin);
 
 /// An fd the caller leaked (no CLOEXEC) must not reach the command, and
 /// the command sees only its stdio.
@@ -210,7 +210,7 @@ fn inherited_fds_do_not_reach_the_command(l: Launcher) {
 }
 
 against!(inherited_fds_do_not_reach_the_command: system,
-    #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin,
+    builtin,
     #[ignore = "VULN: the Landlock backend execs the command with the caller's inherited fds (the bwrap path marks them close-on-exec)"] landlock);
 
 /// Sockets with the network restricted: a host listener on an abstract
@@ -277,7 +277,7 @@ socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).close(); print("ok:unix-stream
 }
 
 against!(sockets_reach_nothing: system,
-    #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin, landlock);
+    builtin, landlock);
 
 /// Syscalls that would reach the host kernel or other processes.
 fn dangerous_syscalls_fail(l: Launcher) {
@@ -385,7 +385,7 @@ print("ok:fork" if os.fork() or os._exit(0) else "BROKEN:fork")
 
 against!(dangerous_syscalls_fail:
     system,
-    #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin,
+    builtin,
     landlock);
 
 /// The caller's session keyring: a key the caller possesses must not be
@@ -451,7 +451,7 @@ subprocess.run([sys.argv[1], "linux-sandbox", *json.loads(sys.argv[2]), "--", "p
 }
 
 against!(caller_keys_stay_private: system,
-    #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin, landlock);
+    builtin, landlock);
 
 /// TIOCSTI on the caller's terminal: the command runs on a pty whose
 /// input it must not be able to fake. Control: the same injection outside
@@ -534,7 +534,7 @@ sys.stdout.write(out.decode(errors="replace"))
 }
 
 against!(terminal_injection_fails: system,
-    #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin, landlock);
+    builtin, landlock);
 
 /// Nested namespaces and joining the host's (with the Landlock backend pid
 /// 1 is the host's init).
@@ -580,7 +580,7 @@ fn namespaces_cannot_be_made_or_joined(l: Launcher) {
 }
 
 against!(namespaces_cannot_be_made_or_joined: system,
-    #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin, landlock);
+    builtin, landlock);
 
 /// Host kernel state: cgroups, sysfs, procfs knobs, device nodes, the
 /// hostname, `/dev/shm`. Files are only opened for writing (nothing is
@@ -670,7 +670,7 @@ print("ok:ran")
 }
 
 against!(host_kernel_state_is_read_only: system,
-    #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin, landlock);
+    builtin, landlock);
 
 /// Sysctls are host kernel state (`kernel.core_pattern` or
 /// `kernel.modprobe` name programs the kernel runs as host root): no file
@@ -705,7 +705,7 @@ print("ok:read" if open("/proc/sys/kernel/ostype").read().strip() == "Linux" els
 
 against!(sysctls_are_read_only:
     #[ignore = "VULN: /proc/sys is writable for a root caller: bubblewrap skips covering it (the directory is r-x) while its files only test euid == global root, so kernel.core_pattern can be set"] system,
-    #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF); its /proc/sys is writable too (checked with `codexbox bwrap` directly)"] builtin,
+    #[ignore = "VULN: the built-in bwrap leaves /proc/sys writable for a root caller (kernel.core_pattern can be set)"] builtin,
     landlock);
 
 /// File capabilities and setuid bits give nothing (no_new_privs).
@@ -760,7 +760,7 @@ fn file_capabilities_grant_nothing(l: Launcher) {
 }
 
 against!(file_capabilities_grant_nothing: system,
-    #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin, landlock);
+    builtin, landlock);
 
 /// The inner-stage flags given from outside, through the
 /// `codex-linux-sandbox` argv[0] name too, never run a command unsandboxed.
@@ -1000,7 +1000,7 @@ fn core_dumps_respect_the_sandbox(l: Launcher) {
 }
 
 against!(core_dumps_respect_the_sandbox: system,
-    #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin, landlock);
+    builtin, landlock);
 
 /// System V IPC of the host: a root-owned (0600) shared-memory segment
 /// must not be attachable from inside, and queues created inside must not
@@ -1060,7 +1060,7 @@ print("ok:own-shm" if ok else "BROKEN:own-shm")
 }
 
 against!(host_sysv_ipc_is_unreachable: system,
-    #[ignore = "BROKEN: the built-in bwrap closes the --restore-stderr-fd the sandbox passes (EBADF)"] builtin,
+    builtin,
     #[ignore = "VULN: the Landlock backend shares the host IPC namespace: host SysV shared memory (root 0600) is attachable, queues created inside appear on the host"] landlock);
 
 /// The chain of two findings with the default `--backend auto`: the
