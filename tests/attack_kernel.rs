@@ -1103,3 +1103,50 @@ fn forged_fallback_cannot_setuid_a_host_binary() {
     assert_eq!(mode & 0o7777, 0o755, "host binary changed to {mode:o}");
     assert!(!stdout(&out).contains("SETUID"));
 }
+
+/// The 32-bit syscall entry (`int 0x80`) numbers syscalls differently:
+/// a filter that did not check the architecture would let i386
+/// `socket(AF_INET)` and `unshare(CLONE_NEWUSER)` through. Control: the
+/// same code outside the sandbox gets a socket.
+fn compat_syscalls_cannot_bypass_the_filter(l: Launcher) {
+    if !cfg!(target_arch = "x86_64") || !python3() {
+        return;
+    }
+    let t = Tree::new();
+    let code = r#"
+import ctypes, mmap, sys
+def call(nr, a=0, b=0, c=0):
+    code = (bytes([0x53, 0xb8]) + nr.to_bytes(4, "little") + bytes([0xbb]) + a.to_bytes(4, "little")
+            + bytes([0xb9]) + b.to_bytes(4, "little") + bytes([0xba]) + c.to_bytes(4, "little")
+            + bytes([0xcd, 0x80, 0x5b, 0xc3]))  # push rbx; mov eax/ebx/ecx/edx; int 0x80; pop rbx; ret
+    m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    m.write(code)
+    return ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(m)))()
+print("start", flush=True)
+s = call(359, 2, 1, 0)
+print("ESCAPE:i386-socket" if s >= 0 else "held:i386-socket", flush=True)
+u = call(310, 0x10000000)
+print("ESCAPE:i386-unshare" if u == 0 else "held:i386-unshare", flush=True)
+"#;
+    let host = Command::new("python3")
+        .args(["-c", code])
+        .stdin(Stdio::null())
+        .output()
+        .expect("python3");
+    if !stdout(&host).contains("ESCAPE:i386-socket") {
+        eprintln!("SKIP: no 32-bit syscall entry here: {}", stdout(&host));
+        return;
+    }
+    let out = py(l, &t.ws, "read-only", code);
+    let s = stdout(&out);
+    assert!(s.contains("start"), "{s}");
+    assert!(!s.contains("ESCAPE"), "{s}");
+    // Killed with SIGSYS (status 128+31 through the helper) or refused.
+    assert!(
+        out.status.code() == Some(159) || s.contains("held:i386-unshare"),
+        "{s} {:?}",
+        out.status
+    );
+}
+
+against!(compat_syscalls_cannot_bypass_the_filter: system, builtin, landlock);
