@@ -499,3 +499,27 @@ against!(planted_readable_root_symlink_exposes_nothing:
     #[ignore = "VULN: a readable entry inside a writable root, replaced by a symlink, exposes the link's target under restricted reads"] system,
     #[ignore = "VULN: a readable entry inside a writable root, replaced by a symlink, exposes the link's target under restricted reads"] builtin,
     #[ignore = "VULN: a readable entry inside a writable root, replaced by a symlink, exposes the link's target under restricted reads"] landlock);
+
+/// The policy cwd given through a symlinked alias of the workspace: the
+/// metadata of the real directory stays protected.
+fn symlinked_cwd_keeps_metadata_protected(l: Launcher) {
+    let t = Tree::new();
+    t.put("ws/.git/config", "[core]\n");
+    t.put("ws/sub/keep", "");
+    let alias = t.root.join("alias");
+    std::os::unix::fs::symlink("ws", &alias).expect("symlink");
+    let script = format!(
+        "{PRELUDE}\
+         try git-config sh -c 'echo evil >> .git/config'\n\
+         try codex sh -c 'mkdir -p .codex && echo x > .codex/config.toml'\n\
+         try real-git sh -c 'echo evil >> {}/.git/config'\n\
+         must write sh -c 'echo ok > sub/f'\n",
+        t.ws.display()
+    );
+    let out = sh(l, &alias, &workspace(&[], "restricted"), &[], &script);
+    assert_markers(&out, &["git-config", "codex", "real-git"], &["write"]);
+    assert_eq!(t.read("ws/.git/config").as_deref(), Some("[core]\n"));
+    assert_eq!(t.names("ws"), [".git", "sub"]);
+}
+
+against!(symlinked_cwd_keeps_metadata_protected: system, builtin, landlock);
