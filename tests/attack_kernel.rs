@@ -1152,3 +1152,59 @@ print("ESCAPE:i386-unshare" if u == 0 else "held:i386-unshare", flush=True)
 }
 
 against!(compat_syscalls_cannot_bypass_the_filter: system, builtin, landlock);
+
+/// The helper's own executable inside a writable root (a project that
+/// installs the tool under `node_modules` or builds it in `target/`): a
+/// sandboxed command must not replace it, or the next run executes the
+/// replacement outside any sandbox. Hard link of the real binary, so the
+/// test's binary is never touched.
+#[test]
+#[ignore = "VULN: the helper does not protect its own executable (nor resources/bwrap) when it lies in a writable root; a sandboxed command replaces it for the next run"]
+fn helper_executable_in_a_writable_root_cannot_be_replaced() {
+    if !available(Launcher::System) {
+        return;
+    }
+    let t = Tree::new();
+    std::fs::create_dir_all(t.ws.join("bin")).expect("mkdir");
+    let exe = t.ws.join("bin/codexbox");
+    if std::fs::hard_link(BIN, &exe).is_err() {
+        eprintln!("SKIP: cannot hard-link the binary into the test tree");
+        return;
+    }
+    let pwned = t.outside.join("pwned");
+    let script = format!(
+        "{PRELUDE}\
+         try replace sh -c \"rm -f bin/codexbox && printf '#!/bin/sh\\necho PWNED > {}\\n' > bin/codexbox && chmod +x bin/codexbox\"\n\
+         try overwrite sh -c 'cat /bin/true > bin/codexbox'\n\
+         must ws-write sh -c 'echo ok > bin/other'\n",
+        pwned.display()
+    );
+    let out = Command::new(&exe)
+        .args(["linux-sandbox", "--sandbox-policy-cwd"])
+        .arg(&t.ws)
+        .args([
+            "--permission-profile",
+            &workspace(&[], "restricted"),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .env("CODEXBOX_BWRAP", "system")
+        .current_dir(&t.ws)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    log(Launcher::System, &script, &out);
+    // Whatever happened, run the workspace's binary once more.
+    let _ = Command::new(&exe)
+        .args(["sandbox", "--", "true"])
+        .current_dir(&t.ws)
+        .stdin(Stdio::null())
+        .output();
+    assert!(
+        !pwned.exists(),
+        "the replaced helper ran outside the sandbox"
+    );
+    assert_markers(&out, &["replace", "overwrite"], &["ws-write"]);
+}
