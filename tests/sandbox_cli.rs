@@ -383,3 +383,57 @@ fn landlock_backend_enforces_writable_roots() {
     assert_eq!(stdout(&out), "wrote\ndenied\n");
     assert!(!w.outside.join("f").exists());
 }
+
+#[test]
+fn bundled_bubblewrap_runs_through_its_verified_fd() {
+    require_sandbox!();
+    let Some(system) = ["/usr/bin/bwrap", "/bin/bwrap"]
+        .iter()
+        .map(std::path::Path::new)
+        .find(|p| p.exists())
+    else {
+        eprintln!("SKIP: no system bwrap to stand in for the bundled one");
+        return;
+    };
+    let resources = std::path::Path::new(BIN)
+        .parent()
+        .unwrap()
+        .join("resources");
+    std::fs::create_dir_all(&resources).unwrap();
+    let bundled = resources.join("bwrap");
+    /// Removes the stand-in afterwards, so other tests see no bundled bwrap.
+    struct Remove(std::path::PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    std::fs::copy(system, &bundled).unwrap();
+    let _cleanup = Remove(bundled.clone());
+    let w = Ws::new();
+    let run = |extra: &[&str]| {
+        Command::new(BIN)
+            .env("CODEXBOX_BWRAP", "bundled")
+            .arg("linux-sandbox")
+            .arg("--sandbox-policy-cwd")
+            .arg(&w.ws)
+            .args(["--permission-profile", "read-only"])
+            .args(extra)
+            .args([
+                "--",
+                "sh",
+                "-c",
+                "echo inside; touch x 2>/dev/null || echo denied",
+            ])
+            .output()
+            .unwrap()
+    };
+    let explain = run(&["--explain"]);
+    assert!(
+        stdout(&explain).contains(&format!("launcher: bundled {}", bundled.display())),
+        "{}",
+        stdout(&explain)
+    );
+    let out = run(&[]);
+    assert_eq!(stdout(&out), "inside\ndenied\n", "{}", stderr(&out));
+}

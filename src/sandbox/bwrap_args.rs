@@ -319,6 +319,11 @@ impl Builder<'_> {
         roots.sort_by_key(|(m, _)| (depth(m), m.clone()));
         for (mount, root) in roots {
             self.out.path2("--bind", &mount);
+            if Path::new("/dev").starts_with(&mount) {
+                // A writable `/` brings the host's /dev back with it: put the
+                // minimal /dev on top again (deeper binds like /dev/shm follow).
+                self.out.texts(&["--dev", "/dev"]);
+            }
             let mut ro: Vec<PathBuf> = Vec::new();
             let mut push = |p: PathBuf| {
                 if p.starts_with(&mount)
@@ -944,5 +949,28 @@ mod tests {
             )),
             "{text}"
         );
+    }
+
+    #[test]
+    fn writable_root_slash_keeps_the_minimal_dev() {
+        let fs = split(vec![
+            FileSystemSandboxEntry::special(
+                crate::sandbox::policy::FileSystemSpecialPath::Root,
+                Write,
+            ),
+            FileSystemSandboxEntry::path("/dev/shm", Write),
+            FileSystemSandboxEntry::path("/etc", Read),
+        ]);
+        let policy = resolve(&fs, Path::new("/"));
+        let text = render(&build(&inputs(&policy, Path::new("/"))).unwrap());
+        assert!(
+            text.starts_with(
+                "--new-session --die-with-parent --ro-bind / / --dev /dev --bind / / --dev /dev "
+            ),
+            "{text}"
+        );
+        let etc = text.find("--ro-bind /etc /etc").unwrap();
+        let shm = text.find("--bind /dev/shm /dev/shm").unwrap();
+        assert!(etc < shm, "{text}");
     }
 }

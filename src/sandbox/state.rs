@@ -20,6 +20,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -248,6 +249,68 @@ fn is_empty_node(path: &Path) -> bool {
     }
 }
 
+/// Most stale registry entries one run tidies up.
+const JANITOR_BATCH: usize = 64;
+
+/// Removes what helpers that died without cleaning up (SIGKILL) left: the
+/// mount point, when still an empty node reached without any symlink, and
+/// the registry entry. Entries with a live marker are left alone.
+fn janitor(mounts: &Path) {
+    let Ok(rd) = std::fs::read_dir(mounts) else {
+        return;
+    };
+    let me = std::process::id().to_string();
+    for e in rd.flatten().take(JANITOR_BATCH * 4) {
+        let name = e.file_name();
+        let Some(name) = name.to_str().filter(|n| n.len() == 16) else {
+            continue;
+        };
+        let entry = e.path();
+        let Ok(markers_rd) = std::fs::read_dir(&entry) else {
+            continue;
+        };
+        let mut stale_synthetic: Option<(PathBuf, bool)> = None;
+        let mut alive = false;
+        for m in markers_rd.flatten() {
+            let fname = m.file_name();
+            let Some(pid) = fname.to_str().and_then(|p| p.parse::<i32>().ok()) else {
+                continue;
+            };
+            if fname.to_str() == Some(me.as_str()) || pid_alive(pid) {
+                alive = true;
+                break;
+            }
+            let mut bytes = Vec::new();
+            if let Ok(mut f) = open_nofollow(&m.path(), false) {
+                let _ = f.read_to_end(&mut bytes);
+            }
+            let mut parts = bytes.splitn(3, |b| *b == b'\n');
+            if let (Some(b"synthetic"), Some(node), Some(path)) =
+                (parts.next(), parts.next(), parts.next())
+            {
+                let path = PathBuf::from(std::ffi::OsStr::from_bytes(path));
+                stale_synthetic = Some((path, node == b"dir"));
+            }
+        }
+        if alive {
+            continue;
+        }
+        if let Some((path, is_dir)) = stale_synthetic {
+            let parent_is_real = path
+                .parent()
+                .is_some_and(|p| p.canonicalize().ok().as_deref() == Some(p));
+            if entry_name(&path) == name && parent_is_real && is_empty_node(&path) {
+                let _ = if is_dir {
+                    std::fs::remove_dir(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                };
+            }
+        }
+        let _ = std::fs::remove_dir_all(&entry);
+    }
+}
+
 /// This run's registered mount points.
 #[derive(Debug)]
 pub struct Registration {
@@ -290,7 +353,10 @@ pub fn register(dir: &Path, targets: &[SyntheticTarget]) -> Result<Registration,
         }
         let mut f = open_nofollow(&entry.join(me.to_string()), true).map_err(io)?;
         let kind = if synthetic { "synthetic" } else { "existing" };
-        writeln!(f, "{kind}\n{}", t.path.display()).map_err(io)?;
+        let node = if t.is_dir { "dir" } else { "file" };
+        let mut text = format!("{kind}\n{node}\n").into_bytes();
+        text.extend_from_slice(t.path.as_os_str().as_bytes());
+        f.write_all(&text).map_err(io)?;
         let parent = t.path.parent().and_then(|p| p.canonicalize().ok());
         reg.targets.push((t.clone(), synthetic, parent));
     }
@@ -309,6 +375,7 @@ impl Registration {
             return removed;
         };
         let me = std::process::id().to_string();
+        janitor(&self.mounts);
         for (t, synthetic, parent) in &self.targets {
             let entry = self.mounts.join(entry_name(&t.path));
             let _ = std::fs::remove_file(entry.join(&me));
@@ -503,5 +570,29 @@ mod tests {
             std::fs::read_link(root.join(".codex")).unwrap(),
             PathBuf::from("decoy")
         );
+    }
+
+    #[test]
+    fn janitor_removes_what_a_killed_helper_left() {
+        let state = tempfile::tempdir().unwrap();
+        let mounts = state.path().join("mounts");
+        std::fs::create_dir(&mounts).unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let root = ws.path().canonicalize().unwrap();
+        let left = root.join(".codex");
+        std::fs::create_dir(&left).unwrap();
+        let entry = mounts.join(entry_name(&left));
+        std::fs::create_dir(&entry).unwrap();
+        let mut text = b"synthetic\ndir\n".to_vec();
+        text.extend_from_slice(left.as_os_str().as_bytes());
+        std::fs::write(entry.join("2147483000"), text).unwrap();
+        // Another run (any target) tidies up on its way out.
+        let other = SyntheticTarget {
+            path: root.join("other"),
+            is_dir: false,
+        };
+        register(state.path(), &[other]).unwrap().cleanup();
+        assert!(!left.exists());
+        assert!(!entry.exists());
     }
 }
