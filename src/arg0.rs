@@ -87,6 +87,12 @@ pub fn dispatch(argv: Vec<OsString>) -> i32 {
     {
         return crate::process::supervisor::main(&argv);
     }
+    if argv
+        .get(1)
+        .is_some_and(|a| a == crate::process::zygote::ZYGOTE_ARG1)
+    {
+        return crate::process::zygote::main(&argv);
+    }
     if let Some(mode) = Mode::from_arg0(arg0) {
         return run(mode, argv);
     }

@@ -6,8 +6,8 @@ mod common;
 use std::sync::Arc;
 
 use common::fs::{
-    b64, canonical, eventually, restricted, sandbox, sandbox_available, serving_helpers, unb64,
-    workdir, Server,
+    b64, canonical, eventually, restricted, sandbox, sandbox_available, sandbox_wrappers,
+    serving_helpers, unb64, workdir, Server,
 };
 use serde_json::json;
 
@@ -80,7 +80,7 @@ async fn warm_helpers_are_reused_and_expire_when_idle() {
         return;
     }
     let server = Server::start_with_env(&[
-        ("CODEXBOX_FS_HELPER_IDLE_MS", "400"),
+        ("CODEXBOX_FS_HELPER_IDLE_MS", "1500"),
         ("FS_TEST_SERVER_ONLY", "must-not-reach-the-helper"),
     ]);
     let client = server.connect().await;
@@ -178,4 +178,35 @@ async fn a_helper_killed_mid_request_fails_that_request_only() {
         )
         .await;
     assert_eq!(unb64(&read["dataBase64"]), b"fine");
+}
+
+#[tokio::test]
+async fn an_idle_helper_that_died_is_replaced() {
+    if !sandbox_available() {
+        return;
+    }
+    let server = Server::start();
+    let client = server.connect().await;
+    let dir = workdir();
+    let root = canonical(&dir);
+    let ctx = sandbox(restricted(&[(&root, "read")], &[]), &root);
+    client
+        .ok("fs/getMetadata", json!({"path": root, "sandbox": ctx}))
+        .await;
+    let helpers = serving_helpers(server.pid());
+    assert_eq!(helpers.len(), 1, "{helpers:?}");
+    assert_eq!(sandbox_wrappers(server.pid()).len(), 1);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(helpers[0] as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert!(
+        eventually(|| sandbox_wrappers(server.pid()).is_empty()).await,
+        "the sandbox wrapper did not exit"
+    );
+    let meta = client
+        .ok("fs/getMetadata", json!({"path": root, "sandbox": ctx}))
+        .await;
+    assert_eq!(meta["isDirectory"], true);
 }

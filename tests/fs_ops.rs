@@ -786,3 +786,24 @@ async fn streaming_refuses_a_platform_sandbox() {
     let open = json!({"handleId": "d", "path": root.join("f"), "sandbox": {"permissions": {"type": "disabled"}}});
     client.ok("fs/open", open).await;
 }
+
+#[tokio::test]
+async fn read_file_refuses_files_over_512_mib() {
+    let server = Server::start();
+    let client = server.connect().await;
+    let dir = workdir();
+    let root = canonical(&dir);
+    // Sparse: costs no disk space.
+    let big = std::fs::File::create(root.join("big")).unwrap();
+    big.set_len(512 * 1024 * 1024 + 1).unwrap();
+    let err = client
+        .err("fs/readFile", json!({"path": root.join("big")}))
+        .await;
+    assert_eq!(
+        (err.code, err.message.as_str()),
+        (
+            -32600,
+            "file is too large to read: limit is 536870912 bytes"
+        )
+    );
+}

@@ -489,3 +489,72 @@ async fn the_legacy_sandbox_policy_shape_is_accepted() {
         .await;
     assert!(s.outside.join("direct.txt").exists());
 }
+
+#[tokio::test]
+async fn use_legacy_landlock_runs_the_helper_under_landlock() {
+    if !sandbox_available() {
+        return;
+    }
+    let server = Server::start();
+    let client = server.connect().await;
+    let s = setup();
+    let mut ctx = sandbox(
+        restricted(&[(&s.work, "write")], &[special("root", "read")]),
+        &s.work,
+    );
+    ctx["useLegacyLandlock"] = json!(true);
+    // The Landlock backend keeps `.git` & co read-only by granting write on
+    // each existing entry of the root, so write inside a subdirectory.
+    std::fs::create_dir(s.work.join("sub")).unwrap();
+    client
+        .ok(
+            "fs/writeFile",
+            json!({"path": s.work.join("sub/landlock.txt"), "dataBase64": b64(b"ok"), "sandbox": ctx}),
+        )
+        .await;
+    assert_eq!(
+        std::fs::read(s.work.join("sub/landlock.txt")).unwrap(),
+        b"ok"
+    );
+    let before = snapshot(&s.outside);
+    assert_denied(
+        client
+            .call(
+                "fs/writeFile",
+                json!({"path": s.outside.join("x"), "dataBase64": b64(b"x"), "sandbox": ctx}),
+            )
+            .await,
+        "landlock write outside",
+    );
+    assert_eq!(snapshot(&s.outside), before);
+}
+
+#[tokio::test]
+async fn a_writable_root_given_through_a_symlink_alias_is_writable() {
+    if !sandbox_available() {
+        return;
+    }
+    let server = Server::start();
+    let client = server.connect().await;
+    let s = setup();
+    std::fs::create_dir(s.work.join("real")).unwrap();
+    let alias = s.outside.join("alias");
+    std::os::unix::fs::symlink(s.work.join("real"), &alias).unwrap();
+    let ctx = sandbox(
+        restricted(&[(&alias, "write")], &[special("root", "read")]),
+        &s.work,
+    );
+    for d in DIALECTS {
+        let name = format!("via-alias-{d:?}");
+        client
+            .ok(
+                "fs/writeFile",
+                json!({"path": d.path(&alias.join(&name)), "dataBase64": b64(b"a"), "sandbox": ctx}),
+            )
+            .await;
+        assert_eq!(
+            std::fs::read(s.work.join("real").join(&name)).unwrap(),
+            b"a"
+        );
+    }
+}

@@ -152,14 +152,14 @@ impl From<WriteOutcome> for WriteStatus {
 impl ManagedProcess {
     /// Spawns `spec` and starts its output pump. `on_evict` runs when the
     /// closed process should be forgotten.
-    pub fn start(
+    pub async fn start(
         id: String,
         spec: &LaunchSpec,
         options: &ProcessOptions,
         route: EventRoute,
         on_evict: Box<dyn FnOnce() + Send>,
     ) -> Result<Arc<Self>, SpawnError> {
-        let spawned = spawn::spawn(spec, options.reaper_exe.as_deref())?;
+        let spawned = spawn::spawn_async(spec, options.reaper_exe.as_deref()).await?;
         let pty_master = spawned
             .pty_master
             .map(super::output::register)
@@ -207,12 +207,18 @@ impl ManagedProcess {
         if let Some(writer) = writer {
             tokio::spawn(writer.run());
         }
-        let mut supervisor = spawned.supervisor;
         super::reaper::track();
-        tokio::spawn(async move {
-            let _ = supervisor.wait().await;
-            super::reaper::release();
-        });
+        let reaped_by_pump = match spawned.supervisor {
+            Some(mut supervisor) => {
+                tokio::spawn(async move {
+                    let _ = supervisor.wait().await;
+                    super::reaper::release();
+                });
+                false
+            }
+            // The zygote reaps this supervisor; count it live until closed.
+            None => true,
+        };
         let streams = super::output::Streams {
             stdout,
             stderr,
@@ -224,6 +230,7 @@ impl ManagedProcess {
             streams,
             route,
             on_evict,
+            reaped_by_pump,
         ));
         Ok(process)
     }

@@ -10,6 +10,7 @@ pub mod reaper;
 pub mod retention;
 pub mod spawn;
 pub mod supervisor;
+pub mod zygote;
 
 pub use managed::{EventRoute, ManagedProcess, ProcessOptions, WriteOutcome};
 pub use spawn::{LaunchSpec, SpawnError, Spawned};

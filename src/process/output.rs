@@ -154,6 +154,7 @@ pub(crate) async fn pump(
     mut streams: Streams,
     route: EventRoute,
     on_evict: Box<dyn FnOnce() + Send>,
+    release_on_close: bool,
 ) {
     let mut exited = false;
     while !(exited && streams.outputs_closed()) {
@@ -176,6 +177,9 @@ pub(crate) async fn pump(
     }
     emit_closed(&process, &route).await;
     process.release_io();
+    if release_on_close {
+        super::reaper::release();
+    }
     tokio::time::sleep(CLOSED_PROCESS_TTL).await;
     on_evict();
 }

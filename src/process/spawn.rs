@@ -6,13 +6,14 @@ use std::io::{self, Read};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use nix::fcntl::OFlag;
 use nix::unistd::Pid;
 
 use super::pty;
 use super::supervisor::{self, ReaperExec, SupervisorConfig};
+use super::zygote::Zygote;
 use crate::protocol::process::PtySize;
 
 /// Everything needed to start one managed process.
@@ -38,8 +39,9 @@ pub struct LaunchSpec {
 /// process group), and the server's ends of its descriptors.
 #[derive(Debug)]
 pub struct Spawned {
-    /// The supervisor; reaping it is the caller's job.
-    pub supervisor: tokio::process::Child,
+    /// The supervisor when the server forked it (reaping it is the caller's
+    /// job); `None` when the zygote did (the zygote reaps it).
+    pub supervisor: Option<tokio::process::Child>,
     /// The supervisor's pid (root of the subtree to kill).
     pub supervisor_pid: Pid,
     /// The command's pid, also its process group and session id.
@@ -156,7 +158,7 @@ pub fn spawn(spec: &LaunchSpec, reaper_exe: Option<&Path>) -> Result<Spawned, Sp
         .transpose()?;
     Ok(Spawned {
         supervisor_pid: supervisor_pid.ok_or(SpawnError::NoPid)?,
-        supervisor: child,
+        supervisor: Some(child),
         command_pid,
         status,
         stdout,
@@ -164,4 +166,139 @@ pub fn spawn(spec: &LaunchSpec, reaper_exe: Option<&Path>) -> Result<Spawned, Sp
         stdin,
         pty_master: pty,
     })
+}
+
+static ZYGOTE: OnceLock<Option<Zygote>> = OnceLock::new();
+
+/// Whether `CODEXBOX_SPAWN=direct` turned the zygote off.
+fn zygote_disabled() -> bool {
+    static DISABLED: OnceLock<bool> = OnceLock::new();
+    *DISABLED.get_or_init(|| std::env::var_os("CODEXBOX_SPAWN").is_some_and(|v| v == "direct"))
+}
+
+/// Starts `spec` through the spawn zygote when `reaper_exe` (the codexbox
+/// binary) is known, falling back to forking the server ([`spawn`]) when the
+/// zygote cannot be reached.
+pub async fn spawn_async(
+    spec: &LaunchSpec,
+    reaper_exe: Option<&Path>,
+) -> Result<Spawned, SpawnError> {
+    if spec.argv.is_empty() {
+        return Err(SpawnError::EmptyArgv);
+    }
+    if let Some(exe) = reaper_exe.filter(|_| !zygote_disabled()) {
+        if let Some(zygote) = ZYGOTE.get_or_init(|| Zygote::start(exe).ok()) {
+            match spawn_with_zygote(zygote, spec).await {
+                Err(ZygoteError::Unavailable(err)) => {
+                    tracing::debug!("spawn zygote unavailable, forking directly: {err}");
+                }
+                Err(ZygoteError::Spawn(err)) => return Err(err),
+                Ok(spawned) => return Ok(spawned),
+            }
+        }
+    }
+    spawn(spec, reaper_exe)
+}
+
+enum ZygoteError {
+    /// The job never reached the zygote: try the direct path.
+    Unavailable(io::Error),
+    /// The zygote ran the job and it failed.
+    Spawn(SpawnError),
+}
+
+fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)
+}
+
+async fn spawn_with_zygote(zygote: &Zygote, spec: &LaunchSpec) -> Result<Spawned, ZygoteError> {
+    let unavailable = ZygoteError::Unavailable;
+    let (status_read, status_write) = cloexec_pipe().map_err(unavailable)?;
+    let mut stdout = None;
+    let mut stderr = None;
+    let mut stdin = None;
+    let mut pty_master = None;
+    let child_fds: [OwnedFd; 3] = match spec.tty {
+        Some(size) => {
+            let pair = pty::open(size).map_err(unavailable)?;
+            pty_master = Some(pair.master);
+            let dup = |fd: &OwnedFd| fd.try_clone().map_err(ZygoteError::Unavailable);
+            [dup(&pair.slave)?, dup(&pair.slave)?, pair.slave]
+        }
+        None => {
+            let (out_r, out_w) = cloexec_pipe().map_err(unavailable)?;
+            let (err_r, err_w) = cloexec_pipe().map_err(unavailable)?;
+            stdout = Some(out_r);
+            stderr = Some(err_r);
+            let input = if spec.pipe_stdin {
+                let (in_r, in_w) = cloexec_pipe().map_err(unavailable)?;
+                stdin = Some(in_w);
+                in_r
+            } else {
+                std::fs::File::open("/dev/null")
+                    .map_err(unavailable)?
+                    .into()
+            };
+            [input, out_w, err_w]
+        }
+    };
+    let [child_in, child_out, child_err] = &child_fds;
+    zygote
+        .send(
+            spec,
+            [
+                child_in.as_raw_fd(),
+                child_out.as_raw_fd(),
+                child_err.as_raw_fd(),
+                status_write.as_raw_fd(),
+            ],
+        )
+        .map_err(unavailable)?;
+    drop(child_fds);
+    drop(status_write);
+    pty::set_nonblocking(&status_read).map_err(|e| ZygoteError::Spawn(e.into()))?;
+    let status = super::output::register(status_read).map_err(|e| ZygoteError::Spawn(e.into()))?;
+    let mut records = [0i32; 2];
+    for slot in &mut records {
+        *slot = read_record(&status)
+            .await
+            .ok_or(ZygoteError::Spawn(SpawnError::NoPid))?;
+    }
+    let [supervisor_pid, command] = records;
+    if command < 0 {
+        return Err(ZygoteError::Spawn(SpawnError::Io(
+            io::Error::from_raw_os_error(-command),
+        )));
+    }
+    let nonblocking = |fd: Option<OwnedFd>| -> Result<Option<OwnedFd>, ZygoteError> {
+        if let Some(fd) = &fd {
+            pty::set_nonblocking(fd).map_err(|e| ZygoteError::Spawn(e.into()))?;
+        }
+        Ok(fd)
+    };
+    Ok(Spawned {
+        supervisor: None,
+        supervisor_pid: Pid::from_raw(supervisor_pid),
+        command_pid: Pid::from_raw(command),
+        status: status.into_inner(),
+        stdout: nonblocking(stdout)?,
+        stderr: nonblocking(stderr)?,
+        stdin: nonblocking(stdin)?,
+        pty_master,
+    })
+}
+
+/// One status record, or `None` at EOF.
+async fn read_record(fd: &tokio::io::unix::AsyncFd<OwnedFd>) -> Option<i32> {
+    loop {
+        let mut guard = fd.readable().await.ok()?;
+        let mut record = [0u8; supervisor::RECORD_LEN];
+        match guard.try_io(|inner| {
+            nix::unistd::read(inner.get_ref(), &mut record).map_err(io::Error::from)
+        }) {
+            Ok(Ok(n)) if n == supervisor::RECORD_LEN => return Some(i32::from_ne_bytes(record)),
+            Ok(_) => return None,
+            Err(_would_block) => continue,
+        }
+    }
 }

@@ -106,6 +106,23 @@ pub unsafe fn enter(config: SupervisorConfig<'_>) -> io::Result<()> {
     unsafe { supervise(pid, config) }
 }
 
+/// [`prepare_command`] for a `pre_exec` hook outside the forked-server path
+/// (the zygote's supervisors).
+pub fn prepare_command_hook(controlling_tty: bool) -> io::Result<()> {
+    prepare_command(SupervisorConfig {
+        reaper: None,
+        status_fd: -1,
+        server_pid: 0,
+        controlling_tty,
+    })
+}
+
+/// Reports `command`'s wait status on `status_fd`, reaps every descendant
+/// and exits (for the zygote's supervisors).
+pub fn reap_forever(command: libc::pid_t, status_fd: RawFd) -> ! {
+    reap(command, status_fd)
+}
+
 /// The command's side: own session and process group (pgid = pid), the PTY
 /// as controlling terminal, death with the supervisor, and no inherited
 /// descriptor beyond stdio across exec.

@@ -138,7 +138,15 @@ impl HelperPool {
             .acquire_owned()
             .await
             .map_err(|err| RpcError::internal(format!("fs sandbox helper pool closed: {err}")))?;
-        let idle = self.lock().idle.get_mut(key).and_then(Vec::pop);
+        let idle = loop {
+            let Some(mut helper) = self.lock().idle.get_mut(key).and_then(Vec::pop) else {
+                break None;
+            };
+            // An idle helper that died meanwhile is replaced, not used.
+            if helper.is_alive() {
+                break Some(helper);
+            }
+        };
         let mut helper = match idle {
             Some(helper) => helper,
             None => spawn_helper(paths, key)?,
@@ -276,6 +284,13 @@ enum ExchangeError {
 }
 
 impl Helper {
+    /// Whether the helper process is still running.
+    fn is_alive(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
+    }
+
     /// One request/answer exchange. The outer `Err` means the helper is
     /// unusable; the inner result is the operation's own outcome.
     async fn request(

@@ -90,7 +90,7 @@ pub fn environment_status() -> EnvironmentStatus {
 }
 
 /// `process/start`.
-pub fn start(
+pub async fn start(
     conn: &Connection,
     session: &Arc<Session>,
     params: StartParams,
@@ -139,9 +139,13 @@ pub fn start(
         session.route().clone(),
         on_evict,
     )
-    .map_err(|err| match err {
-        SpawnError::EmptyArgv => RpcError::invalid_params(err.to_string()),
-        other => RpcError::internal(other.to_string()),
+    .await
+    .map_err(|err| {
+        tracing::debug!(process = %id, "spawn failed: {err}");
+        match err {
+            SpawnError::EmptyArgv => RpcError::invalid_params(err.to_string()),
+            other => RpcError::internal(other.to_string()),
+        }
     })?;
     session.insert(process);
     Ok(StartResult { process_id: id })

@@ -63,7 +63,7 @@ async fn route(
         METHOD_START => {
             let params = decode_params(params)?;
             let (session, _) = conn.gate(FAMILY_EXEC)?;
-            to_value(handlers::start(conn, &session, params)?)
+            to_value(handlers::start(conn, &session, params).await?)
         }
         METHOD_READ => {
             let params = decode_params(params)?;

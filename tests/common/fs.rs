@@ -279,6 +279,21 @@ pub fn sandbox_available() -> bool {
 
 /// Pids of live `fs-helper --serve` processes that descend from `ancestor`.
 pub fn serving_helpers(ancestor: u32) -> Vec<u32> {
+    descendants_where(ancestor, |args| {
+        args.len() >= 3 && args[1] == b"--codex-run-as-fs-helper" && args[2] == b"--serve"
+    })
+}
+
+/// Pids of live outer `codex-linux-sandbox` processes under `ancestor`.
+pub fn sandbox_wrappers(ancestor: u32) -> Vec<u32> {
+    descendants_where(ancestor, |args| {
+        args.len() >= 2
+            && args[0].ends_with(b"codex-linux-sandbox")
+            && args[1] == b"--sandbox-policy-cwd"
+    })
+}
+
+fn descendants_where(ancestor: u32, matches: impl Fn(&[&[u8]]) -> bool) -> Vec<u32> {
     let mut out = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return out;
@@ -295,9 +310,7 @@ pub fn serving_helpers(ancestor: u32) -> Vec<u32> {
             continue;
         };
         let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        let is_helper =
-            args.len() >= 3 && args[1] == b"--codex-run-as-fs-helper" && args[2] == b"--serve";
-        if is_helper && descends_from(pid, ancestor) {
+        if matches(&args) && descends_from(pid, ancestor) {
             out.push(pid);
         }
     }

@@ -1,0 +1,413 @@
+//! The spawn zygote: a small single-threaded helper (this binary re-executed
+//! with [`ZYGOTE_ARG1`]) started once per server. Forking the multi-threaded
+//! server for every command is slow (page tables, then copy-on-write faults in
+//! the server); forking the tiny zygote is not. For each job the zygote forks
+//! a supervisor, which becomes a child subreaper in its own session, forks and
+//! execs the command, reports its own pid and the command's pid (or the exec
+//! error) on the status pipe, then the command's wait status, and reaps adopted
+//! descendants until none is left (see `supervisor.rs` for the record format).
+//!
+//! Jobs travel over a `SOCK_SEQPACKET` socket: one message with the encoded
+//! launch and four descriptors (stdin, stdout, stderr, status pipe) as
+//! `SCM_RIGHTS`. Any failure to reach the zygote makes the caller fall back to
+//! forking the server directly.
+
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+
+use super::spawn::LaunchSpec;
+use super::supervisor;
+
+/// argv[1] that turns the binary into the spawn zygote (stdin is its socket).
+pub const ZYGOTE_ARG1: &str = "--codexbox-zygote";
+/// Descriptors sent with each job.
+const JOB_FDS: usize = 4;
+/// Largest job message (argv + env); larger launches use the direct path.
+const MAX_JOB_BYTES: usize = 192 * 1024;
+
+/// The server's handle on its zygote.
+#[derive(Debug)]
+pub struct Zygote {
+    socket: Mutex<OwnedFd>,
+}
+
+fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: socketpair writes two descriptors into the array.
+    cvt(unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    })?;
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+impl Zygote {
+    /// Starts the zygote from the codexbox binary at `exe`. Call it from a
+    /// long-lived thread: the zygote dies with the thread that started it.
+    pub fn start(exe: &Path) -> io::Result<Zygote> {
+        let (ours, theirs) = seqpacket_pair()?;
+        let server_pid = std::process::id() as libc::pid_t;
+        let mut cmd = Command::new(exe);
+        cmd.arg0("codexbox-zygote")
+            .arg(ZYGOTE_ARG1)
+            .env_clear()
+            .stdin(Stdio::from(theirs))
+            .stdout(Stdio::null());
+        // SAFETY: prctl and getppid only; async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                if libc::getppid() != server_pid {
+                    return Err(io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn()?;
+        // The zygote ignores SIGCHLD, so nobody waits for it but us, at exit;
+        // a thread keeps it from becoming a zombie if it dies early.
+        std::thread::Builder::new()
+            .name("zygote-waiter".into())
+            .spawn(move || {
+                let _ = child.wait();
+            })?;
+        Ok(Zygote {
+            socket: Mutex::new(ours),
+        })
+    }
+
+    /// Sends one job. `fds` = stdin, stdout, stderr, status pipe (write end).
+    pub fn send(&self, spec: &LaunchSpec, fds: [RawFd; JOB_FDS]) -> io::Result<()> {
+        let job = encode_job(spec);
+        if job.len() > MAX_JOB_BYTES {
+            return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
+        }
+        let socket = super::managed::lock(&self.socket);
+        send_with_fds(socket.as_raw_fd(), &job, &fds)
+    }
+}
+
+fn push_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+/// `tty, cwd, arg0?, argc, argv…, envc, KEY=VALUE…` with length prefixes.
+fn encode_job(spec: &LaunchSpec) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1024);
+    out.push(u8::from(spec.tty.is_some()));
+    push_bytes(&mut out, spec.cwd.as_os_str().as_bytes());
+    match &spec.arg0 {
+        Some(arg0) => {
+            out.push(1);
+            push_bytes(&mut out, arg0.as_bytes());
+        }
+        None => out.push(0),
+    }
+    out.extend_from_slice(&(spec.argv.len() as u32).to_le_bytes());
+    for arg in &spec.argv {
+        push_bytes(&mut out, arg.as_bytes());
+    }
+    out.extend_from_slice(&(spec.env.len() as u32).to_le_bytes());
+    for (key, value) in &spec.env {
+        let mut pair = key.as_bytes().to_vec();
+        pair.push(b'=');
+        pair.extend_from_slice(value.as_bytes());
+        push_bytes(&mut out, &pair);
+    }
+    out
+}
+
+/// A decoded job, in the zygote.
+#[derive(Debug, PartialEq, Eq)]
+struct Job {
+    tty: bool,
+    cwd: PathBuf,
+    arg0: Option<OsString>,
+    argv: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn byte(&mut self) -> Option<u8> {
+        let (&b, rest) = self.0.split_first()?;
+        self.0 = rest;
+        Some(b)
+    }
+    fn u32(&mut self) -> Option<usize> {
+        let bytes = self.0.get(..4)?;
+        let n = u32::from_le_bytes(bytes.try_into().ok()?);
+        self.0 = self.0.get(4..)?;
+        usize::try_from(n).ok()
+    }
+    fn bytes(&mut self) -> Option<Vec<u8>> {
+        let len = self.u32()?;
+        let bytes = self.0.get(..len)?.to_vec();
+        self.0 = self.0.get(len..)?;
+        Some(bytes)
+    }
+}
+
+fn decode_job(bytes: &[u8]) -> Option<Job> {
+    let mut r = Reader(bytes);
+    let tty = r.byte()? == 1;
+    let cwd = PathBuf::from(OsString::from_vec(r.bytes()?));
+    let arg0 = match r.byte()? {
+        1 => Some(OsString::from_vec(r.bytes()?)),
+        _ => None,
+    };
+    let argc = r.u32()?;
+    let mut argv = Vec::with_capacity(argc.min(4096));
+    for _ in 0..argc {
+        argv.push(OsString::from_vec(r.bytes()?));
+    }
+    let envc = r.u32()?;
+    let mut env = Vec::with_capacity(envc.min(4096));
+    for _ in 0..envc {
+        let pair = r.bytes()?;
+        let eq = pair.iter().position(|&b| b == b'=')?;
+        let value = pair.get(eq + 1..)?.to_vec();
+        let mut key = pair;
+        key.truncate(eq);
+        env.push((OsString::from_vec(key), OsString::from_vec(value)));
+    }
+    Some(Job {
+        tty,
+        cwd,
+        arg0,
+        argv,
+        env,
+    })
+}
+
+const CMSG_BUF: usize = 128;
+
+fn send_with_fds(socket: RawFd, data: &[u8], fds: &[RawFd; JOB_FDS]) -> io::Result<()> {
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    let mut cmsg_buf = [0u64; CMSG_BUF / 8];
+    let fd_bytes = std::mem::size_of_val(fds) as u32;
+    // SAFETY: a zeroed msghdr is valid; every pointer set below outlives the
+    // sendmsg call, and the control buffer is large and aligned enough for
+    // one SCM_RIGHTS message with four descriptors (checked by CMSG_SPACE).
+    unsafe {
+        let space = libc::CMSG_SPACE(fd_bytes) as usize;
+        if space > CMSG_BUF {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cmsg_buf.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        if cmsg.is_null() {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(fd_bytes) as _;
+        std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(cmsg).cast(), JOB_FDS);
+        loop {
+            let sent = libc::sendmsg(socket, &msg, libc::MSG_NOSIGNAL);
+            if sent >= 0 {
+                return Ok(());
+            }
+            let err = io::Error::last_os_error();
+            if err.kind() != io::ErrorKind::Interrupted {
+                return Err(err);
+            }
+        }
+    }
+}
+
+/// Receives one job: `None` at EOF.
+fn recv_with_fds(socket: RawFd, buf: &mut [u8]) -> io::Result<Option<(usize, Vec<OwnedFd>)>> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut cmsg_buf = [0u64; CMSG_BUF / 8];
+    // SAFETY: as in `send_with_fds`; the kernel fills at most the lengths we
+    // pass, and received descriptors are taken into OwnedFds exactly once.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cmsg_buf.as_mut_ptr().cast();
+        msg.msg_controllen = CMSG_BUF as _;
+        let n = loop {
+            let n = libc::recvmsg(socket, &mut msg, libc::MSG_CMSG_CLOEXEC);
+            if n >= 0 {
+                break n as usize;
+            }
+            let err = io::Error::last_os_error();
+            if err.kind() != io::ErrorKind::Interrupted {
+                return Err(err);
+            }
+        };
+        let mut fds = Vec::new();
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                let header = libc::CMSG_LEN(0) as usize;
+                let count = ((*cmsg).cmsg_len as usize).saturating_sub(header)
+                    / std::mem::size_of::<RawFd>();
+                for i in 0..count {
+                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+        if n == 0 && fds.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some((n, fds)))
+    }
+}
+
+/// The zygote's life: receive jobs on stdin, fork a supervisor for each.
+pub fn main(_argv: &[OsString]) -> i32 {
+    // Supervisors are reaped by the kernel; they reset this before forking.
+    // SAFETY: setting a signal disposition.
+    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_IGN) };
+    let mut buf = vec![0u8; MAX_JOB_BYTES];
+    loop {
+        let (len, fds) = match recv_with_fds(0, &mut buf) {
+            Ok(Some(job)) => job,
+            Ok(None) | Err(_) => return 0,
+        };
+        let Some(job) = buf.get(..len).and_then(decode_job) else {
+            continue;
+        };
+        let Ok(fds) = <[OwnedFd; JOB_FDS]>::try_from(fds) else {
+            continue;
+        };
+        // SAFETY: the zygote is single-threaded, so the child may run
+        // ordinary code after fork.
+        match unsafe { libc::fork() } {
+            0 => supervise(job, fds),
+            _ => drop(fds),
+        }
+    }
+}
+
+/// Writes a record, ignoring a vanished reader.
+fn record(fd: RawFd, value: i32) {
+    let bytes = value.to_ne_bytes();
+    // SAFETY: writes 4 bytes from a live buffer (atomic on a pipe).
+    unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+}
+
+/// The supervisor forked by the zygote for one job. Never returns.
+fn supervise(job: Job, fds: [OwnedFd; JOB_FDS]) -> ! {
+    let [stdin, stdout, stderr, status] = fds;
+    let status_fd = status.as_raw_fd();
+    // SAFETY: plain system calls on our own process and descriptors.
+    unsafe {
+        libc::signal(libc::SIGCHLD, libc::SIG_DFL);
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+        libc::setsid();
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        libc::dup2(stdin.as_raw_fd(), 0);
+        libc::dup2(stdout.as_raw_fd(), 1);
+        libc::dup2(stderr.as_raw_fd(), 2);
+    }
+    drop((stdin, stdout, stderr));
+    // SAFETY: getpid has no preconditions.
+    record(status_fd, unsafe { libc::getpid() });
+    let outcome = match job.argv.split_first() {
+        Some((program, args)) => {
+            let mut cmd = Command::new(program);
+            cmd.args(args)
+                .env_clear()
+                .envs(job.env.iter().map(|(k, v)| (k, v)))
+                .current_dir(&job.cwd);
+            if let Some(arg0) = &job.arg0 {
+                cmd.arg0(arg0);
+            }
+            let tty = job.tty;
+            // SAFETY: async-signal-safe calls only (see supervisor.rs).
+            unsafe {
+                cmd.pre_exec(move || supervisor::prepare_command_hook(tty));
+            }
+            cmd.spawn()
+        }
+        None => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+    };
+    match outcome {
+        Ok(child) => {
+            let pid = child.id() as i32;
+            record(status_fd, pid);
+            // The supervisor holds none of the command's stdio.
+            // SAFETY: closing our own descriptors.
+            unsafe {
+                for fd in 0..3 {
+                    libc::close(fd);
+                }
+            }
+            supervisor::reap_forever(pid, status_fd)
+        }
+        Err(err) => {
+            record(status_fd, -err.raw_os_error().unwrap_or(libc::EIO));
+            // SAFETY: _exit skips atexit handlers.
+            unsafe { libc::_exit(0) }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jobs_round_trip() {
+        let spec = LaunchSpec {
+            argv: vec!["sh".into(), "-c".into(), "echo =".into()],
+            arg0: Some("x".into()),
+            cwd: "/tmp".into(),
+            env: vec![("A".into(), "b=c".into())],
+            tty: Some(Default::default()),
+            pipe_stdin: false,
+            sandboxed: false,
+        };
+        let job = decode_job(&encode_job(&spec)).unwrap();
+        assert_eq!(
+            job,
+            Job {
+                tty: true,
+                cwd: "/tmp".into(),
+                arg0: Some("x".into()),
+                argv: spec.argv.clone(),
+                env: spec.env.clone(),
+            }
+        );
+        assert!(decode_job(&encode_job(&spec)[..5]).is_none());
+    }
+}
