@@ -1,0 +1,315 @@
+//! Helpers for the escape battery (`tests/attack_*.rs`): private trees
+//! outside `/tmp`, profiles, runs of the real binary as
+//! `codexbox linux-sandbox` with a chosen launcher, and probe scripts whose
+//! output is one marker line per attempt.
+#![allow(dead_code)] // each attack file uses a subset
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_codexbox");
+
+/// How the sandbox is enforced for one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Launcher {
+    /// The system bubblewrap (`CODEXBOX_BWRAP=system`, `--backend bwrap`).
+    System,
+    /// The built-in bubblewrap (`CODEXBOX_BWRAP=builtin`, `--backend bwrap`).
+    Builtin,
+    /// `--backend landlock`.
+    Landlock,
+}
+
+impl Launcher {
+    pub fn named(name: &str) -> Launcher {
+        match name {
+            "system" => Launcher::System,
+            "builtin" => Launcher::Builtin,
+            "landlock" => Launcher::Landlock,
+            other => panic!("unknown launcher {other}"),
+        }
+    }
+
+    /// Adds the backend flags to a `linux-sandbox` command line.
+    pub fn flags(self) -> Vec<&'static str> {
+        match self {
+            Launcher::System | Launcher::Builtin => vec!["--backend", "bwrap"],
+            Launcher::Landlock => vec!["--backend", "landlock"],
+        }
+    }
+
+    pub fn apply(self, cmd: &mut Command) {
+        match self {
+            Launcher::System => {
+                cmd.env("CODEXBOX_BWRAP", "system");
+            }
+            Launcher::Builtin => {
+                cmd.env("CODEXBOX_BWRAP", "builtin");
+            }
+            Launcher::Landlock => {}
+        }
+    }
+
+    pub fn is_bwrap(self) -> bool {
+        self != Launcher::Landlock
+    }
+}
+
+/// A private tree for one test under cargo's target tmp dir (never `/tmp`,
+/// which some profiles make writable): `root/ws` is the workspace,
+/// `root/outside` a read-only sibling.
+pub struct Tree {
+    _dir: tempfile::TempDir,
+    pub root: PathBuf,
+    pub ws: PathBuf,
+    pub outside: PathBuf,
+}
+
+impl Tree {
+    pub fn new() -> Tree {
+        let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let _ = std::fs::create_dir_all(&base);
+        let dir = tempfile::Builder::new()
+            .prefix("attack-")
+            .tempdir_in(base)
+            .expect("tempdir");
+        let root = dir.path().canonicalize().expect("canonical tempdir");
+        let ws = root.join("ws");
+        let outside = root.join("outside");
+        std::fs::create_dir_all(&ws).expect("mkdir ws");
+        std::fs::create_dir_all(&outside).expect("mkdir outside");
+        Tree {
+            _dir: dir,
+            root,
+            ws,
+            outside,
+        }
+    }
+
+    /// Writes `rel` (relative to the tree root) with `text`.
+    pub fn put(&self, rel: &str, text: &str) -> PathBuf {
+        let p = self.root.join(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&p, text).expect("write");
+        p
+    }
+
+    pub fn read(&self, rel: &str) -> Option<String> {
+        std::fs::read_to_string(self.root.join(rel)).ok()
+    }
+
+    /// Names directly in `dir` (relative to the root), sorted.
+    pub fn names(&self, dir: &str) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(self.root.join(dir))
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+}
+
+/// One profile entry for a path.
+pub fn entry(path: &Path, access: &str) -> String {
+    format!(
+        r#"{{"path":{{"type":"path","path":"{}"}},"access":"{access}"}}"#,
+        path.display()
+    )
+}
+
+pub fn special(kind: &str, access: &str) -> String {
+    format!(r#"{{"path":{{"type":"special","value":{{"kind":"{kind}"}}}},"access":"{access}"}}"#)
+}
+
+pub fn glob(pattern: &str, access: &str) -> String {
+    format!(r#"{{"path":{{"type":"glob_pattern","pattern":"{pattern}"}},"access":"{access}"}}"#)
+}
+
+pub fn managed(entries: &[String], network: &str) -> String {
+    format!(
+        r#"{{"type":"managed","file_system":{{"type":"restricted","entries":[{}]}},"network":"{network}"}}"#,
+        entries.join(",")
+    )
+}
+
+/// Read everything, write the project root (with its protected metadata),
+/// plus `extra` entries; `/tmp` and `$TMPDIR` stay read-only.
+pub fn workspace(extra: &[String], network: &str) -> String {
+    let meta = |sub: &str| {
+        format!(
+            r#"{{"path":{{"type":"special","value":{{"kind":"project_roots","subpath":"{sub}"}}}},"access":"read"}}"#
+        )
+    };
+    let mut entries = vec![
+        special("root", "read"),
+        special("project_roots", "write"),
+        meta(".git"),
+        meta(".agents"),
+        meta(".codex"),
+    ];
+    entries.extend_from_slice(extra);
+    managed(&entries, network)
+}
+
+/// The `linux-sandbox` command for `argv` in `cwd` (not yet run).
+pub fn command(
+    launcher: Launcher,
+    cwd: &Path,
+    profile: &str,
+    extra: &[&str],
+    argv: &[&str],
+) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("linux-sandbox")
+        .arg("--sandbox-policy-cwd")
+        .arg(cwd)
+        .arg("--permission-profile")
+        .arg(profile)
+        .args(launcher.flags())
+        .args(extra)
+        .arg("--")
+        .args(argv)
+        .current_dir(cwd)
+        .stdin(Stdio::null());
+    launcher.apply(&mut cmd);
+    cmd
+}
+
+/// Runs `sh -c script` in the sandbox and logs what happened.
+pub fn sh(launcher: Launcher, cwd: &Path, profile: &str, extra: &[&str], script: &str) -> Output {
+    let out = command(launcher, cwd, profile, extra, &["sh", "-c", script])
+        .output()
+        .expect("run codexbox linux-sandbox");
+    log(launcher, script, &out);
+    out
+}
+
+/// Runs `python3 -c code` in the sandbox.
+pub fn py(launcher: Launcher, cwd: &Path, profile: &str, code: &str) -> Output {
+    let out = command(launcher, cwd, profile, &[], &["python3", "-c", code])
+        .output()
+        .expect("run codexbox linux-sandbox");
+    log(launcher, code, &out);
+    out
+}
+
+pub fn log(launcher: Launcher, what: &str, out: &Output) {
+    eprintln!(
+        "--- [{launcher:?}] {what}\nstatus: {:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A shell prelude defining `try NAME CMD…`: prints `ESCAPE:NAME` when the
+/// command succeeds and `held:NAME` when it fails, and `must NAME CMD…`:
+/// prints `ok:NAME` when the command succeeds and `BROKEN:NAME` otherwise.
+pub const PRELUDE: &str = "try() { n=$1; shift; if ( \"$@\" ) >/dev/null 2>&1; then echo ESCAPE:$n; else echo held:$n; fi; }\n\
+must() { n=$1; shift; if ( \"$@\" ) >/dev/null 2>&1; then echo ok:$n; else echo BROKEN:$n; fi; }\n";
+
+/// Asserts a probe's markers: no `ESCAPE:`/`BROKEN:` line, every `held`
+/// and `ok` name present (so a probe that died early cannot pass).
+pub fn assert_markers(out: &Output, held: &[&str], ok: &[&str]) {
+    let s = stdout(out);
+    let escapes: Vec<&str> = s
+        .lines()
+        .filter(|l| l.starts_with("ESCAPE:") || l.starts_with("BROKEN:"))
+        .collect();
+    assert!(
+        escapes.is_empty(),
+        "attacks succeeded or controls failed: {escapes:?}\n{s}\n{}",
+        stderr(out)
+    );
+    for n in held {
+        assert!(
+            s.lines().any(|l| l == format!("held:{n}")),
+            "no result for attack {n}:\n{s}\n{}",
+            stderr(out)
+        );
+    }
+    for n in ok {
+        assert!(
+            s.lines().any(|l| l == format!("ok:{n}")),
+            "control {n} did not run:\n{s}\n{}",
+            stderr(out)
+        );
+    }
+}
+
+/// Whether this launcher can run a sandboxed `true` here. Skips out loud
+/// when user namespaces or Landlock are unavailable, unless
+/// `CODEXBOX_REQUIRE_SANDBOX=1`. A launcher that exists but fails is NOT a
+/// skip: the test then fails on its controls.
+pub fn available(launcher: Launcher) -> bool {
+    let reason = match launcher {
+        Launcher::Landlock => {
+            // SAFETY: landlock_create_ruleset(NULL, 0, VERSION) only returns
+            // the ABI number; no memory is passed.
+            let abi = unsafe {
+                libc::syscall(
+                    libc::SYS_landlock_create_ruleset,
+                    std::ptr::null::<u8>(),
+                    0usize,
+                    1u32,
+                )
+            };
+            if abi >= 1 {
+                return true;
+            }
+            "Landlock is not enabled in this kernel".to_owned()
+        }
+        _ => {
+            let ok = Command::new("unshare")
+                .args(["--user", "--map-root-user", "true"])
+                .stdin(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
+            let bwrap = launcher == Launcher::Builtin || which("bwrap").is_some();
+            if ok && bwrap {
+                return true;
+            }
+            format!("user namespaces usable: {ok}, bubblewrap found: {bwrap}")
+        }
+    };
+    if std::env::var_os("CODEXBOX_REQUIRE_SANDBOX").is_some_and(|v| v == "1") {
+        panic!("sandbox required but {launcher:?} is unusable: {reason}");
+    }
+    eprintln!("SKIP: {launcher:?} unusable here: {reason}");
+    false
+}
+
+pub fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
+/// python3 on PATH, or a loud skip.
+pub fn python3() -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "pass"])
+        .stdin(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        eprintln!("SKIP: python3 is not installed");
+    }
+    ok
+}
