@@ -99,8 +99,7 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         .map(|arg0| arg0.to_string_lossy().into_owned())
         .unwrap_or_else(|| "bwrap".to_owned());
     let args = argv.get(1..).unwrap_or_default();
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let caller_is_root = unsafe { libc::getuid() } == 0;
+    let caller_is_root = nix::unistd::getuid().is_root();
     match cli::parse(args, caller_is_root) {
         Ok(Parsed::Help) => {
             print!("{}", cli::usage(&prog));
@@ -158,18 +157,16 @@ fn launch(config: Config) -> Result<i32, BwrapError> {
     // SAFETY: resetting a disposition to SIG_DFL installs no handler.
     unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
     let proc_fd = open_proc()?;
-    // SAFETY: getuid/getgid have no preconditions.
+    let uid = nix::unistd::getuid();
     let caller = Caller {
-        uid: unsafe { libc::getuid() },
-        gid: unsafe { libc::getgid() },
+        uid: uid.as_raw(),
+        gid: nix::unistd::getgid().as_raw(),
         cwd: std::env::current_dir().ok().map(PathBuf::into_os_string),
-        root_caps: None,
-    };
-    let caller = Caller {
-        root_caps: (caller.uid == 0)
-            .then(|| caps::effective_caps().ok())
-            .flatten(),
-        ..caller
+        root_caps: if uid.is_root() {
+            caps::effective_caps().ok()
+        } else {
+            None
+        },
     };
     let host_tty = if nix::unistd::isatty(std::io::stdout()).unwrap_or(false) {
         nix::unistd::ttyname(std::io::stdout()).ok()
@@ -398,6 +395,10 @@ fn exec_command(
     caller: &Caller,
     programs: Vec<seccomp_fd::Program>,
 ) -> Result<Infallible, BwrapError> {
+    // The Rust runtime ignores SIGPIPE in this process; the command gets the
+    // default disposition, as from any C launcher.
+    // SAFETY: resetting a disposition to SIG_DFL installs no handler.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     if config.new_session {
         nix::unistd::setsid().map_err(|errno| BwrapError::Setsid(errno.into()))?;
     }
