@@ -971,3 +971,32 @@ fn builtin_new_session_blocks_terminal_injection() {
         assert!(same_session.contains("injected"), "{same_session:?}");
     }
 }
+
+#[test]
+fn args_fd_and_share_net_observe_the_same() {
+    if !have_system_bwrap("args_fd_and_share_net_observe_the_same") {
+        return;
+    }
+    let argv = [
+        "--args",
+        "5",
+        "sh",
+        "-c",
+        "hostname; echo $0 $1; ls /sys/class/net | tr '\\n' ' '",
+    ];
+    let with_args = |which: Impl| {
+        let (read, write) = pipe();
+        fs::File::from(write)
+            .write_all(
+                b"--ro-bind\0/\0/\0--unshare-all\0--share-net\0--unshare-uts\0--hostname\0h\0",
+            )
+            .expect("args");
+        let mut cmd = command(which, &argv);
+        pass_fd(&mut cmd, &read, 5);
+        finish(cmd)
+    };
+    let system = with_args(Impl::System);
+    let builtin = with_args(Impl::Builtin);
+    assert_outcomes_equal(&argv, &system, &builtin);
+    assert!(builtin.stdout.starts_with("h\nsh\n"), "{builtin:?}");
+}

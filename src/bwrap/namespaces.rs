@@ -214,3 +214,39 @@ pub fn enter_nested_user_namespace(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_and_mount_namespaces_are_always_created() {
+        let flags = clone_flags(&Unshare::default());
+        assert_eq!(flags, libc::CLONE_NEWUSER | libc::CLONE_NEWNS);
+        let all = clone_flags(&Unshare {
+            pid: true,
+            net: true,
+            ipc: true,
+            uts: true,
+            cgroup: true,
+            ..Unshare::default()
+        });
+        for flag in [
+            libc::CLONE_NEWPID,
+            libc::CLONE_NEWNET,
+            libc::CLONE_NEWIPC,
+            libc::CLONE_NEWUTS,
+            libc::CLONE_NEWCGROUP,
+        ] {
+            assert_ne!(all & flag, 0);
+        }
+    }
+
+    #[test]
+    fn a_refused_clone_says_user_namespaces_are_not_allowed() {
+        let err = NamespaceError::Clone(io::Error::from_raw_os_error(libc::EPERM));
+        assert!(err
+            .to_string()
+            .starts_with("No permissions to create a new namespace"));
+    }
+}
