@@ -1000,3 +1000,89 @@ fn args_fd_and_share_net_observe_the_same() {
     assert_outcomes_equal(&argv, &system, &builtin);
     assert!(builtin.stdout.starts_with("h\nsh\n"), "{builtin:?}");
 }
+
+/// The bwrap options `codexbox sandbox --explain` prints for a profile (up to
+/// the inner command), without `--argv0`, which bubblewrap 0.8 lacks.
+fn sandbox_profile_argv(profile: &str, cwd: &Path, network: bool) -> Vec<String> {
+    let mut cmd = std::process::Command::new(common::bwrap::CODEXBOX);
+    cmd.args(["sandbox", "--explain", "--profile", profile, "-C"])
+        .arg(cwd);
+    if network {
+        cmd.arg("--network");
+    }
+    let output = cmd
+        .args(["--", "true"])
+        .output()
+        .expect("run sandbox --explain");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let line = text
+        .lines()
+        .find_map(|line| line.strip_prefix("argv: "))
+        .unwrap_or_else(|| panic!("no argv line in {text:?}"));
+    let mut args = Vec::new();
+    let mut tokens = line.split_whitespace().skip(1);
+    while let Some(token) = tokens.next() {
+        match token {
+            "--" => break,
+            "--argv0" => {
+                tokens.next();
+            }
+            other => args.push(other.to_owned()),
+        }
+    }
+    args
+}
+
+#[test]
+fn linux_sandbox_profile_argv_observes_the_same() {
+    if !have_system_bwrap("linux_sandbox_profile_argv_observes_the_same") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    fs::create_dir(dir.path().join(".git")).expect("mkdir .git");
+    let ws = dir.path().to_str().expect("utf-8").to_owned();
+    for (profile, network) in [
+        ("read-only", false),
+        ("workspace", false),
+        ("workspace", true),
+    ] {
+        let args = sandbox_profile_argv(profile, dir.path(), network);
+        assert!(args.contains(&"--cap-drop".to_owned()), "{args:?}");
+        // Data fds the argv names (empty-file masks) are /dev/null for both.
+        let fds: Vec<i32> = args
+            .windows(2)
+            .filter(|pair| {
+                matches!(
+                    pair[0].as_str(),
+                    "--ro-bind-data" | "--bind-data" | "--file"
+                )
+            })
+            .filter_map(|pair| pair[1].parse().ok())
+            .collect();
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let git = format!("{ws}/.git");
+        let argv = with_probe(&refs, &[ws.as_str(), &git, "/tmp", "/"]);
+        let launch = |which: Impl| {
+            let null = OwnedFd::from(fs::File::open("/dev/null").expect("open"));
+            let mut cmd = command(which, &argv);
+            for fd in &fds {
+                pass_fd(&mut cmd, &null, *fd);
+            }
+            finish(cmd)
+        };
+        let system = launch(Impl::System);
+        let builtin = launch(Impl::Builtin);
+        assert_outcomes_equal(&argv, &system, &builtin);
+        assert_eq!(builtin.code, 0, "{profile}: {builtin:?}");
+        assert!(builtin.stdout.contains("CapEff: 0000000000000000\n"));
+        let expected = if profile == "workspace" { "rw" } else { "r-" };
+        assert!(
+            builtin
+                .stdout
+                .contains(&format!("access: {ws} {expected}\n")),
+            "{profile}: {}",
+            builtin.stdout
+        );
+        assert!(builtin.stdout.contains(&format!("access: {git} r-\n")));
+    }
+}
