@@ -712,6 +712,28 @@ mod tests {
     }
 
     #[test]
+    fn errors_read_like_bubblewraps() {
+        let enoent = || io::Error::from_raw_os_error(libc::ENOENT);
+        assert_eq!(
+            MountError::Source {
+                path: "/x".into(),
+                source: enoent()
+            }
+            .to_string(),
+            "Can't find source path /x: No such file or directory"
+        );
+        assert_eq!(
+            MountError::Chmod {
+                mode: 0o700,
+                path: "/y".into(),
+                source: enoent()
+            }
+            .to_string(),
+            "Can't chmod 0700 /y: No such file or directory"
+        );
+    }
+
+    #[test]
     fn mountinfo_escapes_are_decoded() {
         assert_eq!(unescape_mountinfo("/a\\040b"), "/a b");
     }

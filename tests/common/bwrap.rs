@@ -161,7 +161,7 @@ env | grep -v '^_=' | sort | sed 's/^/env: /'
 echo "cwd: $(pwd)"
 echo "root: $(ls -A / | tr '\n' ' ')"
 echo "dev: $(ls -A /dev | tr '\n' ' ')"
-grep -E '^(Cap|NoNewPrivs)' /proc/self/status | tr '\t' ' '
+grep -E '^(Cap|NoNewPrivs|SigIgn|SigBlk)' /proc/self/status | tr '\t' ' '
 echo "fds: $(ls /proc/self/fd | tr '\n' ' ')"
 awk '{ for (i = 7; i <= NF; i++) if ($i == "-") break; split($6, o, ",");
        if (!($5 in seen)) { order[++n] = $5; seen[$5] = 1 }
