@@ -165,3 +165,32 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
         .find_map(|line| line.strip_prefix("VmRSS:"))
         .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
 }
+
+/// `pid` and all its descendants (from `/proc/*/stat`).
+pub fn process_tree(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return vec![pid];
+    };
+    let parents: Vec<(u32, u32)> = dir
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|child| {
+            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).ok()?;
+            let rest = stat.get(stat.rfind(')')? + 2..)?;
+            let ppid = rest.split_whitespace().nth(1)?.parse().ok()?;
+            Some((child, ppid))
+        })
+        .collect();
+    let mut tree = vec![pid];
+    let mut index = 0;
+    while index < tree.len() {
+        let parent = tree[index];
+        tree.extend(
+            parents
+                .iter()
+                .filter(|&&(_, ppid)| ppid == parent)
+                .map(|&(child, _)| child),
+        );
+        index += 1;
+    }
+    tree
+}

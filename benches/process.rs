@@ -12,7 +12,9 @@ use codexbox::client::{ExecServerClient, Notification, ProcessEvent, StartParams
 use futures_util::future::join_all;
 use tokio::sync::mpsc;
 
-use crate::common::{at_least, ms, quantile, ratio_at_most, rss_kib, Report, Server, Value};
+use crate::common::{
+    at_least, ms, process_tree, quantile, ratio_at_most, rss_kib, Report, Server, Value,
+};
 
 type BenchResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
@@ -431,7 +433,11 @@ async fn idle_rss(report: &mut Report) -> BenchResult {
         client.close();
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let server_kib = rss_kib(server.pid()).ok_or("cannot read the server's VmRSS")?;
+    let tree = process_tree(server.pid());
+    let server_kib = tree
+        .iter()
+        .map(|&pid| rss_kib(pid).ok_or("cannot read a VmRSS"))
+        .sum::<Result<u64, _>>()?;
     let mut sleeper = Command::new(program("sleep")?).arg("10").spawn()?;
     tokio::time::sleep(Duration::from_millis(100)).await;
     let sleep_kib = rss_kib(sleeper.id()).ok_or("cannot read sleep's VmRSS");
@@ -440,7 +446,14 @@ async fn idle_rss(report: &mut Report) -> BenchResult {
     let sleep_kib = sleep_kib?;
     let mib = server_kib as f64 / 1024.0;
     report.figure(
-        Value::new("idle server RSS", mib, "MiB"),
+        Value::new(
+            &format!(
+                "idle server RSS ({} processes: server and helpers)",
+                tree.len()
+            ),
+            mib,
+            "MiB",
+        ),
         Value::new("idle `sleep` RSS", sleep_kib as f64 / 1024.0, "MiB"),
         &format!(
             "target <= 10 MiB: {}",

@@ -855,3 +855,80 @@ async fn a_pty_process_killed_by_a_signal_exits_128_plus_signal() {
     assert!(exited.params["signal"].is_string(), "{exited:?}");
     assert_no_children(server.pid()).await;
 }
+
+#[tokio::test]
+async fn read_max_bytes_and_next_seq_follow_the_reference_rules() {
+    let server = Server::start(&[]);
+    let (mut ws, _) = server.session().await;
+    let mut params = sh("steps", "while read l; do echo $l; done");
+    params["pipeStdin"] = json!(true);
+    ws.call("process/start", params).await;
+    // One line at a time, each awaited: three chunks of 2 bytes, seqs 1..3.
+    for line in ["a", "b", "c"] {
+        ws.call(
+            "process/write",
+            json!({"processId": "steps", "chunk": b64(format!("{line}\n").as_bytes())}),
+        )
+        .await;
+        let output = ws.notification("process/output", "steps").await;
+        assert_eq!(
+            unb64(output["chunk"].as_str().unwrap_or_default()),
+            format!("{line}\n").as_bytes()
+        );
+    }
+    let seqs = |read: &Value| -> Vec<u64> {
+        read["chunks"]
+            .as_array()
+            .map(|c| c.iter().filter_map(|c| c["seq"].as_u64()).collect())
+            .unwrap_or_default()
+    };
+    let read = ws
+        .call(
+            "process/read",
+            json!({"processId": "steps", "afterSeq": 0, "maxBytes": 3}),
+        )
+        .await;
+    assert_eq!(
+        (seqs(&read), read["nextSeq"].clone()),
+        (vec![1], json!(2)),
+        "{read}"
+    );
+    let read = ws
+        .call(
+            "process/read",
+            json!({"processId": "steps", "afterSeq": 0, "maxBytes": 4}),
+        )
+        .await;
+    assert_eq!(
+        (seqs(&read), read["nextSeq"].clone()),
+        (vec![1, 2], json!(3)),
+        "{read}"
+    );
+    let read = ws
+        .call(
+            "process/read",
+            json!({"processId": "steps", "afterSeq": 1, "maxBytes": 1}),
+        )
+        .await;
+    assert_eq!(
+        (seqs(&read), read["nextSeq"].clone()),
+        (vec![2], json!(3)),
+        "{read}"
+    );
+    let read = ws
+        .call("process/read", json!({"processId": "steps", "afterSeq": 0}))
+        .await;
+    assert_eq!(
+        (seqs(&read), read["nextSeq"].clone()),
+        (vec![1, 2, 3], json!(4)),
+        "{read}"
+    );
+    ws.call(
+        "process/write",
+        json!({"processId": "steps", "chunk": "", "closeStdin": true}),
+    )
+    .await;
+    let events = ws.events_until_closed("steps").await;
+    assert_eq!(exited_of(&events).exit_code, Some(0));
+    assert_no_children(server.pid()).await;
+}

@@ -645,18 +645,67 @@ pub fn children_of(pid: u32) -> Vec<(u32, char)> {
         .collect()
 }
 
-/// Waits (bounded) until the server has no child processes at all (no
-/// running leftover and no unreaped zombie).
+/// argv of a process (`None` when it is gone).
+fn cmdline(pid: u32) -> Option<Vec<String>> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    Some(
+        raw.split(|&b| b == 0)
+            .filter(|part| !part.is_empty())
+            .map(|part| String::from_utf8_lossy(part).into_owned())
+            .collect(),
+    )
+}
+
+/// Whether `pid` is the server's long-lived spawn helper, which may stay.
+fn is_spawn_helper(pid: u32) -> bool {
+    cmdline(pid).is_some_and(|argv| {
+        argv.get(1).map(String::as_str) == Some(codexbox::process::zygote::ZYGOTE_ARG1)
+    })
+}
+
+/// Every descendant of `root` with its state and argv, except the server's
+/// own long-lived spawn helper (its descendants are included).
+pub fn leftover_descendants(root: u32) -> Vec<(u32, char, Vec<String>)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let table: Vec<(u32, char, u32)> = dir
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let (state, ppid) = proc_state(pid)?;
+            Some((pid, state, ppid))
+        })
+        .collect();
+    let mut found = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(parent) = frontier.pop() {
+        for &(pid, state, ppid) in &table {
+            if ppid != parent {
+                continue;
+            }
+            frontier.push(pid);
+            let helper = parent == root && state != 'Z' && is_spawn_helper(pid);
+            if !helper {
+                found.push((pid, state, cmdline(pid).unwrap_or_default()));
+            }
+        }
+    }
+    found
+}
+
+/// Waits (bounded) until nothing the server started is left: no running
+/// process and no unreaped zombie anywhere below the server, apart from its
+/// long-lived spawn helper.
 pub async fn assert_no_children(server_pid: u32) {
     let deadline = Instant::now() + WAIT;
     loop {
-        let children = children_of(server_pid);
-        if children.is_empty() {
+        let leftovers = leftover_descendants(server_pid);
+        if leftovers.is_empty() {
             return;
         }
         assert!(
             Instant::now() < deadline,
-            "server {server_pid} still has children (pid, state): {children:?}"
+            "server {server_pid} still has descendants (pid, state, argv): {leftovers:?}"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -868,5 +917,115 @@ pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static)
         Ok(Ok(value)) => value,
         Ok(Err(err)) => panic!("blocking task failed: {err}"),
         Err(_) => panic!("blocking task did not finish within {WAIT:?}"),
+    }
+}
+
+// ----- JSON Schema (the subset the shipped schemas use) -------------------------
+
+/// Loads `resources/schema/<name>.json`.
+pub fn schema(name: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("resources/schema")
+        .join(format!("{name}.json"));
+    match std::fs::read_to_string(&path)
+        .map_err(|e| e.to_string())
+        .and_then(|text| serde_json::from_str(&text).map_err(|e| e.to_string()))
+    {
+        Ok(schema) => schema,
+        Err(err) => panic!("schema {path:?}: {err}"),
+    }
+}
+
+/// Where `value` breaks `schema` (type, enum, minimum/maximum, properties,
+/// required, additionalProperties, items, minItems/maxItems).
+pub fn schema_violations(schema: &Value, value: &Value) -> Vec<String> {
+    let mut errors = Vec::new();
+    check_schema(schema, value, "$", &mut errors);
+    errors
+}
+
+fn type_matches(name: &str, value: &Value) -> bool {
+    match name {
+        "object" => value.is_object(),
+        "array" => value.is_array(),
+        "string" => value.is_string(),
+        "integer" => value.is_i64() || value.is_u64(),
+        "number" => value.is_number(),
+        "boolean" => value.is_boolean(),
+        "null" => value.is_null(),
+        _ => false,
+    }
+}
+
+fn check_schema(schema: &Value, value: &Value, at: &str, errors: &mut Vec<String>) {
+    if let Some(types) = schema.get("type") {
+        let names: Vec<&str> = match types {
+            Value::String(name) => vec![name.as_str()],
+            Value::Array(names) => names.iter().filter_map(Value::as_str).collect(),
+            _ => Vec::new(),
+        };
+        if !names.iter().any(|name| type_matches(name, value)) {
+            errors.push(format!("{at}: {value} is not of type {types}"));
+            return;
+        }
+    }
+    if let Some(Value::Array(allowed)) = schema.get("enum") {
+        if !allowed.contains(value) {
+            errors.push(format!("{at}: {value} not in {allowed:?}"));
+        }
+    }
+    if let (Some(min), Some(n)) = (
+        schema.get("minimum").and_then(Value::as_f64),
+        value.as_f64(),
+    ) {
+        if n < min {
+            errors.push(format!("{at}: {n} < minimum {min}"));
+        }
+    }
+    if let (Some(max), Some(n)) = (
+        schema.get("maximum").and_then(Value::as_f64),
+        value.as_f64(),
+    ) {
+        if n > max {
+            errors.push(format!("{at}: {n} > maximum {max}"));
+        }
+    }
+    if let Value::Object(object) = value {
+        let properties = schema.get("properties").and_then(Value::as_object);
+        if let Some(Value::Array(required)) = schema.get("required") {
+            for key in required.iter().filter_map(Value::as_str) {
+                if !object.contains_key(key) {
+                    errors.push(format!("{at}: missing required {key}"));
+                }
+            }
+        }
+        for (key, member) in object {
+            let path = format!("{at}.{key}");
+            match properties.and_then(|p| p.get(key)) {
+                Some(sub) => check_schema(sub, member, &path, errors),
+                None => match schema.get("additionalProperties") {
+                    Some(Value::Bool(false)) => errors.push(format!("{path}: not allowed")),
+                    Some(sub @ Value::Object(_)) => check_schema(sub, member, &path, errors),
+                    _ => {}
+                },
+            }
+        }
+    }
+    if let Value::Array(items) = value {
+        if let Some(min) = schema.get("minItems").and_then(Value::as_u64) {
+            if (items.len() as u64) < min {
+                errors.push(format!("{at}: fewer than {min} items"));
+            }
+        }
+        if let Some(max) = schema.get("maxItems").and_then(Value::as_u64) {
+            if (items.len() as u64) > max {
+                errors.push(format!("{at}: more than {max} items"));
+            }
+        }
+        if let Some(sub) = schema.get("items") {
+            for (index, item) in items.iter().enumerate() {
+                check_schema(sub, item, &format!("{at}[{index}]"), errors);
+            }
+        }
     }
 }
