@@ -88,7 +88,7 @@ impl Live {
             .env_clear()
             .stdin(Stdio::from(theirs))
             .stdout(Stdio::null());
-        // SAFETY: prctl and getppid only; async-signal-safe.
+        // SAFETY: prctl, getppid and setsid only; async-signal-safe.
         unsafe {
             cmd.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
@@ -96,6 +96,12 @@ impl Live {
                 }
                 if libc::getppid() != server_pid {
                     return Err(io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                // Out of the server's terminal session: a Ctrl-C meant for the
+                // server must not kill the zygote (and its supervisors) before
+                // the server has killed every tree.
+                if libc::setsid() < 0 {
+                    return Err(io::Error::last_os_error());
                 }
                 Ok(())
             });
