@@ -50,6 +50,9 @@ struct Live {
     waiter: std::thread::JoinHandle<()>,
 }
 
+/// Supervisors kept forked and waiting for a job.
+const WARM_SUPERVISORS: usize = 2;
+
 /// How long an idle zygote waits for work before exiting.
 pub const IDLE_EXIT: std::time::Duration = std::time::Duration::from_millis(500);
 
@@ -364,10 +367,10 @@ fn recv_with_fds(socket: RawFd, buf: &mut [u8]) -> io::Result<Option<(usize, Vec
     }
 }
 
-/// The zygote's life. It keeps one *warm* supervisor forked ahead of time and
-/// blocked on the job socket, so a launch costs the server one wake-up and
-/// one fork of the command. A warm supervisor that takes a job reports its pid
-/// on a pipe, and the zygote forks the next one. The zygote reaps supervisors
+/// The zygote's life. It keeps [`WARM_SUPERVISORS`] supervisors forked ahead
+/// of time and blocked on the job socket, so a launch costs one wake-up and
+/// one fork of the command. A supervisor that took a job reports its pid on a
+/// pipe once the command runs, and the zygote forks a replacement. The zygote reaps supervisors
 /// and, when idle for [`IDLE_EXIT`] or when the server hangs up, stops taking
 /// jobs, waits for its supervisors and exits.
 pub fn main(_argv: &[OsString]) -> i32 {
@@ -377,7 +380,7 @@ pub fn main(_argv: &[OsString]) -> i32 {
         return 1;
     }
     let [taken_read, taken_write] = taken;
-    let mut warm: Option<libc::pid_t> = None;
+    let mut warm: std::collections::HashSet<libc::pid_t> = Default::default();
     let mut active: std::collections::HashSet<libc::pid_t> = Default::default();
     let mut idle_since = std::time::Instant::now();
     loop {
@@ -387,17 +390,14 @@ pub fn main(_argv: &[OsString]) -> i32 {
             if pid <= 0 {
                 break;
             }
-            if warm == Some(pid) {
-                warm = None;
-            }
+            warm.remove(&pid);
             active.remove(&pid);
         }
         let mut notice = [0u8; 4];
         // SAFETY: reads into a live 4-byte buffer from our non-blocking pipe.
         while unsafe { libc::read(taken_read, notice.as_mut_ptr().cast(), 4) } == 4 {
             let pid = i32::from_ne_bytes(notice);
-            if warm == Some(pid) {
-                warm = None;
+            if warm.remove(&pid) {
                 active.insert(pid);
             }
             idle_since = std::time::Instant::now();
@@ -407,7 +407,7 @@ pub fn main(_argv: &[OsString]) -> i32 {
         } else if idle_since.elapsed() >= IDLE_EXIT {
             return stop_taking_jobs();
         }
-        if warm.is_none() {
+        while warm.len() < WARM_SUPERVISORS {
             // SAFETY: the zygote is single-threaded, so the child may run
             // ordinary code after fork.
             match unsafe { libc::fork() } {
@@ -416,8 +416,10 @@ pub fn main(_argv: &[OsString]) -> i32 {
                     unsafe { libc::close(taken_read) };
                     warm_supervisor(taken_write)
                 }
-                pid if pid > 0 => warm = Some(pid),
-                _ => {}
+                pid if pid > 0 => {
+                    warm.insert(pid);
+                }
+                _ => break,
             }
         }
         let mut polls = [
@@ -469,16 +471,16 @@ fn warm_supervisor(taken_write: RawFd) -> ! {
         // SAFETY: _exit skips atexit handlers.
         unsafe { libc::_exit(0) }
     };
-    // SAFETY: getpid has no preconditions.
-    record(taken_write, unsafe { libc::getpid() });
-    // SAFETY: closing our own descriptor.
-    unsafe { libc::close(taken_write) };
     let job = buf.get(..len).and_then(decode_job);
+    drop(buf);
     match (job, <[OwnedFd; JOB_FDS]>::try_from(fds)) {
-        (Some(job), Ok(fds)) => supervise(job, fds),
+        (Some(job), Ok(fds)) => supervise(job, fds, taken_write),
         // A malformed job: dropping its descriptors tells the server.
-        // SAFETY: _exit skips atexit handlers.
-        _ => unsafe { libc::_exit(0) },
+        _ => {
+            announce_taken(taken_write);
+            // SAFETY: _exit skips atexit handlers.
+            unsafe { libc::_exit(0) }
+        }
     }
 }
 
@@ -489,8 +491,18 @@ fn record(fd: RawFd, value: i32) {
     unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
 }
 
-/// Runs one job in a warm supervisor. Never returns.
-fn supervise(job: Job, fds: [OwnedFd; JOB_FDS]) -> ! {
+/// Tells the zygote this supervisor is busy, so it forks the next warm one.
+fn announce_taken(taken_write: RawFd) {
+    // SAFETY: getpid has no preconditions; closing our own descriptor.
+    unsafe {
+        record(taken_write, libc::getpid());
+        libc::close(taken_write);
+    }
+}
+
+/// Runs one job in a warm supervisor; announces itself busy once the command
+/// runs (so forking the next warm supervisor stays off the launch's path).
+fn supervise(job: Job, fds: [OwnedFd; JOB_FDS], taken_write: RawFd) -> ! {
     let [stdin, stdout, stderr, status] = fds;
     let status_fd = status.as_raw_fd();
     // SAFETY: plain system calls on our own descriptors; dup2 onto 0 also
@@ -526,6 +538,7 @@ fn supervise(job: Job, fds: [OwnedFd; JOB_FDS]) -> ! {
         Ok(child) => {
             let pid = child.id() as i32;
             record(status_fd, pid);
+            announce_taken(taken_write);
             // The supervisor holds none of the command's stdio.
             // SAFETY: closing our own descriptors.
             unsafe {
@@ -537,6 +550,7 @@ fn supervise(job: Job, fds: [OwnedFd; JOB_FDS]) -> ! {
         }
         Err(err) => {
             record(status_fd, -err.raw_os_error().unwrap_or(libc::EIO));
+            announce_taken(taken_write);
             // SAFETY: _exit skips atexit handlers.
             unsafe { libc::_exit(0) }
         }
