@@ -22,6 +22,10 @@ use std::path::{Component, Path, PathBuf};
 
 use crate::sandbox::policy::{normalize, ResolvedPolicy, PROTECTED_METADATA_NAMES};
 
+/// Kernel controls below a fresh `/proc` bound read-only when present
+/// (besides `/proc/sys`, which must exist).
+const PROC_READ_ONLY_EXTRAS: [&str; 3] = ["/proc/sysrq-trigger", "/proc/irq", "/proc/bus"];
+
 /// argv[0] the inner stage is started with when the launcher has `--argv0`.
 pub const INNER_ARGV0: &str = "codex-linux-sandbox";
 
@@ -554,6 +558,13 @@ impl Builder<'_> {
         }
         if i.mount_proc {
             self.out.texts(&["--proc", "/proc"]);
+            // bubblewrap covers the kernel's global knobs only for a setuid
+            // launcher; a root caller could otherwise write /proc/sys (e.g.
+            // kernel.core_pattern). Bind them read-only over the fresh /proc.
+            self.out.path2("--ro-bind", Path::new("/proc/sys"));
+            for p in PROC_READ_ONLY_EXTRAS {
+                self.out.path2("--ro-bind-try", Path::new(p));
+            }
         } else {
             // Without a fresh procfs the host's /proc (bound with `/`) would
             // show every host process: hide it instead.
@@ -642,6 +653,9 @@ mod tests {
 
     const NS: &str =
         "--unshare-user --unshare-pid --unshare-ipc --unshare-uts --unshare-cgroup-try";
+    const PROC_RO: &str = "--ro-bind /proc/sys /proc/sys \
+        --ro-bind-try /proc/sysrq-trigger /proc/sysrq-trigger \
+        --ro-bind-try /proc/irq /proc/irq --ro-bind-try /proc/bus /proc/bus";
 
     #[test]
     fn read_only_argv_with_argv0() {
@@ -651,7 +665,7 @@ mod tests {
             render(&cmd),
             format!(
                 "--new-session --die-with-parent --ro-bind / / --dev /dev {NS} --unshare-net \
-                 --disable-userns --cap-drop ALL --proc /proc --chdir / --argv0 codex-linux-sandbox \
+                 --disable-userns --cap-drop ALL --proc /proc {PROC_RO} --chdir / --argv0 codex-linux-sandbox \
                  -- /opt/codexbox --apply-seccomp-then-exec -- /bin/true"
             )
         );
@@ -715,7 +729,7 @@ mod tests {
                  --perms 555 --tmpfs {r}/.agents --remount-ro {r}/.agents \
                  --perms 555 --tmpfs {r}/.codex --remount-ro {r}/.codex \
                  --ro-bind {r}/.git {r}/.git \
-                 {NS} --unshare-net --disable-userns --cap-drop ALL --proc /proc --chdir {r} \
+                 {NS} --unshare-net --disable-userns --cap-drop ALL --proc /proc {PROC_RO} --chdir {r} \
                  --argv0 codex-linux-sandbox -- /opt/codexbox --apply-seccomp-then-exec -- /bin/true"
             )
         );
