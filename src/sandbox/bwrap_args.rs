@@ -376,6 +376,33 @@ impl Builder<'_> {
             }
         }
 
+        // 2b. Read-only subpaths outside their own root (a `gitdir:` target
+        // in another writable root): after every bind, so none covers them,
+        // with the deny masks below them applied again on top.
+        let mut outer: Vec<PathBuf> = Vec::new();
+        for w in &writable {
+            let mount = canonical_or_self(&w.root);
+            for p in &w.read_only_subpaths {
+                let p = self.remap(p);
+                if !p.starts_with(&mount) && !outer.contains(&p) {
+                    outer.push(p);
+                }
+            }
+        }
+        outer.sort_by_key(|p| (depth(p), p.clone()));
+        for p in &outer {
+            self.read_only(p, 0)?;
+        }
+        let mut again: Vec<PathBuf> = done
+            .iter()
+            .filter(|u| outer.iter().any(|p| u.starts_with(p)))
+            .cloned()
+            .collect();
+        by_depth(&mut again);
+        for u in again {
+            self.mask(&u, 0)?;
+        }
+
         // 3. Remaining denied paths.
         let mut rest: Vec<PathBuf> = unreadable
             .into_iter()
