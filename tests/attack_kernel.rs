@@ -932,7 +932,6 @@ fn no_leftovers_after_the_helper_is_killed() {
 /// sandbox. Launcher selection only skips binaries under the current
 /// directory (SPEC §5.3 item 6); it should skip every writable root.
 #[test]
-#[ignore = "VULN: a bwrap planted by a sandboxed command in a writable root on PATH (not under the policy cwd) is executed, unsandboxed, by the next run"]
 fn planted_bwrap_in_a_writable_root_is_never_launched() {
     if !available(Launcher::System) {
         return;

@@ -412,7 +412,14 @@ pub fn quote(word: &std::ffi::OsStr) -> String {
 fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Failure> {
     run::cloexec_inherited_fds();
     let state_dir = state::state_dir().map_err(fail)?;
-    let choice = launcher::select(&prepared.policy_cwd, Some(&state_dir)).map_err(fail)?;
+    let writable: Vec<PathBuf> = prepared
+        .resolved
+        .writable_roots()
+        .iter()
+        .map(|w| w.root.clone())
+        .collect();
+    let choice = launcher::select_excluding(&prepared.policy_cwd, &writable, Some(&state_dir))
+        .map_err(fail)?;
     let exe =
         std::env::current_exe().map_err(|e| fail(format!("cannot locate this executable: {e}")))?;
 

@@ -106,6 +106,17 @@ impl LauncherChoice {
 
 /// Selects the launcher for a run whose process cwd is `cwd`.
 pub fn select(cwd: &Path, cache_dir: Option<&Path>) -> Result<LauncherChoice, LauncherError> {
+    select_excluding(cwd, &[], cache_dir)
+}
+
+/// [`select`], also skipping a system bwrap under any of `untrusted` (the
+/// run's writable roots: a sandboxed command could have planted it there,
+/// and the launcher runs outside the sandbox).
+pub fn select_excluding(
+    cwd: &Path,
+    untrusted: &[PathBuf],
+    cache_dir: Option<&Path>,
+) -> Result<LauncherChoice, LauncherError> {
     let forced = std::env::var(FORCE_ENV).ok().filter(|v| !v.is_empty());
     let exe = std::env::current_exe().map_err(LauncherError::CurrentExe)?;
     let mut skipped = Vec::new();
@@ -116,7 +127,8 @@ pub fn select(cwd: &Path, cache_dir: Option<&Path>) -> Result<LauncherChoice, La
         }
     }
     if want("system") {
-        match find_system_bwrap(cwd) {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        match find_trusted_in_search_path("bwrap", &path, cwd, untrusted) {
             Some(path) => match probe(&path, cache_dir) {
                 Some(caps) if caps.perms => {
                     return Ok(LauncherChoice {
@@ -138,7 +150,9 @@ pub fn select(cwd: &Path, cache_dir: Option<&Path>) -> Result<LauncherChoice, La
                 Some(_) => skipped.push(format!("system {} lacks --perms", path.display())),
                 None => skipped.push(format!("system {} does not run", path.display())),
             },
-            None => skipped.push("no bwrap on PATH outside the current directory".to_owned()),
+            None => skipped.push(
+                "no bwrap on PATH outside the current directory and the writable roots".to_owned(),
+            ),
         }
         if forced.is_some() {
             return Err(LauncherError::Forced {
@@ -215,7 +229,22 @@ pub fn find_system_bwrap(cwd: &Path) -> Option<PathBuf> {
 
 /// The lookup behind [`find_system_bwrap`], for a given PATH value.
 pub fn find_in_search_path(name: &str, search: &std::ffi::OsStr, cwd: &Path) -> Option<PathBuf> {
+    find_trusted_in_search_path(name, search, cwd, &[])
+}
+
+/// [`find_in_search_path`], also skipping candidates under `untrusted`
+/// (in either spelling), whatever the cwd.
+pub fn find_trusted_in_search_path(
+    name: &str,
+    search: &std::ffi::OsStr,
+    cwd: &Path,
+    untrusted: &[PathBuf],
+) -> Option<PathBuf> {
     let cwd = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
+    let untrusted: Vec<PathBuf> = untrusted
+        .iter()
+        .flat_map(|u| [u.clone(), u.canonicalize().unwrap_or_else(|_| u.clone())])
+        .collect();
     for dir in std::env::split_paths(search) {
         if dir.as_os_str().is_empty() || dir.is_relative() {
             continue; // "" and relative entries mean the current directory
@@ -225,6 +254,12 @@ pub fn find_in_search_path(name: &str, search: &std::ffi::OsStr, cwd: &Path) -> 
             continue;
         };
         if cwd != Path::new("/") && real.starts_with(&cwd) {
+            continue;
+        }
+        if untrusted
+            .iter()
+            .any(|u| real.starts_with(u) || candidate.starts_with(u))
+        {
             continue;
         }
         if is_executable_file(&real) {
@@ -392,6 +427,11 @@ mod tests {
             find_in_search_path("bwrap", &search, Path::new("/")),
             Some(ws.join("bwrap")),
             "cwd / hides nothing"
+        );
+        assert_eq!(
+            find_trusted_in_search_path("bwrap", &search, Path::new("/"), &[root.join("ws")]),
+            Some(sys.join("bwrap")),
+            "a writable root is skipped whatever the cwd"
         );
         let rel = std::ffi::OsString::from(":.:bin");
         assert_eq!(find_in_search_path("bwrap", &rel, &root.join("ws")), None);
