@@ -1158,7 +1158,6 @@ against!(compat_syscalls_cannot_bypass_the_filter: system, builtin, landlock);
 /// replacement outside any sandbox. Hard link of the real binary, so the
 /// test's binary is never touched.
 #[test]
-#[ignore = "VULN: the helper does not protect its own executable (nor resources/bwrap) when it lies in a writable root; a sandboxed command replaces it for the next run"]
 fn helper_executable_in_a_writable_root_cannot_be_replaced() {
     if !available(Launcher::System) {
         return;

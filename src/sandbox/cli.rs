@@ -482,6 +482,7 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
                 Vec::new()
             },
             extra_read: vec![exe.clone()],
+            extra_read_only: vec![exe.clone(), launcher::bundled_path(&exe)],
             inner: InnerCommand {
                 exe: exe.clone(),
                 flags,
