@@ -822,7 +822,6 @@ fn inner_stage_flags_from_outside_are_refused() {
 /// Older policy flags must not grant more than they say: the historical
 /// read-only shape with a restricted `access` lists what may be read.
 #[test]
-#[ignore = "VULN: --sandbox-policy silently drops the historical `access`/`read_only_access` restricted-read fields and grants full read"]
 fn legacy_policy_flags_grant_no_more_than_asked() {
     if !available(Launcher::System) {
         return;

@@ -1197,6 +1197,10 @@ pub enum SandboxPolicy {
     ReadOnly {
         #[serde(default, skip_serializing_if = "is_false")]
         network_access: bool,
+        /// Historical read restriction (honoured, never dropped).
+        #[schemars(skip)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        access: Option<LegacyReadAccess>,
     },
     ExternalSandbox {
         #[serde(default)]
@@ -1212,14 +1216,70 @@ pub enum SandboxPolicy {
         exclude_tmpdir_env_var: bool,
         #[serde(default)]
         exclude_slash_tmp: bool,
+        /// Historical read restriction (honoured, never dropped).
+        #[schemars(skip)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        read_only_access: Option<LegacyReadAccess>,
     },
+}
+
+/// The historical read-access field of the legacy policy (`access` of
+/// read-only, `read_only_access` of workspace-write). An unknown `type`
+/// is a parse error: a restriction is never silently widened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum LegacyReadAccess {
+    FullAccess,
+    Restricted {
+        #[serde(default)]
+        include_platform_defaults: bool,
+        #[serde(default, with = "abs_path::vec")]
+        readable_roots: Vec<PathBuf>,
+    },
+}
+
+impl LegacyReadAccess {
+    /// Replaces the full-read `/` entry of `policy` by this restriction.
+    fn restrict(
+        access: Option<&Self>,
+        mut policy: FileSystemSandboxPolicy,
+    ) -> FileSystemSandboxPolicy {
+        let Some(Self::Restricted {
+            include_platform_defaults,
+            readable_roots,
+        }) = access
+        else {
+            return policy;
+        };
+        let root = FileSystemSandboxEntry::special(
+            FileSystemSpecialPath::Root,
+            FileSystemAccessMode::Read,
+        );
+        policy.entries.retain(|e| *e != root);
+        let mut reads = Vec::new();
+        if *include_platform_defaults {
+            reads.push(FileSystemSandboxEntry::special(
+                FileSystemSpecialPath::Minimal,
+                FileSystemAccessMode::Read,
+            ));
+        }
+        for r in readable_roots {
+            reads.push(FileSystemSandboxEntry::path(
+                r.clone(),
+                FileSystemAccessMode::Read,
+            ));
+        }
+        reads.append(&mut policy.entries);
+        policy.entries = reads;
+        policy
+    }
 }
 
 impl SandboxPolicy {
     pub fn network(&self) -> NetworkSandboxPolicy {
         let enabled = match self {
             Self::DangerFullAccess => true,
-            Self::ReadOnly { network_access } => *network_access,
+            Self::ReadOnly { network_access, .. } => *network_access,
             Self::ExternalSandbox { network_access } => network_access.is_enabled(),
             Self::WorkspaceWrite { network_access, .. } => *network_access,
         };
@@ -1239,13 +1299,19 @@ impl From<&SandboxPolicy> for FileSystemSandboxPolicy {
                 kind: FileSystemSandboxKind::ExternalSandbox,
                 ..Self::default()
             },
-            SandboxPolicy::ReadOnly { .. } => Self::read_only(),
+            SandboxPolicy::ReadOnly { access, .. } => {
+                LegacyReadAccess::restrict(access.as_ref(), Self::read_only())
+            }
             SandboxPolicy::WorkspaceWrite {
                 writable_roots,
                 exclude_tmpdir_env_var,
                 exclude_slash_tmp,
+                read_only_access,
                 ..
-            } => Self::workspace_write(writable_roots, *exclude_tmpdir_env_var, *exclude_slash_tmp),
+            } => LegacyReadAccess::restrict(
+                read_only_access.as_ref(),
+                Self::workspace_write(writable_roots, *exclude_tmpdir_env_var, *exclude_slash_tmp),
+            ),
         }
     }
 }
@@ -1441,16 +1507,29 @@ mod tests {
             PermissionProfile::from_legacy(&p),
             PermissionProfile::workspace_write()
         );
-        // Historical fields are ignored.
+        // Historical full access changes nothing; a restriction is kept.
         let p: SandboxPolicy =
             serde_json::from_str(r#"{"type":"read-only","access":{"type":"full-access"}}"#)
                 .unwrap();
         assert_eq!(
-            p,
-            SandboxPolicy::ReadOnly {
-                network_access: false
-            }
+            PermissionProfile::from_legacy(&p),
+            PermissionProfile::read_only()
         );
+        let p: SandboxPolicy = serde_json::from_str(
+            r#"{"type":"read-only","access":{"type":"restricted","include_platform_defaults":true,"readable_roots":["/usr"]}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            FileSystemSandboxPolicy::from(&p).entries,
+            vec![
+                FileSystemSandboxEntry::special(FileSystemSpecialPath::Minimal, Read),
+                FileSystemSandboxEntry::path("/usr", Read),
+            ]
+        );
+        assert!(serde_json::from_str::<SandboxPolicy>(
+            r#"{"type":"read-only","access":{"type":"something-new"}}"#
+        )
+        .is_err());
     }
 
     #[test]
@@ -1463,6 +1542,7 @@ mod tests {
             network_access: false,
             exclude_tmpdir_env_var: true,
             exclude_slash_tmp: true,
+            read_only_access: None,
         };
         let fs = FileSystemSandboxPolicy::from(&p);
         let expected = vec![
