@@ -1105,8 +1105,9 @@ impl ResolvedPolicy {
             out.insert(PathBuf::from("/"));
             return out.into_iter().collect();
         }
+        let writable = self.lexical_writable_roots();
         for (path, access) in &self.entries {
-            if access.can_read() && self.can_read(path) {
+            if access.can_read() && self.can_read(path) && !crosses_planted_link(path, &writable) {
                 out.insert(path.clone());
             }
         }
@@ -1120,8 +1121,8 @@ impl ResolvedPolicy {
         out.into_iter().collect()
     }
 
-    /// Writable roots with their read-only subpaths and protected names.
-    pub fn writable_roots(&self) -> Vec<WritableRoot> {
+    /// Every path a write entry grants, lexically (before the symlink rule).
+    fn lexical_writable_roots(&self) -> Vec<PathBuf> {
         let mut roots: Vec<PathBuf> = self
             .entries
             .iter()
@@ -1131,7 +1132,18 @@ impl ResolvedPolicy {
         roots.sort();
         roots.dedup();
         roots
-            .into_iter()
+    }
+
+    /// Writable roots with their read-only subpaths and protected names.
+    /// A root reached through a symlink inside another writable root is left
+    /// out: a sandboxed command could have planted that link (see
+    /// [`crosses_planted_link`]).
+    pub fn writable_roots(&self) -> Vec<WritableRoot> {
+        let lexical = self.lexical_writable_roots();
+        lexical
+            .iter()
+            .filter(|root| !crosses_planted_link(root, &lexical))
+            .cloned()
             .map(|root| {
                 let mut subs = BTreeSet::new();
                 let mut names = Vec::new();
@@ -1187,6 +1199,30 @@ impl ResolvedPolicy {
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+/// Does `path` pass through a symlink lying strictly inside one of
+/// `writable` (in either spelling)? Such a link may have been planted by an
+/// earlier sandboxed run, so a grant reached through it must grant nothing
+/// (the same rule the launcher applies to read-only subpaths: it protects
+/// the link's target but never opens it). Lexical prefixes only; the check
+/// runs on the host before the sandbox starts.
+pub fn crosses_planted_link(path: &Path, writable: &[PathBuf]) -> bool {
+    let spellings: Vec<PathBuf> = writable
+        .iter()
+        .flat_map(|w| [w.clone(), w.canonicalize().unwrap_or_else(|_| w.clone())])
+        .collect();
+    let mut prefix = PathBuf::new();
+    for c in normalize(path).components() {
+        prefix.push(c);
+        let strictly_inside = spellings
+            .iter()
+            .any(|w| prefix.starts_with(w) && prefix != *w);
+        if strictly_inside && prefix.symlink_metadata().is_ok_and(|m| m.is_symlink()) {
+            return true;
+        }
+    }
+    false
 }
 
 /// The legacy policy (`--sandbox-policy JSON`, `sandboxPolicy` on the wire).
@@ -1530,6 +1566,33 @@ mod tests {
             r#"{"type":"read-only","access":{"type":"something-new"}}"#
         )
         .is_err());
+    }
+
+    #[test]
+    fn a_grant_through_a_link_inside_a_writable_root_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let ws = root.join("ws");
+        std::fs::create_dir_all(root.join("outside")).unwrap();
+        std::fs::create_dir_all(ws.join("src")).unwrap();
+        std::os::unix::fs::symlink(root.join("outside"), ws.join("cache")).unwrap();
+        let fs = FileSystemSandboxPolicy {
+            kind: FileSystemSandboxKind::Restricted,
+            glob_scan_max_depth: None,
+            entries: vec![
+                FileSystemSandboxEntry::path(&ws, Write),
+                FileSystemSandboxEntry::path(ws.join("cache"), Write),
+                FileSystemSandboxEntry::path(ws.join("cache/sub"), Read),
+                FileSystemSandboxEntry::path(ws.join("src"), Read),
+            ],
+        };
+        let r = fs.resolve(&ws);
+        let roots: Vec<PathBuf> = r.writable_roots().into_iter().map(|w| w.root).collect();
+        assert_eq!(roots, vec![ws.clone()]);
+        assert!(!r.readable_roots().contains(&ws.join("cache/sub")));
+        assert!(r.readable_roots().contains(&ws.join("src")));
+        assert!(crosses_planted_link(&ws.join("cache"), &[ws.clone()]));
+        assert!(!crosses_planted_link(&ws, &[ws.clone()]));
     }
 
     #[test]
