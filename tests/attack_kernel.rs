@@ -34,6 +34,7 @@ macro_rules! against {
 /// A shell line that writes `message` to every fd of every process the
 /// command can see (bubblewrap's pid 1 holds the helper's stderr pipe).
 fn forge(message: &str) -> String {
+    let message = message.replace('\'', "'\\''");
     format!(
         "for f in /proc/[0-9]*/fd/[0-9]*; do case \"$f\" in /proc/$$/*) ;; *) echo '{message}' > \"$f\" ;; esac; done 2>/dev/null\n"
     )
@@ -81,8 +82,8 @@ fn forged_userns_failure_does_not_rerun(l: Launcher) {
 }
 
 against!(forged_userns_failure_does_not_rerun:
-    #[ignore = "VULN: the command can write bwrap's error text to bwrap pid 1's stderr pipe (/proc/1/fd/2) and make the helper rerun it under Landlock"] system,
-    #[ignore = "VULN: the built-in bwrap's pid 1 also holds the helper's stderr pipe (/proc/1/fd/2): a forged error makes the helper rerun the command under Landlock"] builtin);
+    system,
+    builtin);
 
 /// Same with bubblewrap's `/proc` mount failure: a rerun without `/proc`
 /// would also show the host's `/proc` (see `no_proc_hides_host_processes`).
@@ -103,8 +104,8 @@ fn forged_proc_failure_does_not_rerun(l: Launcher) {
 }
 
 against!(forged_proc_failure_does_not_rerun:
-    #[ignore = "VULN: the command can write bwrap's /proc error text to /proc/1/fd/2 and make the helper rerun it without a fresh /proc"] system,
-    #[ignore = "VULN: the built-in bwrap's pid 1 also holds the helper's stderr pipe (/proc/1/fd/2): a forged /proc error makes the helper rerun the command"] builtin);
+    system,
+    builtin);
 
 /// bubblewrap's pid 1 inside the sandbox holds the helper's stderr pipe
 /// (what the helper parses to decide on a rerun): the command must not get
@@ -139,8 +140,8 @@ print("ok:ran")
 }
 
 against!(launcher_fds_are_out_of_reach:
-    #[ignore = "VULN: bwrap pid 1 is reachable (same uid, no caps, dumpable): /proc/1/fd/2 and pidfd_getfd give the helper's stderr pipe"] system,
-    #[ignore = "VULN: the built-in bwrap's pid 1 is reachable: /proc/1/fd/2 and pidfd_getfd give the helper's stderr pipe"] builtin);
+    system,
+    builtin);
 
 /// `--no-proc` (restrictive containers) keeps the pid namespace: host
 /// processes and their command lines must stay invisible.
@@ -1066,7 +1067,6 @@ against!(host_sysv_ipc_is_unreachable: system,
 /// reruns it under Landlock, and there it sets the setuid bit on a
 /// root-owned binary outside every writable root.
 #[test]
-#[ignore = "VULN: forged fallback to Landlock + chmod under Landlock = setuid bit on a host binary from the default workspace profile"]
 fn forged_fallback_cannot_setuid_a_host_binary() {
     if !available(Launcher::System) {
         return;

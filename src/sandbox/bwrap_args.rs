@@ -602,6 +602,18 @@ impl Builder<'_> {
             for p in PROC_READ_ONLY_EXTRAS {
                 self.out.path2("--ro-bind-try", Path::new(p));
             }
+            // The launcher's pid 1 has the same uid, no capabilities and is
+            // dumpable: through /proc/1 the command could reach its fds (the
+            // helper's stderr pipe among them). Hide it (pidfd_getfd is
+            // denied by seccomp).
+            self.out.texts(&[
+                "--perms",
+                "555",
+                "--tmpfs",
+                "/proc/1",
+                "--remount-ro",
+                "/proc/1",
+            ]);
         } else {
             // Without a fresh procfs the host's /proc (bound with `/`) would
             // show every host process: hide it instead.
@@ -693,7 +705,8 @@ mod tests {
         "--unshare-user --unshare-pid --unshare-ipc --unshare-uts --unshare-cgroup-try";
     const PROC_RO: &str = "--ro-bind /proc/sys /proc/sys \
         --ro-bind-try /proc/sysrq-trigger /proc/sysrq-trigger \
-        --ro-bind-try /proc/irq /proc/irq --ro-bind-try /proc/bus /proc/bus";
+        --ro-bind-try /proc/irq /proc/irq --ro-bind-try /proc/bus /proc/bus \
+        --perms 555 --tmpfs /proc/1 --remount-ro /proc/1";
 
     #[test]
     fn read_only_argv_with_argv0() {

@@ -10,7 +10,7 @@
 //! Every matching rule returns `EPERM`; anything else is allowed.
 //!
 //! In **every** mode (network enabled too): `ptrace`, `process_vm_readv`,
-//! `process_vm_writev`, `io_uring_setup|enter|register`, `unshare` and
+//! `process_vm_writev`, `pidfd_getfd`, `io_uring_setup|enter|register`, `unshare` and
 //! `clone` with `CLONE_NEWUSER` (nested user namespaces), `keyctl`,
 //! `add_key`, `request_key` (the caller's user keyring is otherwise reachable
 //! by number when no user namespace separates it), `ioctl` `TIOCSTI` and
@@ -160,6 +160,7 @@ pub fn rules(mode: SeccompMode) -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
         libc::SYS_ptrace,
         libc::SYS_process_vm_readv,
         libc::SYS_process_vm_writev,
+        libc::SYS_pidfd_getfd,
         libc::SYS_io_uring_setup,
         libc::SYS_io_uring_enter,
         libc::SYS_io_uring_register,
@@ -389,6 +390,7 @@ mod tests {
         for nr in [
             libc::SYS_ptrace,
             libc::SYS_process_vm_readv,
+            libc::SYS_pidfd_getfd,
             libc::SYS_io_uring_setup,
             libc::SYS_unshare,
         ] {
