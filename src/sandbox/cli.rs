@@ -83,6 +83,10 @@ pub struct Args {
     /// Internal: the fd holding the command's stderr.
     #[arg(long, value_name = "FD", hide = true)]
     pub restore_stderr_fd: Option<i32>,
+    /// Internal: the fd the inner stage writes one byte to right before it
+    /// execs the command.
+    #[arg(long, value_name = "FD", hide = true)]
+    pub started_fd: Option<i32>,
     /// Print the resolved policy and the launcher argv instead of running.
     #[arg(long)]
     pub explain: bool,
@@ -362,6 +366,9 @@ fn inner_stage(args: &Args) -> Result<i32, Failure> {
         let _ = std::env::set_current_dir(cwd);
     }
     inner::confine(seccomp_mode(network)).map_err(fail)?;
+    if let Some(fd) = args.started_fd {
+        inner::signal_started(fd);
+    }
     Err(fail(inner::exec(&args.command)))
 }
 
@@ -468,6 +475,12 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
                     .to_string()
                     .into(),
             );
+            flags.push("--started-fd".into());
+            flags.push(
+                std::os::fd::AsRawFd::as_raw_fd(&fds.started_write)
+                    .to_string()
+                    .into(),
+            );
         }
         let inputs = BwrapInputs {
             policy: &prepared.resolved,
@@ -513,12 +526,14 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
         if !restored.is_empty() && outcome.code == 0 {
             outcome.code = 1;
         }
+        // Once the command started, it ran: never again, whatever it wrote.
         let text = String::from_utf8_lossy(&outcome.stderr).into_owned();
-        if outcome.code != 0 && mount_proc && attempt == 1 && run::is_proc_mount_failure(&text) {
+        let setup_failed = outcome.code != 0 && !outcome.started;
+        if setup_failed && mount_proc && attempt == 1 && run::is_proc_mount_failure(&text) {
             mount_proc = false;
             continue;
         }
-        let setup_failed = outcome.code != 0 && text.contains("bwrap: ");
+        let setup_failed = setup_failed && text.contains("bwrap: ");
         if auto
             && setup_failed
             && (run::is_userns_failure(&text) || !crate::sandbox::probe::host().userns_usable())
