@@ -1591,8 +1591,8 @@ mod tests {
         assert_eq!(roots, vec![ws.clone()]);
         assert!(!r.readable_roots().contains(&ws.join("cache/sub")));
         assert!(r.readable_roots().contains(&ws.join("src")));
-        assert!(crosses_planted_link(&ws.join("cache"), &[ws.clone()]));
-        assert!(!crosses_planted_link(&ws, &[ws.clone()]));
+        assert!(crosses_planted_link(&ws.join("cache"), std::slice::from_ref(&ws)));
+        assert!(!crosses_planted_link(&ws, std::slice::from_ref(&ws)));
     }
 
     #[test]
