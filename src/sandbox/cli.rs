@@ -392,6 +392,9 @@ fn landlock_backend(args: &Args, prepared: &Prepared) -> Result<i32, Failure> {
             prepared.command_cwd.display()
         ))
     })?;
+    // Nothing of the caller's but stdio reaches the command (the bwrap
+    // path does the same before starting the launcher).
+    run::cloexec_inherited_fds();
     crate::sandbox::landlock::apply(&prepared.resolved, prepared.network, PREFIX).map_err(fail)?;
     Err(fail(inner::exec(&args.command)))
 }
