@@ -399,7 +399,7 @@ fn read_only_metadata_is_unchangeable(l: Launcher) {
 against!(read_only_metadata_is_unchangeable:
     system,
     builtin,
-    #[ignore = "VULN: under the Landlock backend a root command can chmod/utime/setxattr read-only host files (Landlock has no right for metadata)"] landlock);
+    #[ignore = "LIMITATION: under the Landlock backend the caller can still chmod (set-id bits excepted) and set the times of read-only files it owns: Landlock has no right for metadata; set-id bits and xattrs are denied by seccomp, chown by the dropped capabilities"] landlock);
 
 /// A deny glob that names a directory (`**/.ssh`) must hide what is inside
 /// it: ripgrep's `--files` lists only files, so a directory match masks

@@ -212,7 +212,7 @@ fn inherited_fds_do_not_reach_the_command(l: Launcher) {
 
 against!(inherited_fds_do_not_reach_the_command: system,
     builtin,
-    #[ignore = "VULN: the Landlock backend execs the command with the caller's inherited fds (the bwrap path marks them close-on-exec)"] landlock);
+    landlock);
 
 /// Sockets with the network restricted: a host listener on an abstract
 /// Unix address and on a socket file inside the writable workspace, and
@@ -1060,7 +1060,7 @@ print("ok:own-shm" if ok else "BROKEN:own-shm")
 
 against!(host_sysv_ipc_is_unreachable: system,
     builtin,
-    #[ignore = "VULN: the Landlock backend shares the host IPC namespace: host SysV shared memory (root 0600) is attachable, queues created inside appear on the host"] landlock);
+    landlock);
 
 /// The chain of two findings with the default `--backend auto`: the
 /// command forges bubblewrap's "no user namespaces" error, the helper

@@ -1591,7 +1591,10 @@ mod tests {
         assert_eq!(roots, vec![ws.clone()]);
         assert!(!r.readable_roots().contains(&ws.join("cache/sub")));
         assert!(r.readable_roots().contains(&ws.join("src")));
-        assert!(crosses_planted_link(&ws.join("cache"), std::slice::from_ref(&ws)));
+        assert!(crosses_planted_link(
+            &ws.join("cache"),
+            std::slice::from_ref(&ws)
+        ));
         assert!(!crosses_planted_link(&ws, std::slice::from_ref(&ws)));
     }
 
