@@ -884,7 +884,6 @@ fn legacy_policy_flags_grant_no_more_than_asked() {
 /// (what the exec-server's terminate does to the process tree): the next
 /// run in that workspace at the latest removes them.
 #[test]
-#[ignore = "VULN: after the helper is SIGKILLed, the next run in the same workspace adopts the empty .git/.codex/.agents mount points as existing and keeps them (only a run elsewhere tidies them)"]
 fn no_leftovers_after_the_helper_is_killed() {
     if !available(Launcher::System) {
         return;

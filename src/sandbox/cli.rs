@@ -422,6 +422,7 @@ pub fn quote(word: &std::ffi::OsStr) -> String {
 fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Failure> {
     run::cloexec_inherited_fds();
     let state_dir = state::state_dir().map_err(fail)?;
+    state::tidy(&state_dir);
     let writable: Vec<PathBuf> = prepared
         .resolved
         .writable_roots()
