@@ -309,12 +309,9 @@ fn run_args(args: Args) -> Result<i32, Failure> {
             ))
         })?;
         if prepared.profile != PermissionProfile::Disabled {
-            if prepared.network.is_enabled() {
-                // Still no capabilities for a root caller (SPEC §5.3 item 7).
-                crate::sandbox::confine::confine_process().map_err(fail)?;
-            } else {
-                inner::confine(SeccompMode::Restricted).map_err(fail)?;
-            }
+            // No capabilities for a root caller (SPEC §5.3 item 7), and the
+            // always-on seccomp denials even with the network enabled.
+            inner::confine(seccomp_mode(prepared.network)).map_err(fail)?;
         }
         return Err(fail(inner::exec(&args.command)));
     }
