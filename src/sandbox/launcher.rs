@@ -163,7 +163,17 @@ pub fn select_excluding(
     }
     if want("bundled") {
         let path = bundled_path(&exe);
-        if is_executable_file(&path) {
+        // Without a digest to check, a bundled bwrap in a writable root may
+        // have been planted by a sandboxed command: not trusted then.
+        let planted_risk = expected_digest()?.is_none()
+            && is_executable_file(&path)
+            && under_any(&path, untrusted);
+        if planted_risk {
+            skipped.push(format!(
+                "bundled {} lies in a writable root and no digest is compiled in",
+                path.display()
+            ));
+        } else if is_executable_file(&path) {
             let file = verify_bundled(&path)?;
             let caps = probe(&path, cache_dir).unwrap_or(LauncherCaps::ALL);
             return Ok(LauncherChoice {
@@ -186,7 +196,9 @@ pub fn select_excluding(
                 verified_fd: Some(file),
             });
         }
-        skipped.push(format!("no bundled {}", path.display()));
+        if !planted_risk {
+            skipped.push(format!("no bundled {}", path.display()));
+        }
         if forced.is_some() {
             return Err(LauncherError::Forced {
                 wanted: "bundled".into(),
@@ -204,6 +216,17 @@ pub fn select_excluding(
         path: exe,
         caps: LauncherCaps::ALL,
         verified_fd: None,
+    })
+}
+
+/// Is `path` (in either spelling) below one of `roots` (in either spelling)?
+fn under_any(path: &Path, roots: &[PathBuf]) -> bool {
+    let real = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    roots.iter().any(|r| {
+        let r_real = r.canonicalize().unwrap_or_else(|_| r.clone());
+        [path, real.as_path()]
+            .iter()
+            .any(|p| p.starts_with(r) || p.starts_with(&r_real))
     })
 }
 
@@ -241,10 +264,6 @@ pub fn find_trusted_in_search_path(
     untrusted: &[PathBuf],
 ) -> Option<PathBuf> {
     let cwd = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
-    let untrusted: Vec<PathBuf> = untrusted
-        .iter()
-        .flat_map(|u| [u.clone(), u.canonicalize().unwrap_or_else(|_| u.clone())])
-        .collect();
     for dir in std::env::split_paths(search) {
         if dir.as_os_str().is_empty() || dir.is_relative() {
             continue; // "" and relative entries mean the current directory
@@ -256,10 +275,7 @@ pub fn find_trusted_in_search_path(
         if cwd != Path::new("/") && real.starts_with(&cwd) {
             continue;
         }
-        if untrusted
-            .iter()
-            .any(|u| real.starts_with(u) || candidate.starts_with(u))
-        {
+        if under_any(&candidate, untrusted) {
             continue;
         }
         if is_executable_file(&real) {
