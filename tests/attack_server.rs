@@ -320,7 +320,6 @@ async fn full_write_with_denies_still_denies() {
 
 /// The older `sandboxPolicy` shape must not grant more than it says.
 #[tokio::test]
-#[ignore = "VULN: the historical read-only `access: restricted` (readable_roots) is silently dropped and full read granted"]
 async fn legacy_sandbox_policy_grants_no_more_than_asked() {
     if !ready() {
         return;

@@ -311,6 +311,20 @@ fn full_disk_write_profiles_skip_bubblewrap_but_keep_network_closed() {
     assert!(!s.contains("TCP"), "{s}");
     let out = sh(&w.ws, "danger-full-access", &[], "echo ok");
     assert_eq!(stdout(&out), "ok\n");
+    // With the network on: still no capabilities, and the always-on
+    // seccomp denials (mode 2 = filter).
+    let p = r#"{"type":"managed","file_system":{"type":"unrestricted"},"network":"enabled"}"#;
+    let out = sh(
+        &w.ws,
+        p,
+        &[],
+        "grep -E '^(NoNewPrivs|CapEff|Seccomp):' /proc/self/status",
+    );
+    let s = stdout(&out);
+    assert!(
+        s.contains("CapEff:\t0000000000000000") && s.contains("Seccomp:\t2"),
+        "{s}"
+    );
 }
 
 #[test]

@@ -83,6 +83,10 @@ pub struct Args {
     /// Internal: the fd holding the command's stderr.
     #[arg(long, value_name = "FD", hide = true)]
     pub restore_stderr_fd: Option<i32>,
+    /// Internal: the fd the inner stage writes one byte to right before it
+    /// execs the command.
+    #[arg(long, value_name = "FD", hide = true)]
+    pub started_fd: Option<i32>,
     /// Print the resolved policy and the launcher argv instead of running.
     #[arg(long)]
     pub explain: bool,
@@ -305,12 +309,9 @@ fn run_args(args: Args) -> Result<i32, Failure> {
             ))
         })?;
         if prepared.profile != PermissionProfile::Disabled {
-            if prepared.network.is_enabled() {
-                // Still no capabilities for a root caller (SPEC §5.3 item 7).
-                crate::sandbox::confine::confine_process().map_err(fail)?;
-            } else {
-                inner::confine(SeccompMode::Restricted).map_err(fail)?;
-            }
+            // No capabilities for a root caller (SPEC §5.3 item 7), and the
+            // always-on seccomp denials even with the network enabled.
+            inner::confine(seccomp_mode(prepared.network)).map_err(fail)?;
         }
         return Err(fail(inner::exec(&args.command)));
     }
@@ -362,6 +363,9 @@ fn inner_stage(args: &Args) -> Result<i32, Failure> {
         let _ = std::env::set_current_dir(cwd);
     }
     inner::confine(seccomp_mode(network)).map_err(fail)?;
+    if let Some(fd) = args.started_fd {
+        inner::signal_started(fd);
+    }
     Err(fail(inner::exec(&args.command)))
 }
 
@@ -385,6 +389,9 @@ fn landlock_backend(args: &Args, prepared: &Prepared) -> Result<i32, Failure> {
             prepared.command_cwd.display()
         ))
     })?;
+    // Nothing of the caller's but stdio reaches the command (the bwrap
+    // path does the same before starting the launcher).
+    run::cloexec_inherited_fds();
     crate::sandbox::landlock::apply(&prepared.resolved, prepared.network, PREFIX).map_err(fail)?;
     Err(fail(inner::exec(&args.command)))
 }
@@ -412,7 +419,15 @@ pub fn quote(word: &std::ffi::OsStr) -> String {
 fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Failure> {
     run::cloexec_inherited_fds();
     let state_dir = state::state_dir().map_err(fail)?;
-    let choice = launcher::select(&prepared.policy_cwd, Some(&state_dir)).map_err(fail)?;
+    state::tidy(&state_dir);
+    let writable: Vec<PathBuf> = prepared
+        .resolved
+        .writable_roots()
+        .iter()
+        .map(|w| w.root.clone())
+        .collect();
+    let choice = launcher::select_excluding(&prepared.policy_cwd, &writable, Some(&state_dir))
+        .map_err(fail)?;
     let exe =
         std::env::current_exe().map_err(|e| fail(format!("cannot locate this executable: {e}")))?;
 
@@ -461,6 +476,12 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
                     .to_string()
                     .into(),
             );
+            flags.push("--started-fd".into());
+            flags.push(
+                std::os::fd::AsRawFd::as_raw_fd(&fds.started_write)
+                    .to_string()
+                    .into(),
+            );
         }
         let inputs = BwrapInputs {
             policy: &prepared.resolved,
@@ -475,6 +496,7 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
                 Vec::new()
             },
             extra_read: vec![exe.clone()],
+            extra_read_only: vec![exe.clone(), launcher::bundled_path(&exe)],
             inner: InnerCommand {
                 exe: exe.clone(),
                 flags,
@@ -505,12 +527,14 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
         if !restored.is_empty() && outcome.code == 0 {
             outcome.code = 1;
         }
+        // Once the command started, it ran: never again, whatever it wrote.
         let text = String::from_utf8_lossy(&outcome.stderr).into_owned();
-        if outcome.code != 0 && mount_proc && attempt == 1 && run::is_proc_mount_failure(&text) {
+        let setup_failed = outcome.code != 0 && !outcome.started;
+        if setup_failed && mount_proc && attempt == 1 && run::is_proc_mount_failure(&text) {
             mount_proc = false;
             continue;
         }
-        let setup_failed = outcome.code != 0 && text.contains("bwrap: ");
+        let setup_failed = setup_failed && text.contains("bwrap: ");
         if auto
             && setup_failed
             && (run::is_userns_failure(&text) || !crate::sandbox::probe::host().userns_usable())

@@ -277,6 +277,14 @@ fn any_uid_is_root() -> bool {
     rc != 0 || r == 0 || e == 0 || s == 0
 }
 
+/// Moves this process into a new IPC namespace (SysV IPC and POSIX message
+/// queues of its own). Needs `CAP_SYS_ADMIN`, so only a root caller gets
+/// one; false when refused.
+pub fn unshare_ipc() -> bool {
+    // SAFETY: unshare takes a flag word and touches no memory of ours.
+    unsafe { libc::unshare(libc::CLONE_NEWIPC) == 0 }
+}
+
 /// [`drop_capabilities_through`] with [`last_cap`]. Allocates.
 pub fn drop_all_capabilities() -> Result<()> {
     drop_capabilities_through(last_cap())
