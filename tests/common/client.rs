@@ -103,8 +103,17 @@ impl Server {
             .map_err(|err| format!("spawn {BIN}: {err}"))?;
         let stderr = collect_stderr(&mut child);
         let stdout = child.stdout.take().ok_or("no stdout")?;
-        let mut line = String::new();
-        let read = BufReader::new(stdout).read_line(&mut line);
+        // Read the first line on a helper thread so a silent server cannot
+        // hang the test.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let read = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send((read.map_err(|e| e.to_string()), line));
+        });
+        let (read, line) = rx
+            .recv_timeout(WAIT)
+            .unwrap_or_else(|_| (Err("no line within the guard time".into()), String::new()));
         if matches!(read, Ok(n) if n > 0) && line.starts_with("ws://") {
             return Ok(Server {
                 child,
