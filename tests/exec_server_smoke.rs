@@ -587,3 +587,44 @@ async fn unix_socket_listener_is_private_and_serves_websocket() {
     assert!(child.wait().expect("wait").success());
     assert!(!socket.exists());
 }
+
+fn children_of(pid: u32) -> usize {
+    std::fs::read_dir("/proc")
+        .map(|dir| {
+            dir.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|p| {
+                    std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+                        s.rsplit(')')
+                            .next()
+                            .and_then(|r| r.split_whitespace().nth(1))
+                            .is_some_and(|ppid| ppid == pid.to_string())
+                    })
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn an_idle_server_keeps_no_helper_and_starts_again_on_demand() {
+    let server = Server::start(&[]);
+    let server_pid = server.child.id();
+    let mut client = Client::connect(&server.url).await;
+    client.handshake().await;
+    for round in 0..2 {
+        let id = format!("idle{round}");
+        let mut events = Vec::new();
+        client
+            .call("process/start", start_params(&id, &["true"]), &mut events)
+            .await;
+        client.until_closed(&id, &mut events).await;
+        tokio::time::timeout(SAFETY, async {
+            while children_of(server_pid) > 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("the server keeps no child process once idle");
+    }
+}

@@ -168,7 +168,14 @@ pub fn spawn(spec: &LaunchSpec, reaper_exe: Option<&Path>) -> Result<Spawned, Sp
     })
 }
 
-static ZYGOTE: OnceLock<Option<Zygote>> = OnceLock::new();
+static ZYGOTE: OnceLock<Zygote> = OnceLock::new();
+
+/// Stops the spawn zygote, if one runs (server shutdown).
+pub fn shutdown_zygote(timeout: std::time::Duration) {
+    if let Some(zygote) = ZYGOTE.get() {
+        zygote.shutdown(timeout);
+    }
+}
 
 /// Whether `CODEXBOX_SPAWN=direct` turned the zygote off.
 fn zygote_disabled() -> bool {
@@ -187,14 +194,13 @@ pub async fn spawn_async(
         return Err(SpawnError::EmptyArgv);
     }
     if let Some(exe) = reaper_exe.filter(|_| !zygote_disabled()) {
-        if let Some(zygote) = ZYGOTE.get_or_init(|| Zygote::start(exe).ok()) {
-            match spawn_with_zygote(zygote, spec).await {
-                Err(ZygoteError::Unavailable(err)) => {
-                    tracing::debug!("spawn zygote unavailable, forking directly: {err}");
-                }
-                Err(ZygoteError::Spawn(err)) => return Err(err),
-                Ok(spawned) => return Ok(spawned),
+        let zygote = ZYGOTE.get_or_init(|| Zygote::new(exe));
+        match spawn_with_zygote(zygote, spec).await {
+            Err(ZygoteError::Unavailable(err)) => {
+                tracing::debug!("spawn zygote unavailable, forking directly: {err}");
             }
+            Err(ZygoteError::Spawn(err)) => return Err(err),
+            Ok(spawned) => return Ok(spawned),
         }
     }
     spawn(spec, reaper_exe)
@@ -258,13 +264,13 @@ async fn spawn_with_zygote(zygote: &Zygote, spec: &LaunchSpec) -> Result<Spawned
     drop(status_write);
     pty::set_nonblocking(&status_read).map_err(|e| ZygoteError::Spawn(e.into()))?;
     let status = super::output::register(status_read).map_err(|e| ZygoteError::Spawn(e.into()))?;
-    let mut records = [0i32; 2];
-    for slot in &mut records {
-        *slot = read_record(&status)
-            .await
-            .ok_or(ZygoteError::Spawn(SpawnError::NoPid))?;
-    }
-    let [supervisor_pid, command] = records;
+    // No supervisor pid: the job died with an exiting zygote before any fork.
+    let supervisor_pid = read_record(&status)
+        .await
+        .ok_or_else(|| ZygoteError::Unavailable(io::Error::from_raw_os_error(libc::ECONNRESET)))?;
+    let command = read_record(&status)
+        .await
+        .ok_or(ZygoteError::Spawn(SpawnError::NoPid))?;
     if command < 0 {
         return Err(ZygoteError::Spawn(SpawnError::Io(
             io::Error::from_raw_os_error(-command),

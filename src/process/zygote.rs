@@ -7,6 +7,9 @@
 //! error) on the status pipe, then the command's wait status, and reaps adopted
 //! descendants until none is left (see `supervisor.rs` for the record format).
 //!
+//! The zygote exits after [`IDLE_EXIT`] without work, so an idle server has no
+//! helper process; the next launch starts a new one.
+//!
 //! Jobs travel over a `SOCK_SEQPACKET` socket: one message with the encoded
 //! launch and four descriptors (stdin, stdout, stderr, status pipe) as
 //! `SCM_RIGHTS`. Any failure to reach the zygote makes the caller fall back to
@@ -31,11 +34,24 @@ const JOB_FDS: usize = 4;
 /// Largest job message (argv + env); larger launches use the direct path.
 const MAX_JOB_BYTES: usize = 192 * 1024;
 
-/// The server's handle on its zygote.
+/// The server's handle on its zygote. The zygote exits when it has been idle
+/// (no job, no live supervisor) for [`IDLE_EXIT`], so an idle server has no
+/// helper process; the next job starts a fresh one.
 #[derive(Debug)]
 pub struct Zygote {
-    socket: Mutex<OwnedFd>,
+    exe: PathBuf,
+    live: Mutex<Option<Live>>,
 }
+
+#[derive(Debug)]
+struct Live {
+    socket: OwnedFd,
+    /// Reaps the zygote when it exits.
+    waiter: std::thread::JoinHandle<()>,
+}
+
+/// How long an idle zygote waits for work before exiting.
+pub const IDLE_EXIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
     if ret < 0 {
@@ -60,10 +76,10 @@ fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-impl Zygote {
-    /// Starts the zygote from the codexbox binary at `exe`. Call it from a
-    /// long-lived thread: the zygote dies with the thread that started it.
-    pub fn start(exe: &Path) -> io::Result<Zygote> {
+impl Live {
+    /// Starts a zygote from the codexbox binary at `exe`. The zygote dies
+    /// with the calling thread, so call it from a long-lived one.
+    fn start(exe: &Path) -> io::Result<Live> {
         let (ours, theirs) = seqpacket_pair()?;
         let server_pid = std::process::id() as libc::pid_t;
         let mut cmd = Command::new(exe);
@@ -85,27 +101,77 @@ impl Zygote {
             });
         }
         let mut child = cmd.spawn()?;
-        // The zygote ignores SIGCHLD, so nobody waits for it but us, at exit;
-        // a thread keeps it from becoming a zombie if it dies early.
-        std::thread::Builder::new()
+        let waiter = std::thread::Builder::new()
             .name("zygote-waiter".into())
             .spawn(move || {
                 let _ = child.wait();
             })?;
-        Ok(Zygote {
-            socket: Mutex::new(ours),
+        Ok(Live {
+            socket: ours,
+            waiter,
         })
+    }
+}
+
+impl Zygote {
+    /// A handle that starts the zygote from `exe` on first use.
+    pub fn new(exe: &Path) -> Zygote {
+        Zygote {
+            exe: exe.to_owned(),
+            live: Mutex::new(None),
+        }
     }
 
     /// Sends one job. `fds` = stdin, stdout, stderr, status pipe (write end).
+    /// Restarts a zygote that exited (idle) once.
     pub fn send(&self, spec: &LaunchSpec, fds: [RawFd; JOB_FDS]) -> io::Result<()> {
         let job = encode_job(spec);
         if job.len() > MAX_JOB_BYTES {
             return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
         }
-        let socket = super::managed::lock(&self.socket);
-        send_with_fds(socket.as_raw_fd(), &job, &fds)
+        let mut live = super::managed::lock(&self.live);
+        for attempt in 0..2 {
+            let socket = match live.as_ref() {
+                Some(current) => current.socket.as_raw_fd(),
+                None => {
+                    let started = Live::start(&self.exe)?;
+                    let fd = started.socket.as_raw_fd();
+                    *live = Some(started);
+                    fd
+                }
+            };
+            match send_with_fds(socket, &job, &fds) {
+                Ok(()) => return Ok(()),
+                Err(err) if attempt == 0 && is_gone(&err) => *live = None,
+                Err(err) => return Err(err),
+            }
+        }
+        Err(io::Error::from_raw_os_error(libc::EPIPE))
     }
+
+    /// Stops the zygote (it waits for its supervisors first) and reaps it,
+    /// waiting at most `timeout`.
+    pub fn shutdown(&self, timeout: std::time::Duration) {
+        let live = super::managed::lock(&self.live).take();
+        if let Some(Live { socket, waiter }) = live {
+            drop(socket);
+            let deadline = std::time::Instant::now() + timeout;
+            while !waiter.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            if waiter.is_finished() {
+                let _ = waiter.join();
+            }
+        }
+    }
+}
+
+/// The zygote exited: its end of the socket is closed.
+fn is_gone(err: &io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(libc::EPIPE | libc::ECONNRESET | libc::ENOTCONN | libc::ECONNREFUSED)
+    )
 }
 
 fn push_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
@@ -292,17 +358,40 @@ fn recv_with_fds(socket: RawFd, buf: &mut [u8]) -> io::Result<Option<(usize, Vec
     }
 }
 
-/// The zygote's life: receive jobs on stdin, fork a supervisor for each.
+/// The zygote's life: receive jobs on stdin, fork a supervisor for each,
+/// reap supervisors, and exit when idle for [`IDLE_EXIT`] or at EOF (after
+/// its supervisors are gone).
 pub fn main(_argv: &[OsString]) -> i32 {
-    // Supervisors are reaped by the kernel; they reset this before forking.
-    // SAFETY: setting a signal disposition.
-    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_IGN) };
     let mut buf = vec![0u8; MAX_JOB_BYTES];
+    let mut supervisors = 0usize;
+    let mut idle_since = std::time::Instant::now();
     loop {
+        supervisors -= reap_exited(supervisors);
+        if supervisors > 0 {
+            idle_since = std::time::Instant::now();
+        } else if idle_since.elapsed() >= IDLE_EXIT {
+            return 0;
+        }
+        let mut poll = libc::pollfd {
+            fd: 0,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        if unsafe { libc::poll(&mut poll, 1, 100) } <= 0 {
+            continue;
+        }
         let (len, fds) = match recv_with_fds(0, &mut buf) {
             Ok(Some(job)) => job,
-            Ok(None) | Err(_) => return 0,
+            Ok(None) | Err(_) => {
+                // The server is gone or shutting down: wait for our
+                // supervisors so none is left unreaped.
+                // SAFETY: waitpid with a null status pointer.
+                while unsafe { libc::waitpid(-1, std::ptr::null_mut(), 0) } > 0 {}
+                return 0;
+            }
         };
+        idle_since = std::time::Instant::now();
         let Some(job) = buf.get(..len).and_then(decode_job) else {
             continue;
         };
@@ -313,9 +402,24 @@ pub fn main(_argv: &[OsString]) -> i32 {
         // ordinary code after fork.
         match unsafe { libc::fork() } {
             0 => supervise(job, fds),
-            _ => drop(fds),
+            pid if pid > 0 => supervisors += 1,
+            _ => {}
         }
+        drop(fds);
     }
+}
+
+/// Reaps exited supervisors without blocking; returns how many.
+fn reap_exited(live: usize) -> usize {
+    let mut reaped = 0;
+    while reaped < live {
+        // SAFETY: waitpid with a null status pointer.
+        if unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } <= 0 {
+            break;
+        }
+        reaped += 1;
+    }
+    reaped
 }
 
 /// Writes a record, ignoring a vanished reader.
@@ -331,7 +435,6 @@ fn supervise(job: Job, fds: [OwnedFd; JOB_FDS]) -> ! {
     let status_fd = status.as_raw_fd();
     // SAFETY: plain system calls on our own process and descriptors.
     unsafe {
-        libc::signal(libc::SIGCHLD, libc::SIG_DFL);
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
         libc::setsid();
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);

@@ -122,6 +122,10 @@ pub async fn run(
     let registry2 = registry.clone();
     let _ = tokio::task::spawn_blocking(move || registry2.kill_everything_blocking()).await;
     reaper::wait_all(SHUTDOWN_REAP_TIMEOUT).await;
+    let _ = tokio::task::spawn_blocking(|| {
+        crate::process::spawn::shutdown_zygote(SHUTDOWN_REAP_TIMEOUT)
+    })
+    .await;
     if let Some(path) = socket_path {
         let _ = std::fs::remove_file(path);
     }
