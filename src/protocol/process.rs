@@ -243,7 +243,8 @@ pub fn encode_output_notification(
     chunk: &[u8],
 ) {
     use std::fmt::Write;
-    out.reserve(96 + process_id.len() + chunk.len().div_ceil(3) * 4);
+    let encoded_len = chunk.len().div_ceil(3) * 4;
+    out.reserve(96 + process_id.len() + encoded_len);
     out.push_str(r#"{"method":"process/output","params":{"processId":"#);
     push_json_string(out, process_id);
     let _ = write!(
@@ -251,8 +252,23 @@ pub fn encode_output_notification(
         r#","seq":{seq},"stream":"{}","chunk":""#,
         stream.as_str()
     );
-    base64::engine::general_purpose::STANDARD.encode_string(chunk, out);
-    out.push_str("\"}}");
+    // Encode straight into the message buffer with the SIMD engine.
+    let mut bytes = std::mem::take(out).into_bytes();
+    let start = bytes.len();
+    bytes.resize(start + encoded_len, 0);
+    let written = bytes.get_mut(start..).map_or(0, |slot| {
+        base64_engine().encode_slice(chunk, slot).unwrap_or(0)
+    });
+    bytes.truncate(start + written);
+    bytes.extend_from_slice(b"\"}}");
+    // Base64 and the JSON around it are ASCII.
+    *out = String::from_utf8(bytes).unwrap_or_default();
+}
+
+/// Standard padded base64, SIMD-accelerated where the CPU allows.
+fn base64_engine() -> &'static base64::engine::Simd {
+    static ENGINE: std::sync::OnceLock<base64::engine::Simd> = std::sync::OnceLock::new();
+    ENGINE.get_or_init(|| base64::engine::Simd::standard(base64::engine::general_purpose::PAD))
 }
 
 fn push_json_string(out: &mut String, text: &str) {
@@ -263,7 +279,7 @@ fn push_json_string(out: &mut String, text: &str) {
 }
 
 fn as_base64<S: serde::Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+    serializer.serialize_str(&base64_engine().encode(bytes))
 }
 
 fn from_base64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
@@ -282,6 +298,21 @@ fn null_as_default<'de, D: Deserializer<'de>, T: Default + Deserialize<'de>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn simd_base64_matches_the_standard_engine_at_every_length() {
+        let data: Vec<u8> = (0..=255u8).cycle().take(3 * 1024 + 7).collect();
+        for len in (0..64).chain([1023, 1024, 1025, 3000, data.len()]) {
+            let mut text = String::new();
+            encode_output_notification(&mut text, "p", 1, StreamKind::Pty, &data[..len]);
+            let value: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(
+                value["params"]["chunk"],
+                base64::engine::general_purpose::STANDARD.encode(&data[..len]),
+                "{len}"
+            );
+        }
+    }
 
     #[test]
     fn output_notification_is_valid_json_with_padded_base64() {
