@@ -316,6 +316,13 @@ fn run_args(args: Args) -> Result<i32, Failure> {
         return Err(fail(inner::exec(&args.command)));
     }
 
+    for p in prepared.resolved.grants_through_links() {
+        eprintln!(
+            "{PREFIX}: warning: {} is reached through a symlink inside a writable root and grants nothing",
+            p.display()
+        );
+    }
+
     // WSL1 cannot create the namespaces bubblewrap needs.
     let backend = if backend != Backend::Landlock && is_wsl1() {
         if backend == Backend::Bwrap {
