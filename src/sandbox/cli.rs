@@ -244,7 +244,12 @@ fn prepare(args: &Args) -> Result<Prepared, Failure> {
         };
     }
     let (fs, network) = profile.to_runtime();
-    let resolved = fs.resolve(&policy_cwd);
+    let mut resolved = fs.resolve(&policy_cwd);
+    // The helper and its bundled launcher run outside the sandbox next
+    // time: never writable from inside it.
+    if let Ok(exe) = std::env::current_exe() {
+        resolved.keep_read_only(&[launcher::bundled_path(&exe), exe]);
+    }
     Ok(Prepared {
         profile,
         network,
@@ -503,7 +508,6 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
                 Vec::new()
             },
             extra_read: vec![exe.clone()],
-            extra_read_only: vec![exe.clone(), launcher::bundled_path(&exe)],
             inner: InnerCommand {
                 exe: exe.clone(),
                 flags,

@@ -1134,6 +1134,23 @@ impl ResolvedPolicy {
         roots
     }
 
+    /// Adds a read entry for each of `paths` that exists and is writable
+    /// (a read-only subpath of its writable root). Nothing for a policy
+    /// without a filesystem sandbox.
+    pub fn keep_read_only(&mut self, paths: &[PathBuf]) {
+        if self.kind != FileSystemSandboxKind::Restricted || self.full_write {
+            return;
+        }
+        for p in paths {
+            let p = normalize(p);
+            if p.symlink_metadata().is_ok() && self.can_write(&p) {
+                self.entries.push((p, FileSystemAccessMode::Read));
+            }
+        }
+        self.entries.sort();
+        self.entries.dedup();
+    }
+
     /// Grants left out because they pass through a symlink inside a
     /// writable root ([`crosses_planted_link`]), for the caller to be told.
     pub fn grants_through_links(&self) -> Vec<PathBuf> {
