@@ -95,10 +95,6 @@ pub struct BwrapInputs<'a> {
     pub extra_deny: Vec<PathBuf>,
     /// Extra paths that must be readable (the helper executable).
     pub extra_read: Vec<PathBuf>,
-    /// Extra paths kept read-only when inside a writable root (the helper
-    /// executable and its bundled launcher, which run outside the sandbox
-    /// next time).
-    pub extra_read_only: Vec<PathBuf>,
     pub inner: InnerCommand,
 }
 
@@ -381,15 +377,9 @@ impl Builder<'_> {
         }
 
         // 2b. Read-only subpaths outside their own root (a `gitdir:` target
-        // in another writable root) and the helper's own files: after every
-        // bind, so none covers them, with the deny masks below them applied
-        // again on top.
+        // in another writable root): after every bind, so none covers them,
+        // with the deny masks below them applied again on top.
         let mut outer: Vec<PathBuf> = Vec::new();
-        for p in &self.inputs.extra_read_only {
-            if exists(p) && !outer.contains(p) {
-                outer.push(p.clone());
-            }
-        }
         for w in &writable {
             let mount = canonical_or_self(&w.root);
             for p in &w.read_only_subpaths {
@@ -676,7 +666,6 @@ mod tests {
             glob_matches: BTreeSet::new(),
             extra_deny: Vec::new(),
             extra_read: Vec::new(),
-            extra_read_only: Vec::new(),
             inner: InnerCommand {
                 exe: PathBuf::from("/opt/codexbox"),
                 flags: vec!["--apply-seccomp-then-exec".into()],

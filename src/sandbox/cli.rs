@@ -244,7 +244,12 @@ fn prepare(args: &Args) -> Result<Prepared, Failure> {
         };
     }
     let (fs, network) = profile.to_runtime();
-    let resolved = fs.resolve(&policy_cwd);
+    let mut resolved = fs.resolve(&policy_cwd);
+    // The helper and its bundled launcher run outside the sandbox next
+    // time: never writable from inside it.
+    if let Ok(exe) = std::env::current_exe() {
+        resolved.keep_read_only(&[launcher::bundled_path(&exe), exe]);
+    }
     Ok(Prepared {
         profile,
         network,
@@ -314,6 +319,13 @@ fn run_args(args: Args) -> Result<i32, Failure> {
             inner::confine(seccomp_mode(prepared.network)).map_err(fail)?;
         }
         return Err(fail(inner::exec(&args.command)));
+    }
+
+    for p in prepared.resolved.grants_through_links() {
+        eprintln!(
+            "{PREFIX}: warning: {} is reached through a symlink inside a writable root and grants nothing",
+            p.display()
+        );
     }
 
     // WSL1 cannot create the namespaces bubblewrap needs.
@@ -496,7 +508,6 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
                 Vec::new()
             },
             extra_read: vec![exe.clone()],
-            extra_read_only: vec![exe.clone(), launcher::bundled_path(&exe)],
             inner: InnerCommand {
                 exe: exe.clone(),
                 flags,

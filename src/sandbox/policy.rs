@@ -1134,6 +1134,37 @@ impl ResolvedPolicy {
         roots
     }
 
+    /// Adds a read entry for each of `paths` that exists and is writable
+    /// (a read-only subpath of its writable root). Nothing for a policy
+    /// without a filesystem sandbox.
+    pub fn keep_read_only(&mut self, paths: &[PathBuf]) {
+        if self.kind != FileSystemSandboxKind::Restricted || self.full_write {
+            return;
+        }
+        for p in paths {
+            let p = normalize(p);
+            if p.symlink_metadata().is_ok() && self.can_write(&p) {
+                self.entries.push((p, FileSystemAccessMode::Read));
+            }
+        }
+        self.entries.sort();
+        self.entries.dedup();
+    }
+
+    /// Grants left out because they pass through a symlink inside a
+    /// writable root ([`crosses_planted_link`]), for the caller to be told.
+    pub fn grants_through_links(&self) -> Vec<PathBuf> {
+        let writable = self.lexical_writable_roots();
+        let mut out: Vec<PathBuf> = self
+            .entries
+            .iter()
+            .filter(|(p, a)| a.can_read() && self.can_read(p) && crosses_planted_link(p, &writable))
+            .map(|(p, _)| p.clone())
+            .collect();
+        out.dedup();
+        out
+    }
+
     /// Writable roots with their read-only subpaths and protected names.
     /// A root reached through a symlink inside another writable root is left
     /// out: a sandboxed command could have planted that link (see
@@ -1591,6 +1622,10 @@ mod tests {
         assert_eq!(roots, vec![ws.clone()]);
         assert!(!r.readable_roots().contains(&ws.join("cache/sub")));
         assert!(r.readable_roots().contains(&ws.join("src")));
+        assert_eq!(
+            r.grants_through_links(),
+            vec![ws.join("cache"), ws.join("cache/sub")]
+        );
         assert!(crosses_planted_link(
             &ws.join("cache"),
             std::slice::from_ref(&ws)

@@ -423,6 +423,33 @@ mod tests {
     }
 
     #[test]
+    fn nothing_after_the_started_byte_is_kept_or_held() {
+        let (err_r, err_w) = nix::unistd::pipe().unwrap();
+        let (st_r, st_w) = nix::unistd::pipe().unwrap();
+        nix::fcntl::fcntl(
+            &st_r,
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+        )
+        .unwrap();
+        let mut capture = Capture::default();
+        nix::unistd::write(&err_w, b"bwrap: early\n").unwrap();
+        check_started(&st_r, &mut capture);
+        assert!(read_some(&err_r, &mut capture));
+        assert!(!capture.started);
+        nix::unistd::write(&st_w, b"1").unwrap();
+        nix::unistd::write(
+            &err_w,
+            b"bwrap: Can't mount proc on /newroot/proc: Invalid argument\n",
+        )
+        .unwrap();
+        check_started(&st_r, &mut capture);
+        assert!(read_some(&err_r, &mut capture));
+        assert!(capture.started);
+        assert_eq!(capture.kept, b"bwrap: early\n");
+        assert!(capture.held.is_empty());
+    }
+
+    #[test]
     fn detects_user_namespace_failures() {
         assert!(is_userns_failure(
             "bwrap: setting up uid map: Permission denied"
