@@ -172,7 +172,6 @@ fn builtin_confines_like_the_sandbox_promises() {
 }
 
 #[test]
-#[ignore = "VULN: the built-in bwrap leaves /proc/sys writable for a root caller (kernel.core_pattern can be set)"]
 fn builtin_sysctls_are_read_only() {
     if !ready() || !python3() {
         return;

@@ -705,7 +705,7 @@ print("ok:read" if open("/proc/sys/kernel/ostype").read().strip() == "Linux" els
 
 against!(sysctls_are_read_only:
     #[ignore = "VULN: /proc/sys is writable for a root caller: bubblewrap skips covering it (the directory is r-x) while its files only test euid == global root, so kernel.core_pattern can be set"] system,
-    #[ignore = "VULN: the built-in bwrap leaves /proc/sys writable for a root caller (kernel.core_pattern can be set)"] builtin,
+    builtin,
     landlock);
 
 /// File capabilities and setuid bits give nothing (no_new_privs).

@@ -903,6 +903,35 @@ fn builtin_root_caller_stays_in_a_user_namespace() {
 }
 
 #[test]
+fn builtin_proc_sys_is_read_only() {
+    // Documented difference: bubblewrap's `--proc` covers /proc/sys only when
+    // access(W_OK) says it is writable, which the r-x directory never is, so
+    // a root caller keeps writable sysctls (kernel.core_pattern runs a helper
+    // as host root on the next crash). The built-in covers it regardless.
+    // The probe only opens the files for writing; nothing is written.
+    let mut args = READ_ONLY_PROFILE.to_vec();
+    args.extend([
+        "sh",
+        "-c",
+        "for f in /proc/sys/kernel/core_pattern /proc/sys/vm/drop_caches /proc/sysrq-trigger; do \
+           [ -e $f ] || continue; \
+           if ( : >> $f ) 2>/dev/null; then echo \"writable $f\"; else echo \"held $f\"; fi; \
+         done; \
+         cat /proc/sys/kernel/ostype; grep -c ' /proc/sys ro,' /proc/self/mountinfo",
+    ]);
+    let outcome = run(Impl::Builtin, &args);
+    assert_eq!(outcome.code, 0, "{outcome:?}");
+    assert!(!outcome.stdout.contains("writable"), "{outcome:?}");
+    assert!(
+        outcome
+            .stdout
+            .contains("held /proc/sys/kernel/core_pattern\n"),
+        "{outcome:?}"
+    );
+    assert!(outcome.stdout.ends_with("Linux\n1\n"), "{outcome:?}");
+}
+
+#[test]
 fn builtin_sets_argv0_and_runs_as_a_subcommand() {
     let argv0 = run(
         Impl::Builtin,
