@@ -91,6 +91,31 @@ fn read_only_profile_with_cap_drop_all_has_no_capabilities() {
 }
 
 #[test]
+fn cap_add_and_cap_drop_observe_the_same() {
+    if !have_system_bwrap("cap_add_and_cap_drop_observe_the_same") {
+        return;
+    }
+    // uid 0 inside keeps all but the dropped ones (bounding set cut too),
+    // inheritable and ambient as well.
+    let mut args = READ_ONLY_PROFILE.to_vec();
+    args.extend(["--cap-drop", "CAP_SYS_ADMIN", "--cap-drop", "cap_net_raw"]);
+    let outcome = assert_same(&with_probe(&args, PATHS));
+    assert!(!outcome.stdout.contains("CapEff: 0000000000000000\n"));
+    assert!(!outcome.stdout.contains("CapAmb: 0000000000000000\n"));
+    // Another uid: a root caller passes its own set on, plus what is added,
+    // as ambient capabilities.
+    let mut args = READ_ONLY_PROFILE.to_vec();
+    args.extend(["--uid", "1000", "--cap-add", "CAP_NET_RAW"]);
+    let outcome = assert_same(&with_probe(&args, PATHS));
+    assert!(outcome.stdout.contains("ids: 1000 "), "{}", outcome.stdout);
+    assert!(
+        !outcome.stdout.contains("CapAmb: 0000000000000000\n"),
+        "{}",
+        outcome.stdout
+    );
+}
+
+#[test]
 fn workspace_profile_observes_the_same() {
     if !have_system_bwrap("workspace_profile_observes_the_same") {
         return;

@@ -120,8 +120,9 @@ pub fn effective_caps() -> Result<CapSet, ConfineError> {
 }
 
 /// Leaves the process with exactly `keep` (in its user namespace), for caps
-/// `0..=last`, the bounding set included. With `ambient` (a non-zero uid that
-/// asked for capabilities) they are raised as ambient so they survive execve.
+/// `0..=last`, the bounding set included. With `ambient` (the set was edited
+/// by `--cap-add`/`--cap-drop`) they are also inheritable and raised as
+/// ambient, so they survive an execve by any uid.
 /// Keeping nothing is [`confine::drop_capabilities_through`], which also
 /// locks the securebits.
 pub fn apply(keep: CapSet, ambient: bool, last: u32) -> Result<(), ConfineError> {

@@ -408,11 +408,8 @@ fn exec_command(
     apply_env(&config.env);
     change_dir(config, caller.cwd.clone())?;
     let keep = caps::requested_caps(caller.root_caps, uid, caller.last_cap, &config.cap_edits);
-    caps::apply(
-        keep,
-        uid != 0 && !config.cap_edits.is_empty(),
-        caller.last_cap,
-    )?;
+    // As bubblewrap: an edited set is also made ambient, for any uid.
+    caps::apply(keep, !config.cap_edits.is_empty(), caller.last_cap)?;
     // Like bubblewrap, the fds the caller left inheritable reach the command
     // (callers pass fds to the sandboxed program that way); every fd bwrap
     // opened itself is close-on-exec, and those given to options are closed
