@@ -66,6 +66,8 @@ pub enum BwrapError {
     Pipe(#[source] io::Error),
     #[error("prctl(PR_SET_PDEATHSIG): {}", fds::desc(.0))]
     DeathSignal(#[source] io::Error),
+    #[error("prctl(PR_SET_DUMPABLE): {}", fds::desc(.0))]
+    Dumpable(#[source] io::Error),
     #[error("Can't fork: {}", fds::desc(.0))]
     Fork(#[source] io::Error),
     #[error("setsid: {}", fds::desc(.0))]
@@ -366,6 +368,15 @@ fn sandbox_child(
 
     let needs_reaper = !config.as_pid_1 && (config.unshare.pid || config.sync_fd.is_some());
     if needs_reaper {
+        // The reaper holds the caller's stdio (the sandbox helper parses its
+        // stderr): the command must not reach those fds through /proc/1/fd
+        // or pidfd_getfd. Not dumpable, that takes CAP_SYS_PTRACE over the
+        // host's user namespace. Set before the fork so that no window is
+        // left; the command's exec makes it dumpable again.
+        // SAFETY: PR_SET_DUMPABLE takes integers only.
+        if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong, 0, 0, 0) } != 0 {
+            return Err(BwrapError::Dumpable(io::Error::last_os_error()));
+        }
         // SAFETY: single-threaded process: the child may run any code.
         match unsafe { nix::unistd::fork() } {
             Err(errno) => return Err(BwrapError::Fork(errno.into())),
