@@ -3,9 +3,10 @@
 //!
 //! bubblewrap's rule, kept here: a command running as uid 0 inside the sandbox
 //! keeps every capability (of its user namespace) unless told otherwise, any
-//! other uid keeps none. `--cap-drop`/`--cap-add` edit that set; the bounding set
-//! is cut down to it whenever it was edited. Capabilities are only ever held in
-//! the sandbox's own user namespace, never on the host.
+//! other uid keeps none (a root caller passes its own set on instead).
+//! `--cap-drop`/`--cap-add` edit that set, which then is also ambient; the
+//! bounding set is cut down to it. Capabilities are only ever held in the
+//! sandbox's own user namespace, never on the host.
 //!
 //! The system calls are [`crate::sandbox::confine`]'s: this module only names
 //! capabilities and decides the set; [`apply`] hands it over.
