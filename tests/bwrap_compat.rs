@@ -91,6 +91,31 @@ fn read_only_profile_with_cap_drop_all_has_no_capabilities() {
 }
 
 #[test]
+fn cap_add_and_cap_drop_observe_the_same() {
+    if !have_system_bwrap("cap_add_and_cap_drop_observe_the_same") {
+        return;
+    }
+    // uid 0 inside keeps all but the dropped ones (bounding set cut too),
+    // inheritable and ambient as well.
+    let mut args = READ_ONLY_PROFILE.to_vec();
+    args.extend(["--cap-drop", "CAP_SYS_ADMIN", "--cap-drop", "cap_net_raw"]);
+    let outcome = assert_same(&with_probe(&args, PATHS));
+    assert!(!outcome.stdout.contains("CapEff: 0000000000000000\n"));
+    assert!(!outcome.stdout.contains("CapAmb: 0000000000000000\n"));
+    // Another uid: a root caller passes its own set on, plus what is added,
+    // as ambient capabilities.
+    let mut args = READ_ONLY_PROFILE.to_vec();
+    args.extend(["--uid", "1000", "--cap-add", "CAP_NET_RAW"]);
+    let outcome = assert_same(&with_probe(&args, PATHS));
+    assert!(outcome.stdout.contains("ids: 1000 "), "{}", outcome.stdout);
+    assert!(
+        !outcome.stdout.contains("CapAmb: 0000000000000000\n"),
+        "{}",
+        outcome.stdout
+    );
+}
+
+#[test]
 fn workspace_profile_observes_the_same() {
     if !have_system_bwrap("workspace_profile_observes_the_same") {
         return;
@@ -900,6 +925,35 @@ fn builtin_root_caller_stays_in_a_user_namespace() {
         ],
     );
     assert_eq!(mount.stdout, "refused\n", "{mount:?}");
+}
+
+#[test]
+fn builtin_proc_sys_is_read_only() {
+    // Documented difference: bubblewrap's `--proc` covers /proc/sys only when
+    // access(W_OK) says it is writable, which the r-x directory never is, so
+    // a root caller keeps writable sysctls (kernel.core_pattern runs a helper
+    // as host root on the next crash). The built-in covers it regardless.
+    // The probe only opens the files for writing; nothing is written.
+    let mut args = READ_ONLY_PROFILE.to_vec();
+    args.extend([
+        "sh",
+        "-c",
+        "for f in /proc/sys/kernel/core_pattern /proc/sys/vm/drop_caches /proc/sysrq-trigger; do \
+           [ -e $f ] || continue; \
+           if ( : >> $f ) 2>/dev/null; then echo \"writable $f\"; else echo \"held $f\"; fi; \
+         done; \
+         cat /proc/sys/kernel/ostype; grep -c ' /proc/sys ro,' /proc/self/mountinfo",
+    ]);
+    let outcome = run(Impl::Builtin, &args);
+    assert_eq!(outcome.code, 0, "{outcome:?}");
+    assert!(!outcome.stdout.contains("writable"), "{outcome:?}");
+    assert!(
+        outcome
+            .stdout
+            .contains("held /proc/sys/kernel/core_pattern\n"),
+        "{outcome:?}"
+    );
+    assert!(outcome.stdout.ends_with("Linux\n1\n"), "{outcome:?}");
 }
 
 #[test]

@@ -42,6 +42,8 @@ use cli::{CliError, Config, Parsed};
 use namespaces::Forked;
 use ops::EnvOp;
 
+use crate::sandbox::confine;
+
 /// What bubblewrap prints for `--version`; the suffix says which one it is.
 pub const VERSION_LINE: &str = concat!(
     "bubblewrap 0.11.0 (codexbox ",
@@ -64,8 +66,8 @@ pub enum BwrapError {
     Pipe(#[source] io::Error),
     #[error("prctl(PR_SET_PDEATHSIG): {}", fds::desc(.0))]
     DeathSignal(#[source] io::Error),
-    #[error("prctl(PR_SET_NO_NEW_PRIVS) failed: {}", fds::desc(.0))]
-    NoNewPrivs(#[source] io::Error),
+    #[error("prctl(PR_SET_DUMPABLE): {}", fds::desc(.0))]
+    Dumpable(#[source] io::Error),
     #[error("Can't fork: {}", fds::desc(.0))]
     Fork(#[source] io::Error),
     #[error("setsid: {}", fds::desc(.0))]
@@ -82,8 +84,8 @@ pub enum BwrapError {
         #[source]
         source: io::Error,
     },
-    #[error("capset failed: {}", fds::desc(.0))]
-    Caps(#[source] io::Error),
+    #[error(transparent)]
+    Confine(#[from] confine::ConfineError),
     #[error("execvp {}: {}", .command.to_string_lossy(), fds::desc(.source))]
     Exec {
         command: OsString,
@@ -150,6 +152,8 @@ struct Caller {
     cwd: Option<OsString>,
     /// A root caller's effective capabilities, which bubblewrap passes on.
     root_caps: Option<caps::CapSet>,
+    /// The kernel's highest capability, read while /proc is the host's.
+    last_cap: u32,
 }
 
 fn launch(config: Config) -> Result<i32, BwrapError> {
@@ -167,6 +171,7 @@ fn launch(config: Config) -> Result<i32, BwrapError> {
         } else {
             None
         },
+        last_cap: confine::last_cap(),
     };
     let host_tty = if nix::unistd::isatty(std::io::stdout()).unwrap_or(false) {
         nix::unistd::ttyname(std::io::stdout()).ok()
@@ -347,7 +352,7 @@ fn sandbox_child(
     if let Some(name) = &config.hostname {
         namespaces::set_hostname(name)?;
     }
-    caps::set_no_new_privs().map_err(BwrapError::NoNewPrivs)?;
+    confine::set_no_new_privs()?;
     if nested {
         namespaces::enter_nested_user_namespace(
             &proc_fd,
@@ -363,12 +368,21 @@ fn sandbox_child(
 
     let needs_reaper = !config.as_pid_1 && (config.unshare.pid || config.sync_fd.is_some());
     if needs_reaper {
+        // The reaper holds the caller's stdio (the sandbox helper parses its
+        // stderr): the command must not reach those fds through /proc/1/fd
+        // or pidfd_getfd. Not dumpable, that takes CAP_SYS_PTRACE over the
+        // host's user namespace. Set before the fork so that no window is
+        // left; the command's exec makes it dumpable again.
+        // SAFETY: PR_SET_DUMPABLE takes integers only.
+        if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong, 0, 0, 0) } != 0 {
+            return Err(BwrapError::Dumpable(io::Error::last_os_error()));
+        }
         // SAFETY: single-threaded process: the child may run any code.
         match unsafe { nix::unistd::fork() } {
             Err(errno) => return Err(BwrapError::Fork(errno.into())),
             Ok(nix::unistd::ForkResult::Parent { child }) => {
                 // The reaper needs no capability and no fd but its pipe and the sync fd.
-                let _ = caps::drop_all();
+                let _ = confine::drop_capabilities_through(caller.last_cap);
                 let mut keep = vec![status_write.as_raw_fd()];
                 keep.extend(config.sync_fd);
                 let _ = fds::close_all_but(&keep);
@@ -404,8 +418,9 @@ fn exec_command(
     }
     apply_env(&config.env);
     change_dir(config, caller.cwd.clone())?;
-    let (keep, bound) = caps::requested_caps(caller.root_caps, uid, &config.cap_edits);
-    caps::apply(keep, bound, uid != 0 && !config.cap_edits.is_empty()).map_err(BwrapError::Caps)?;
+    let keep = caps::requested_caps(caller.root_caps, uid, caller.last_cap, &config.cap_edits);
+    // As bubblewrap: an edited set is also made ambient, for any uid.
+    caps::apply(keep, !config.cap_edits.is_empty(), caller.last_cap)?;
     // Like bubblewrap, the fds the caller left inheritable reach the command
     // (callers pass fds to the sandboxed program that way); every fd bwrap
     // opened itself is close-on-exec, and those given to options are closed
