@@ -89,7 +89,7 @@ fn explained(cwd: &Path, profile: &str) -> Vec<String> {
 /// Runs `sh -c script` through `codexbox bwrap` with the explained argv.
 fn run(cwd: &Path, profile: &str, script: &str) -> Output {
     let argv = explained(cwd, profile);
-    let out = Command::new(BIN)
+    let out = only_std_fds(&mut Command::new(BIN))
         .arg("bwrap")
         .args(&argv)
         .args(["sh", "-c", script])

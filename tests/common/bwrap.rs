@@ -63,18 +63,7 @@ pub fn command<S: AsRef<OsStr>>(which: Impl, args: &[S]) -> Command {
     cmd.args(args).stdin(Stdio::null());
     // Fds this test process inherited without close-on-exec would reach the
     // launcher, and bubblewrap passes them on: keep them out of the comparison.
-    // SAFETY: close_range is async-signal-safe and runs between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::syscall(
-                libc::SYS_close_range,
-                3u32,
-                u32::MAX,
-                libc::CLOSE_RANGE_CLOEXEC,
-            );
-            Ok(())
-        });
-    }
+    super::redteam::only_std_fds(&mut cmd);
     cmd
 }
 

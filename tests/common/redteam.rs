@@ -4,6 +4,7 @@
 //! output is one marker line per attempt.
 #![allow(dead_code)] // each attack file uses a subset
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -154,6 +155,33 @@ pub fn workspace(extra: &[String], network: &str) -> String {
     managed(&entries, network)
 }
 
+/// Marks every fd >= 3 close-on-exec in the child just before it execs, so
+/// only stdio (plus fds a test adds with a later `pre_exec`) reaches the
+/// launched program: fds this test process inherited from its caller (a
+/// shell or CI harness) would otherwise be passed through the sandbox, as
+/// bubblewrap passes inherited fds on.
+pub fn only_std_fds(cmd: &mut Command) -> &mut Command {
+    // SAFETY: close_range and fcntl are async-signal-safe, allocate nothing
+    // and run in the child between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let flag = libc::CLOSE_RANGE_CLOEXEC as libc::c_long;
+            if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, flag) != 0 {
+                // Kernels before 5.11: mark them one by one.
+                let max = match libc::sysconf(libc::_SC_OPEN_MAX) {
+                    n if n > 0 => n.min(1 << 16) as libc::c_int,
+                    _ => 1024,
+                };
+                for fd in 3..max {
+                    libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+                }
+            }
+            Ok(())
+        });
+    }
+    cmd
+}
+
 /// The `linux-sandbox` command for `argv` in `cwd` (not yet run).
 pub fn command(
     launcher: Launcher,
@@ -174,6 +202,7 @@ pub fn command(
         .args(argv)
         .current_dir(cwd)
         .stdin(Stdio::null());
+    only_std_fds(&mut cmd);
     launcher.apply(&mut cmd);
     cmd
 }
