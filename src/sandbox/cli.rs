@@ -123,25 +123,32 @@ fn fail(message: impl std::fmt::Display) -> Failure {
     }
 }
 
+/// Parses `argv` for a sandbox mode; on `--help`/`--version` prints them
+/// and gives `Err(0)`, on a usage error prints one `prefix: …` line and
+/// gives `Err(2)`.
+pub(crate) fn parse_args<A: Parser>(argv: &[OsString], prefix: &str) -> Result<A, i32> {
+    A::try_parse_from(argv).map_err(|e| {
+        use clap::error::ErrorKind;
+        if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+            let _ = e.print();
+            return 0;
+        }
+        let text = e.to_string();
+        let line = text
+            .lines()
+            .next()
+            .unwrap_or("invalid arguments")
+            .trim_start_matches("error: ");
+        eprintln!("{prefix}: {line} (see --help)");
+        2
+    })
+}
+
 /// Entry point of this mode.
 pub fn main(argv: Vec<OsString>) -> i32 {
-    let args = match Args::try_parse_from(&argv) {
+    let args = match parse_args::<Args>(&argv, PREFIX) {
         Ok(a) => a,
-        Err(e) => {
-            use clap::error::ErrorKind;
-            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-                let _ = e.print();
-                return 0;
-            }
-            let text = e.to_string();
-            let line = text
-                .lines()
-                .next()
-                .unwrap_or("invalid arguments")
-                .trim_start_matches("error: ");
-            eprintln!("{PREFIX}: {line} (see --help)");
-            return 2;
-        }
+        Err(code) => return code,
     };
     match run_args(args) {
         Ok(code) => code,
