@@ -175,27 +175,6 @@ fn capget() -> io::Result<[CapData; 2]> {
     Ok(data)
 }
 
-fn capset_empty() -> io::Result<()> {
-    let mut header = CapHeader {
-        version: CAPABILITY_VERSION_3,
-        pid: 0,
-    };
-    let data = [CapData::default(); 2];
-    // SAFETY: header and data are valid and laid out for the v3 ABI; the
-    // kernel only reads data.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_capset,
-            &mut header as *mut CapHeader,
-            data.as_ptr(),
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 fn current_securebits() -> io::Result<libc::c_ulong> {
     let bits = prctl(libc::PR_GET_SECUREBITS, 0, 0)?;
     Ok(libc::c_ulong::try_from(bits).unwrap_or(0))
@@ -241,7 +220,7 @@ pub fn drop_capabilities_through(last: u32) -> Result<()> {
             return Err(ConfineError::AmbientClear(err));
         }
     }
-    capset_empty().map_err(ConfineError::Capset)?;
+    capset_to(0, 0).map_err(ConfineError::Capset)?;
 
     let data = capget().map_err(ConfineError::Capget)?;
     if data.iter().any(|d| d.effective != 0 || d.permitted != 0) {
@@ -404,7 +383,7 @@ pub fn keep_only_capabilities(keep: u64, last: u32, ambient: bool) -> Result<()>
     Ok(())
 }
 
-/// capset with effective = permitted = `caps`.
+/// capset with effective = permitted = `caps` (all empty with `(0, 0)`).
 fn capset_to(caps: u64, inheritable: u64) -> io::Result<()> {
     let mut header = CapHeader {
         version: CAPABILITY_VERSION_3,
