@@ -10,24 +10,6 @@ mod common;
 
 use common::redteam::*;
 
-/// One `#[test]` per launcher: `against!(case: system, builtin, landlock)`.
-macro_rules! against {
-    ($case:ident: $( $(#[$m:meta])* $launcher:ident ),+ $(,)?) => {
-        mod $case {
-            $(
-                $(#[$m])*
-                #[test]
-                fn $launcher() {
-                    let l = super::Launcher::named(stringify!($launcher));
-                    if super::available(l) {
-                        super::$case(l);
-                    }
-                }
-            )+
-        }
-    };
-}
-
 fn mount_table_tricks(l: Launcher) {
     let t = Tree::new();
     t.put("ws/.git/config", "[core]\n");

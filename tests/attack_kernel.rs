@@ -13,24 +13,6 @@ use std::process::{Command, Stdio};
 
 use common::redteam::*;
 
-/// One `#[test]` per launcher: `against!(case: system, builtin, landlock)`.
-macro_rules! against {
-    ($case:ident: $( $(#[$m:meta])* $launcher:ident ),+ $(,)?) => {
-        mod $case {
-            $(
-                $(#[$m])*
-                #[test]
-                fn $launcher() {
-                    let l = super::Launcher::named(stringify!($launcher));
-                    if super::available(l) {
-                        super::$case(l);
-                    }
-                }
-            )+
-        }
-    };
-}
-
 /// A shell line that writes `message` to every fd of every process the
 /// command can see (bubblewrap's pid 1 holds the helper's stderr pipe).
 fn forge(message: &str) -> String {

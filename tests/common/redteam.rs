@@ -342,3 +342,24 @@ pub fn python3() -> bool {
     }
     ok
 }
+
+/// One `#[test]` per launcher: `against!(case: system, builtin, landlock)`.
+#[allow(unused_macros)]
+macro_rules! against {
+    ($case:ident: $( $(#[$m:meta])* $launcher:ident ),+ $(,)?) => {
+        mod $case {
+            $(
+                $(#[$m])*
+                #[test]
+                fn $launcher() {
+                    let l = super::Launcher::named(stringify!($launcher));
+                    if super::available(l) {
+                        super::$case(l);
+                    }
+                }
+            )+
+        }
+    };
+}
+#[allow(unused_imports)] // not every attack file runs a case per launcher
+pub(crate) use against;
