@@ -11,14 +11,6 @@ use std::process::{Command, Stdio};
 
 use common::sandbox::*;
 
-macro_rules! require_sandbox {
-    () => {
-        if !sandbox_available() {
-            return;
-        }
-    };
-}
-
 #[test]
 fn exit_status_and_signals_pass_through() {
     require_sandbox!();
