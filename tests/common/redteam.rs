@@ -125,16 +125,8 @@ pub fn special(kind: &str, access: &str) -> String {
     format!(r#"{{"path":{{"type":"special","value":{{"kind":"{kind}"}}}},"access":"{access}"}}"#)
 }
 
-pub fn glob(pattern: &str, access: &str) -> String {
-    format!(r#"{{"path":{{"type":"glob_pattern","pattern":"{pattern}"}},"access":"{access}"}}"#)
-}
-
-pub fn managed(entries: &[String], network: &str) -> String {
-    format!(
-        r#"{{"type":"managed","file_system":{{"type":"restricted","entries":[{}]}},"network":"{network}"}}"#,
-        entries.join(",")
-    )
-}
+#[allow(unused_imports)] // each attack file uses a subset
+pub use super::sandbox::{glob_entry as glob, profile as managed};
 
 /// Read everything, write the project root (with its protected metadata),
 /// plus `extra` entries; `/tmp` and `$TMPDIR` stay read-only.
