@@ -392,7 +392,6 @@ async fn server_environment_is_out_of_reach() {
 /// SPEC §5.3 item 5 through the server: `process/terminate` of a sandboxed
 /// command leaves no mount points in the workspace.
 #[tokio::test]
-#[ignore = "VULN: terminate SIGKILLs the helper, whose cleanup never runs: empty .git/.codex/.agents stay in the workspace until some later run elsewhere"]
 async fn terminate_leaves_nothing_in_the_workspace() {
     if !ready() {
         return;

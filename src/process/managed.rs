@@ -381,21 +381,37 @@ impl ManagedProcess {
 
     /// Kills the process group and every descendant, exited or not (a
     /// descendant may outlive the command).
+    /// A sandboxed command's helper first gets SIGTERM and a short bounded
+    /// grace to remove its mount points ([`kill::terminate_sandboxed_tree`]).
     pub fn kill_tree_now(&self) {
-        let (supervisor, group) = (self.supervisor_pid, self.command_pid);
-        let _ = kill::signal_group(group, Signal::SIGKILL);
+        let (supervisor, group, sandboxed) =
+            (self.supervisor_pid, self.command_pid, self.sandboxed);
+        if !sandboxed {
+            let _ = kill::signal_group(group, Signal::SIGKILL);
+        }
+        let work = move || {
+            if sandboxed {
+                kill::terminate_sandboxed_tree(supervisor, group);
+            } else {
+                kill::kill_tree(supervisor, group);
+            }
+        };
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
-                handle.spawn_blocking(move || kill::kill_tree(supervisor, group));
+                handle.spawn_blocking(work);
             }
-            Err(_) => kill::kill_tree(supervisor, group),
+            Err(_) => work(),
         }
     }
 
-    /// Synchronous variant for shutdown paths.
+    /// Synchronous variant for shutdown and session expiry.
     pub fn kill_tree_blocking(&self) {
         self.terminated.store(true, Ordering::Relaxed);
-        kill::kill_tree(self.supervisor_pid, self.command_pid);
+        if self.sandboxed {
+            kill::terminate_sandboxed_tree(self.supervisor_pid, self.command_pid);
+        } else {
+            kill::kill_tree(self.supervisor_pid, self.command_pid);
+        }
     }
 }
 
