@@ -596,7 +596,6 @@ fn network_enabled_read_only() -> Value {
 /// the server's own loopback listener (no token: the default) and starts
 /// an unsandboxed command. Control: the same client from outside works.
 #[tokio::test]
-#[ignore = "VULN: a sandboxed process with network enabled reaches the exec-server's loopback listener (no token by default) and starts unsandboxed commands"]
 async fn sandboxed_process_cannot_drive_its_own_server() {
     if !ready() || !common::redteam::python3() {
         return;
@@ -645,7 +644,6 @@ async fn sandboxed_process_cannot_drive_its_own_server() {
 /// read it (a read-everything profile would), or the previous attack works
 /// again.
 #[tokio::test]
-#[ignore = "VULN: the server's --auth-token-file is readable inside the sandboxes it builds (full-read profiles), so a network-enabled sandboxed process can authenticate to it"]
 async fn sandboxed_process_cannot_read_the_servers_token() {
     if !ready() || !common::redteam::python3() {
         return;

@@ -124,6 +124,28 @@ pub struct ManagedProcess {
     terminated: AtomicBool,
 }
 
+/// Supervisor pids of the live sandboxed processes: the roots of the
+/// subtrees whose connections the server refuses.
+static SANDBOXED_ROOTS: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+/// The supervisor pids of the sandboxed processes this server still holds
+/// (each the root of a subtree that a sandboxed command cannot leave).
+pub fn sandboxed_roots() -> Vec<i32> {
+    lock(&SANDBOXED_ROOTS).clone()
+}
+
+impl Drop for ManagedProcess {
+    fn drop(&mut self) {
+        if self.sandboxed {
+            let root = self.supervisor_pid.as_raw();
+            let mut roots = lock(&SANDBOXED_ROOTS);
+            if let Some(at) = roots.iter().position(|&pid| pid == root) {
+                roots.swap_remove(at);
+            }
+        }
+    }
+}
+
 impl std::fmt::Debug for ManagedProcess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ManagedProcess")
@@ -204,6 +226,9 @@ impl ManagedProcess {
             stdin_budget: Arc::new(Semaphore::new(STDIN_QUEUE_BYTES)),
             terminated: AtomicBool::new(false),
         });
+        if spec.sandboxed {
+            lock(&SANDBOXED_ROOTS).push(spawned.supervisor_pid.as_raw());
+        }
         if let Some(writer) = writer {
             tokio::spawn(writer.run());
         }

@@ -10,6 +10,7 @@ pub mod fs_helper_pool;
 pub mod fs_methods;
 pub mod handlers;
 pub mod listen;
+pub mod peer_guard;
 pub mod process_sandbox;
 pub mod router;
 pub mod session;
@@ -152,12 +153,22 @@ async fn accept_tcp(listener: tokio::net::TcpListener, shared: Shared) {
             }
         };
         let _ = stream.set_nodelay(true);
-        tokio::spawn(transport::websocket::serve_stream(
-            stream,
-            peer.to_string(),
-            shared.clone(),
-            policy.clone(),
-        ));
+        let (shared, policy) = (shared.clone(), policy.clone());
+        tokio::spawn(async move {
+            let local = stream.local_addr();
+            let refused = match local {
+                Ok(local) => {
+                    tokio::task::spawn_blocking(move || peer_guard::refuse_tcp(local, peer))
+                        .await
+                        .unwrap_or(true)
+                }
+                Err(_) => true,
+            };
+            if refused {
+                return refuse(stream, &peer.to_string()).await;
+            }
+            transport::websocket::serve_stream(stream, peer.to_string(), shared, policy).await
+        });
     }
 }
 
@@ -172,13 +183,32 @@ async fn accept_unix(listener: tokio::net::UnixListener, shared: Shared) {
                 continue;
             }
         };
-        tokio::spawn(transport::websocket::serve_stream(
-            stream,
-            "unix socket".to_owned(),
-            shared.clone(),
-            policy.clone(),
-        ));
+        let (shared, policy) = (shared.clone(), policy.clone());
+        tokio::spawn(async move {
+            let pid = stream.peer_cred().ok().and_then(|cred| cred.pid());
+            let refused = tokio::task::spawn_blocking(move || peer_guard::refuse_unix(pid))
+                .await
+                .unwrap_or(true);
+            if refused {
+                return refuse(stream, "unix socket").await;
+            }
+            transport::websocket::serve_stream(stream, "unix socket".to_owned(), shared, policy)
+                .await
+        });
     }
+}
+
+/// Answers 403 to a peer inside a sandboxed subtree ([`peer_guard`]).
+async fn refuse<S>(mut stream: S, peer: &str)
+where
+    S: tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::AsyncWriteExt;
+    tracing::warn!(%peer, "refused a connection from a sandboxed process");
+    let _ = stream
+        .write_all(transport::http::response(403, "Forbidden").as_bytes())
+        .await;
+    let _ = stream.shutdown().await;
 }
 
 /// Binds a Unix socket readable and writable by the owner only. A stale

@@ -1,0 +1,178 @@
+//! Refuses connections that come from the server's own sandboxed processes.
+//!
+//! A sandboxed command with network access could otherwise connect back to
+//! the loopback listener (or the Unix socket) and start unsandboxed commands.
+//! On accept, and only while sandboxed processes are alive, the server
+//! identifies the peer process — `SO_PEERCRED` for a Unix socket; for a
+//! loopback TCP peer the socket inode from `/proc/net/tcp{,6}` (matched on
+//! the 4-tuple) and its owners from `/proc/*/fd` — and walks each owner's
+//! parent chain up to the server. A peer below a sandboxed process's
+//! supervisor is refused; so is a loopback peer that cannot be identified
+//! (fail closed). Non-loopback peers are never inspected.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use crate::process::kill::parent_of;
+use crate::process::managed::sandboxed_roots;
+
+/// Whether a TCP connection from `peer` to our `local` address must be
+/// refused. Blocking: reads `/proc`.
+pub fn refuse_tcp(local: SocketAddr, peer: SocketAddr) -> bool {
+    let peer = canonical(peer);
+    if !peer.ip().is_loopback() {
+        return false;
+    }
+    let roots = sandboxed_roots();
+    if roots.is_empty() {
+        return false;
+    }
+    let Some(inode) = socket_inode(peer, canonical(local)) else {
+        return true;
+    };
+    let owners = socket_owners(inode);
+    owners.is_empty()
+        || owners
+            .into_iter()
+            .any(|pid| in_sandboxed_subtree(pid, &roots))
+}
+
+/// Whether a Unix-socket peer with credentials pid `pid` must be refused.
+/// Blocking: reads `/proc`.
+pub fn refuse_unix(pid: Option<i32>) -> bool {
+    let roots = sandboxed_roots();
+    if roots.is_empty() {
+        return false;
+    }
+    match pid {
+        Some(pid) if pid > 0 => in_sandboxed_subtree(pid, &roots),
+        _ => true,
+    }
+}
+
+/// Walks `pid`'s parents up to the server: true when one of them is a
+/// sandboxed supervisor. A chain that never reaches the server is not ours
+/// (a reused pid cannot match).
+fn in_sandboxed_subtree(pid: i32, roots: &[i32]) -> bool {
+    let server = std::process::id() as i32;
+    let mut below_root = false;
+    let mut current = pid;
+    for _ in 0..4096 {
+        if current == server {
+            return below_root;
+        }
+        if roots.contains(&current) {
+            below_root = true;
+        }
+        match parent_of(current) {
+            Some(parent) if parent > 0 && parent != current => current = parent,
+            _ => return false,
+        }
+    }
+    below_root
+}
+
+fn canonical(addr: SocketAddr) -> SocketAddr {
+    match addr.ip() {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(IpAddr::V4(v4), addr.port()),
+            None => addr,
+        },
+        IpAddr::V4(_) => addr,
+    }
+}
+
+/// The inode of the socket whose local end is `peer` and remote end `local`.
+fn socket_inode(peer: SocketAddr, local: SocketAddr) -> Option<u64> {
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_ascii_whitespace().collect();
+            if fields.len() < 10 {
+                continue;
+            }
+            let (Some(l), Some(r)) = (parse_addr(fields[1]), parse_addr(fields[2])) else {
+                continue;
+            };
+            if canonical(l) == peer && canonical(r) == local {
+                return fields[9].parse().ok().filter(|&inode| inode != 0);
+            }
+        }
+    }
+    None
+}
+
+/// `0100007F:1F90` (IPv4) or 32 hex digits + port (IPv6): each 32-bit word
+/// is printed from the address's bytes in host order.
+fn parse_addr(text: &str) -> Option<SocketAddr> {
+    let (ip, port) = text.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    let mut bytes = Vec::with_capacity(16);
+    for chunk in ip.as_bytes().chunks(8) {
+        let word = u32::from_str_radix(std::str::from_utf8(chunk).ok()?, 16).ok()?;
+        bytes.extend_from_slice(&word.to_ne_bytes());
+    }
+    let ip = match bytes.len() {
+        4 => IpAddr::V4(Ipv4Addr::new(bytes[0], bytes[1], bytes[2], bytes[3])),
+        16 => {
+            let mut octets = [0u8; 16];
+            octets.copy_from_slice(&bytes);
+            IpAddr::V6(Ipv6Addr::from(octets))
+        }
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, port))
+}
+
+/// Every process holding a descriptor of socket `inode`.
+fn socket_owners(inode: u64) -> Vec<i32> {
+    let wanted = format!("socket:[{inode}]");
+    let mut owners = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return owners;
+    };
+    for entry in procs.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        if fds.flatten().any(|fd| {
+            std::fs::read_link(fd.path()).is_ok_and(|link| link.as_os_str() == wanted.as_str())
+        }) {
+            owners.push(pid);
+        }
+    }
+    owners
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_net_addresses_parse_in_host_order() {
+        let v4 = parse_addr(&format!("{:08X}:1F90", u32::from_ne_bytes([127, 0, 0, 1])));
+        assert_eq!(v4, Some("127.0.0.1:8080".parse().unwrap()));
+        let words: String = Ipv6Addr::LOCALHOST
+            .octets()
+            .chunks(4)
+            .map(|c| format!("{:08X}", u32::from_ne_bytes([c[0], c[1], c[2], c[3]])))
+            .collect();
+        assert_eq!(
+            parse_addr(&format!("{words}:0050")),
+            Some("[::1]:80".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn the_servers_own_chain_is_not_sandboxed() {
+        assert!(!in_sandboxed_subtree(std::process::id() as i32, &[1]));
+    }
+}
