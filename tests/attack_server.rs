@@ -714,3 +714,38 @@ async fn restricted_network_cannot_drive_the_server() {
     assert!(!output.contains("upgrade: HTTP/1.1 101"), "{output}");
     assert!(!target.exists(), "{output}");
 }
+
+/// The sandboxes the server builds deny its token file (processes and
+/// fs-helpers), even under a read-everything profile; the neighbouring
+/// file stays readable (control).
+#[tokio::test]
+async fn the_token_file_is_denied_in_every_sandbox() {
+    if !ready() || !common::redteam::python3() {
+        return;
+    }
+    let t = Tree::new();
+    let token_file = t.put("outside/token", "s3cr3t-token-0123456789");
+    t.put("outside/neighbour", "NEIGHBOUR");
+    let server = common::client::Server::start(&["--auth-token-file", &p(&token_file)]);
+    let port = port_of(&server.url);
+    let script = format!(
+        "cat {} {}; echo done",
+        t.outside.join("neighbour").display(),
+        token_file.display()
+    );
+    let inner = ["sh", "-c", &script];
+    let out = std::process::Command::new("python3")
+        .args(["-c", WS_CLIENT, "127.0.0.1", &port])
+        .arg(&token_file)
+        .arg("sandboxed")
+        .arg(serde_json::to_string(&inner).expect("json"))
+        .arg(ctx(network_enabled_read_only(), &t.ws).to_string())
+        .output()
+        .expect("python3");
+    let s = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(s.contains("NEIGHBOUR") && s.contains("done"), "{s}");
+    assert!(
+        !s.contains("s3cr3t-token"),
+        "token read in the sandbox: {s}"
+    );
+}

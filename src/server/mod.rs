@@ -75,10 +75,15 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
     let registry = Registry::new(config.session_grace);
+    let mut denied = config.protected_paths.clone();
+    if let ListenUrl::Unix(path) = &config.listen {
+        denied.push(path.clone());
+    }
     let shared = Shared {
         registry: registry.clone(),
         config: Arc::new(config),
         paths: Arc::new(paths),
+        guard: Arc::new(process_sandbox::SandboxGuard::new(denied)),
     };
     let mut socket_path: Option<PathBuf> = None;
     match shared.config.listen.clone() {
