@@ -749,3 +749,62 @@ async fn the_token_file_is_denied_in_every_sandbox() {
         "token read in the sandbox: {s}"
     );
 }
+
+/// `tmpdir` means the server's `$TMPDIR`, never the request's: a request
+/// whose `env` says `TMPDIR=<elsewhere>` gets no write access there, while
+/// the server's own temporary directory is writable (control).
+#[tokio::test]
+async fn tmpdir_comes_from_the_server_not_the_request() {
+    if !ready() {
+        return;
+    }
+    let t = Tree::new();
+    let server_tmp = t.root.join("server-tmp");
+    std::fs::create_dir_all(&server_tmp).expect("mkdir");
+    let server = Server::start_with_env(&[("TMPDIR", &p(&server_tmp))]);
+    let c = server.connect().await;
+    let profile = json!({"type": "managed", "file_system": {"type": "restricted",
+        "entries": [special("root", "read"), special("tmpdir", "write")]}, "network": "restricted"});
+    for (id, request_tmp) in [("outside", p(&t.outside)), ("slash", "/".to_owned())] {
+        let target =
+            Path::new(&request_tmp).join(format!("codexbox-tmpdir-{id}-{}", std::process::id()));
+        let script = format!(
+            "echo x > {}; echo x > {}/ok; echo done",
+            target.display(),
+            server_tmp.display()
+        );
+        c.ok(
+            "process/start",
+            json!({"processId": id, "argv": ["sh", "-c", script], "cwd": t.ws,
+                   "env": {"PATH": "/usr/bin:/bin", "TMPDIR": request_tmp}, "tty": false,
+                   "sandbox": ctx(profile.clone(), &t.ws)}),
+        )
+        .await;
+        let mut after: Option<u64> = None;
+        let mut output = String::new();
+        loop {
+            let read = c
+                .ok(
+                    "process/read",
+                    json!({"processId": id, "afterSeq": after, "waitMs": 1000}),
+                )
+                .await;
+            for chunk in read["chunks"].as_array().into_iter().flatten() {
+                output.push_str(&String::from_utf8_lossy(&unb64(&chunk["chunk"])));
+            }
+            after = read["nextSeq"].as_u64().map(|next| next.saturating_sub(1));
+            if read["closed"] == true {
+                break;
+            }
+        }
+        let escaped = target.exists();
+        let _ = std::fs::remove_file(&target);
+        assert!(output.contains("done"), "{output}");
+        assert!(
+            !escaped,
+            "request TMPDIR {request_tmp} was writable: {output}"
+        );
+        assert!(server_tmp.join("ok").exists(), "control: {output}");
+        let _ = std::fs::remove_file(server_tmp.join("ok"));
+    }
+}

@@ -7,7 +7,8 @@
 //!
 //! [`SandboxGuard`] is what the server adds to every sandbox it
 //! materializes (processes and fs-helpers): deny entries for its own
-//! secrets (the token file, the Unix socket).
+//! secrets (the token file, the Unix socket) and `tmpdir` resolved from the
+//! server's environment, never from the request's `env`.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -19,7 +20,7 @@ use crate::arg0::LINUX_SANDBOX_ARG0;
 use crate::process::LaunchSpec;
 use crate::protocol::sandbox::{
     to_policy_profile, AccessMode, EntryPath, ExecPermissionProfile, FileSystemSandboxContext,
-    ManagedFileSystem, SandboxContextError, SandboxEntry,
+    ManagedFileSystem, SandboxContextError, SandboxEntry, SpecialPath,
 };
 use crate::protocol::RpcError;
 use crate::runtime_paths::ExecServerRuntimePaths;
@@ -30,12 +31,18 @@ pub struct SandboxGuard {
     /// Paths no sandbox may reach (the token file, the Unix socket), each
     /// as given and canonical.
     pub denied: Vec<PathBuf>,
+    /// The server's `$TMPDIR` when it is absolute and not `/`: what a
+    /// `tmpdir` entry means. `None`: `tmpdir` entries grant nothing.
+    pub tmpdir: Option<PathBuf>,
 }
 
 impl SandboxGuard {
-    /// A guard denying `denied`.
+    /// A guard denying `denied`, with `tmpdir` from the server's environment.
     pub fn new(denied: impl IntoIterator<Item = PathBuf>) -> Self {
-        let mut guard = Self { denied: Vec::new() };
+        let mut guard = Self {
+            denied: Vec::new(),
+            tmpdir: std::env::var_os("TMPDIR").and_then(|t| usable_tmpdir(Path::new(&t))),
+        };
         for path in denied {
             guard.deny(path);
         }
@@ -52,8 +59,9 @@ impl SandboxGuard {
         }
     }
 
-    /// Appends the denied paths to a materialized restricted profile as
-    /// `deny` entries. Other profiles are left as they are.
+    /// Rewrites a materialized restricted profile: `tmpdir` entries become
+    /// the server's `$TMPDIR` (or are dropped), and the denied paths are
+    /// appended as `deny` entries. Other profiles are left as they are.
     pub fn apply(&self, profile: &mut ExecPermissionProfile) {
         let ExecPermissionProfile::Managed {
             file_system: ManagedFileSystem::Restricted { entries, .. },
@@ -62,9 +70,28 @@ impl SandboxGuard {
         else {
             return;
         };
-        for path in &self.denied {
-            entries.push(path_entry(path, AccessMode::Deny));
+        let mut out = Vec::with_capacity(entries.len() + self.denied.len());
+        for entry in entries.drain(..) {
+            match (&entry.path, &self.tmpdir) {
+                (
+                    EntryPath::Special {
+                        value: SpecialPath::Tmpdir,
+                    },
+                    Some(tmpdir),
+                ) => out.push(path_entry(tmpdir, entry.access)),
+                (
+                    EntryPath::Special {
+                        value: SpecialPath::Tmpdir,
+                    },
+                    None,
+                ) => {}
+                _ => out.push(entry),
+            }
         }
+        for path in &self.denied {
+            out.push(path_entry(path, AccessMode::Deny));
+        }
+        *entries = out;
     }
 }
 
@@ -75,6 +102,15 @@ fn path_entry(path: &Path, access: AccessMode) -> SandboxEntry {
         },
         access,
     }
+}
+
+/// `$TMPDIR` as a `tmpdir` entry may use it: absolute, normalized, not `/`.
+fn usable_tmpdir(tmpdir: &Path) -> Option<PathBuf> {
+    if !tmpdir.is_absolute() {
+        return None;
+    }
+    let normalized = crate::sandbox::policy::normalize(tmpdir);
+    (normalized != Path::new("/")).then_some(normalized)
 }
 
 fn context_error(err: SandboxContextError) -> RpcError {
@@ -131,4 +167,47 @@ pub fn prepare(
     spec.arg0 = Some(LINUX_SANDBOX_ARG0.into());
     spec.sandboxed = true;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_guard_denies_its_paths_and_pins_tmpdir() {
+        let guard = SandboxGuard {
+            denied: vec![PathBuf::from("/run/token")],
+            tmpdir: usable_tmpdir(Path::new("/var/tmp/x/../y")),
+        };
+        let special = |value| SandboxEntry {
+            path: EntryPath::Special { value },
+            access: AccessMode::Write,
+        };
+        let mut profile = ExecPermissionProfile::Managed {
+            file_system: ManagedFileSystem::Restricted {
+                entries: vec![special(SpecialPath::Root), special(SpecialPath::Tmpdir)],
+                glob_scan_max_depth: None,
+            },
+            network: Default::default(),
+        };
+        guard.apply(&mut profile);
+        let ExecPermissionProfile::Managed {
+            file_system: ManagedFileSystem::Restricted { entries, .. },
+            ..
+        } = profile
+        else {
+            panic!("still managed");
+        };
+        assert_eq!(
+            entries,
+            vec![
+                special(SpecialPath::Root),
+                path_entry(Path::new("/var/tmp/y"), AccessMode::Write),
+                path_entry(Path::new("/run/token"), AccessMode::Deny),
+            ]
+        );
+        assert_eq!(usable_tmpdir(Path::new("/")), None);
+        assert_eq!(usable_tmpdir(Path::new("/tmp/..")), None);
+        assert_eq!(usable_tmpdir(Path::new("tmp")), None);
+    }
 }
