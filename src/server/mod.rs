@@ -1,7 +1,9 @@
 //! The exec-server: transports, connections, sessions and request handlers.
 //!
-//! [`run`] binds the configured listener, serves until `shutdown` completes
-//! (or stdin ends, for stdio), then kills every managed process tree.
+//! [`bind`] binds the configured listener and returns a [`Server`] that
+//! knows its address; [`Server::run`] serves until `shutdown` completes (or
+//! stdin ends, for stdio), then kills every managed process tree. [`run`]
+//! and [`run_main`] do both and print the bound URL (the CLI behaviour).
 
 pub mod cli;
 pub mod config;
@@ -68,75 +70,137 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// Runs the server until `shutdown` completes.
+/// Runs the server until `shutdown` completes: [`bind`], print the bound
+/// URL as the one stdout line (not for stdio), then [`Server::run`].
 pub async fn run(
     paths: ExecServerRuntimePaths,
     config: ServerConfig,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
-    let registry = Registry::new(config.session_grace);
+    let server = bind(paths, config).await?;
+    if !matches!(server.listener, Listener::Stdio) {
+        announce(&server.url());
+    }
+    server.run(shutdown).await
+}
+
+/// The bound listener of a [`Server`].
+enum Listener {
+    Stdio,
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener, PathBuf),
+}
+
+/// A server bound to its listener, not serving yet (for embedders: the
+/// address is known before [`Server::run`]).
+pub struct Server {
+    shared: Shared,
+    listener: Listener,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server").field("url", &self.url()).finish()
+    }
+}
+
+/// Binds the configured listener (checking the auth rules of a
+/// non-loopback bind) without printing anything.
+pub async fn bind(
+    paths: ExecServerRuntimePaths,
+    config: ServerConfig,
+) -> Result<Server, ServerError> {
+    let bind_error = |source| ServerError::Bind {
+        url: config.listen.to_string(),
+        source,
+    };
+    let listener = match config.listen.clone() {
+        ListenUrl::Stdio => Listener::Stdio,
+        ListenUrl::WebSocket(addr) => {
+            if !addr.ip().is_loopback() && config.auth_token.is_none() && !config.insecure_no_auth {
+                return Err(ServerError::UnauthenticatedPublicBind(addr));
+            }
+            Listener::Tcp(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(bind_error)?,
+            )
+        }
+        ListenUrl::Unix(path) => Listener::Unix(bind_unix(&path).map_err(bind_error)?, path),
+    };
     let mut denied = config.protected_paths.clone();
-    if let ListenUrl::Unix(path) = &config.listen {
+    if let Listener::Unix(_, path) = &listener {
         denied.push(path.clone());
     }
     let shared = Shared {
-        registry: registry.clone(),
+        registry: Registry::new(config.session_grace),
         config: Arc::new(config),
         paths: Arc::new(paths),
         guard: Arc::new(process_sandbox::SandboxGuard::new(denied)),
     };
-    let mut socket_path: Option<PathBuf> = None;
-    match shared.config.listen.clone() {
-        ListenUrl::Stdio => {
-            tokio::select! {
-                _ = transport::stdio::serve(shared.clone()) => {}
-                _ = shutdown => {}
-            }
-        }
-        ListenUrl::WebSocket(addr) => {
-            if !addr.ip().is_loopback()
-                && shared.config.auth_token.is_none()
-                && !shared.config.insecure_no_auth
-            {
-                return Err(ServerError::UnauthenticatedPublicBind(addr));
-            }
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|source| ServerError::Bind {
-                    url: shared.config.listen.to_string(),
-                    source,
-                })?;
-            let bound = listener.local_addr().unwrap_or(addr);
-            announce(&format!("ws://{bound}"));
-            tokio::select! {
-                _ = accept_tcp(listener, shared.clone()) => {}
-                _ = shutdown => {}
-            }
-        }
-        ListenUrl::Unix(path) => {
-            let listener = bind_unix(&path).map_err(|source| ServerError::Bind {
-                url: shared.config.listen.to_string(),
-                source,
-            })?;
-            socket_path = Some(path.clone());
-            announce(&format!("unix://{}", path.display()));
-            tokio::select! {
-                _ = accept_unix(listener, shared.clone()) => {}
-                _ = shutdown => {}
-            }
+    Ok(Server { shared, listener })
+}
+
+impl Server {
+    /// The bound TCP address (`None` for stdio and Unix sockets).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        match &self.listener {
+            Listener::Tcp(listener) => listener.local_addr().ok(),
+            _ => None,
         }
     }
-    let registry2 = registry.clone();
-    let _ = tokio::task::spawn_blocking(move || registry2.kill_everything_blocking()).await;
-    reaper::wait_all(SHUTDOWN_REAP_TIMEOUT).await;
-    let _ = tokio::task::spawn_blocking(|| {
-        crate::process::spawn::shutdown_zygote(SHUTDOWN_REAP_TIMEOUT)
-    })
-    .await;
-    if let Some(path) = socket_path {
-        let _ = std::fs::remove_file(path);
+
+    /// `ws://IP:PORT` with the real port, `unix:///path`, or `stdio`.
+    pub fn url(&self) -> String {
+        match &self.listener {
+            Listener::Tcp(listener) => match listener.local_addr() {
+                Ok(addr) => format!("ws://{addr}"),
+                Err(_) => self.shared.config.listen.to_string(),
+            },
+            Listener::Unix(_, path) => format!("unix://{}", path.display()),
+            Listener::Stdio => ListenUrl::Stdio.to_string(),
+        }
     }
-    Ok(())
+
+    /// Serves until `shutdown` completes (or stdin ends, for stdio), then
+    /// kills every managed process tree and removes the Unix socket.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
+        let Server { shared, listener } = self;
+        let registry = shared.registry.clone();
+        let mut socket_path: Option<PathBuf> = None;
+        match listener {
+            Listener::Stdio => {
+                tokio::select! {
+                    _ = transport::stdio::serve(shared.clone()) => {}
+                    _ = shutdown => {}
+                }
+            }
+            Listener::Tcp(listener) => {
+                tokio::select! {
+                    _ = accept_tcp(listener, shared.clone()) => {}
+                    _ = shutdown => {}
+                }
+            }
+            Listener::Unix(listener, path) => {
+                socket_path = Some(path);
+                tokio::select! {
+                    _ = accept_unix(listener, shared.clone()) => {}
+                    _ = shutdown => {}
+                }
+            }
+        }
+        let registry2 = registry.clone();
+        let _ = tokio::task::spawn_blocking(move || registry2.kill_everything_blocking()).await;
+        reaper::wait_all(SHUTDOWN_REAP_TIMEOUT).await;
+        let _ = tokio::task::spawn_blocking(|| {
+            crate::process::spawn::shutdown_zygote(SHUTDOWN_REAP_TIMEOUT)
+        })
+        .await;
+        if let Some(path) = socket_path {
+            let _ = std::fs::remove_file(path);
+        }
+        Ok(())
+    }
 }
 
 /// Prints the one stdout line and flushes it.
