@@ -515,15 +515,21 @@ async fn pooled_helpers_never_cross_contexts() {
 }
 
 /// A minimal WebSocket JSON-RPC client in Python (no libraries): connects
-/// to HOST PORT (with the bearer token read from TOKEN_FILE unless `-`),
-/// then either starts SCRIPT unsandboxed (`direct`) or starts the
-/// sandboxed command given as JSON (`sandboxed ARGV_JSON SANDBOX_JSON`)
-/// and waits for it to exit.
+/// to HOST PORT (HOST `/path`: that Unix socket) (with the bearer token
+/// read from TOKEN_FILE unless `-`), then either starts SCRIPT unsandboxed
+/// (`direct`), reads a file through a sandbox (`fsread PATH SANDBOX_JSON`)
+/// or starts the sandboxed command given as JSON (`sandboxed ARGV_JSON
+/// SANDBOX_JSON`) and waits for it to exit.
 const WS_CLIENT: &str = r#"
 import socket, os, sys, json, base64, struct, time
 host, port, token_file, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 token = open(token_file).read().strip() if token_file != "-" else None
-s = socket.create_connection((host, port), timeout=30)
+if host.startswith("/"):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(30)
+    s.connect(host)
+else:
+    s = socket.create_connection((host, port), timeout=30)
 req = "GET / HTTP/1.1\r\nHost: %s:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n" % (host, port, base64.b64encode(os.urandom(16)).decode())
 if token:
     req += "Authorization: Bearer %s\r\n" % token
@@ -565,6 +571,9 @@ if mode == "direct":
     r = call(2, "process/start", {"processId": "esc", "argv": ["sh", "-c", sys.argv[5]], "cwd": "/", "env": {"PATH": "/usr/bin:/bin"}, "tty": False})
     print("start:", json.dumps(r), flush=True)
     time.sleep(1)
+elif mode == "fsread":
+    r = call(2, "fs/readFile", {"path": sys.argv[5], "sandbox": json.loads(sys.argv[6])})
+    print("fsread:", json.dumps(r), flush=True)
 else:
     argv, sandbox = json.loads(sys.argv[5]), json.loads(sys.argv[6])
     call(2, "process/start", {"processId": "p", "argv": argv, "cwd": sandbox["cwd"], "env": {"PATH": "/usr/bin:/bin"}, "tty": False, "sandbox": sandbox})
@@ -748,6 +757,75 @@ async fn the_token_file_is_denied_in_every_sandbox() {
         !s.contains("s3cr3t-token"),
         "token read in the sandbox: {s}"
     );
+    // The same through a sandboxed fs-helper (a profile without full-disk
+    // write runs in one).
+    let fsread = |path: &Path| {
+        let out = std::process::Command::new("python3")
+            .args(["-c", WS_CLIENT, "127.0.0.1", &port])
+            .arg(&token_file)
+            .arg("fsread")
+            .arg(path)
+            .arg(ctx(workspace(vec![]), &t.ws).to_string())
+            .output()
+            .expect("python3");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let neighbour = fsread(&t.outside.join("neighbour"));
+    assert!(
+        neighbour.contains(&b64(b"NEIGHBOUR")),
+        "control: {neighbour}"
+    );
+    let token = fsread(&token_file);
+    assert!(token.contains("\"error\""), "{token}");
+    assert!(!token.contains(&b64(b"s3cr3t-token-0123456789")), "{token}");
+}
+
+/// On a Unix socket the server denies the socket's path in its sandboxes
+/// (behind that, it would refuse a peer whose `SO_PEERCRED` pid is one of
+/// its sandboxed processes), with or without network; the same client from
+/// outside is served (control).
+#[tokio::test]
+async fn sandboxed_process_cannot_drive_its_server_over_the_unix_socket() {
+    if !ready() || !common::redteam::python3() {
+        return;
+    }
+    let t = Tree::new();
+    let socket = t.outside.join("exec.sock");
+    let _server = common::client::Server::start_unix(&socket, &[]);
+    let target = t.outside.join("escaped");
+    let inner = vec![
+        "python3".to_owned(),
+        "-c".to_owned(),
+        WS_CLIENT.to_owned(),
+        p(&socket),
+        "0".to_owned(),
+        "-".to_owned(),
+        "direct".to_owned(),
+        format!("echo ESCAPED > {}", target.display()),
+    ];
+    for network in ["restricted", "enabled"] {
+        let mut profile = workspace(vec![]);
+        profile["network"] = json!(network);
+        let out = std::process::Command::new("python3")
+            .args(["-c", WS_CLIENT])
+            .arg(&socket)
+            .args(["0", "-", "sandboxed"])
+            .arg(serde_json::to_string(&inner).expect("json"))
+            .arg(ctx(profile, &t.ws).to_string())
+            .output()
+            .expect("python3");
+        let s = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(s.starts_with("upgrade: HTTP/1.1 101"), "control: {s}");
+        assert!(
+            s.contains("exit:"),
+            "control: the sandboxed process ran: {s}"
+        );
+        assert!(
+            !s.contains("start:"),
+            "the sandboxed process was served: {s}"
+        );
+        assert!(!target.exists(), "escaped over the unix socket: {s}");
+    }
 }
 
 /// `tmpdir` means the server's `$TMPDIR`, never the request's: a request
