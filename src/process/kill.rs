@@ -78,13 +78,25 @@ const GRACE_POLL: Duration = Duration::from_millis(5);
 /// waits up to [`SANDBOX_CLEANUP_GRACE`] for it to exit, then kills the
 /// whole tree like [`kill_tree`]. Blocking.
 pub fn terminate_sandboxed_tree(supervisor: Pid, group: Pid) {
-    if kill(group, Signal::SIGTERM).is_ok() {
-        let deadline = Instant::now() + SANDBOX_CLEANUP_GRACE;
-        while is_running(group) && Instant::now() < deadline {
-            std::thread::sleep(GRACE_POLL);
-        }
+    kill_trees(&[(supervisor, group, true)]);
+}
+
+/// Kills many trees `(supervisor, group, sandboxed)` at once: every
+/// sandboxed helper gets SIGTERM first and all of them share one
+/// [`SANDBOX_CLEANUP_GRACE`], then each tree is killed. Blocking.
+pub fn kill_trees(trees: &[(Pid, Pid, bool)]) {
+    let helpers: Vec<Pid> = trees
+        .iter()
+        .filter(|(_, group, sandboxed)| *sandboxed && kill(*group, Signal::SIGTERM).is_ok())
+        .map(|(_, group, _)| *group)
+        .collect();
+    let deadline = Instant::now() + SANDBOX_CLEANUP_GRACE;
+    while helpers.iter().any(|&helper| is_running(helper)) && Instant::now() < deadline {
+        std::thread::sleep(GRACE_POLL);
     }
-    kill_tree(supervisor, group);
+    for &(supervisor, group, _) in trees {
+        kill_tree(supervisor, group);
+    }
 }
 
 /// Whether `pid` exists and is not a zombie.

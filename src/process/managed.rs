@@ -431,12 +431,24 @@ impl ManagedProcess {
 
     /// Synchronous variant for shutdown and session expiry.
     pub fn kill_tree_blocking(&self) {
-        self.terminated.store(true, Ordering::Relaxed);
-        if self.sandboxed {
-            kill::terminate_sandboxed_tree(self.supervisor_pid, self.command_pid);
-        } else {
-            kill::kill_tree(self.supervisor_pid, self.command_pid);
-        }
+        Self::kill_trees_blocking(std::slice::from_ref(&self));
+    }
+
+    /// Kills the trees of `processes` together: the sandboxed ones' helpers
+    /// share one cleanup grace ([`kill::kill_trees`]). Blocking.
+    pub fn kill_trees_blocking(processes: &[&Self]) {
+        let trees: Vec<_> = processes
+            .iter()
+            .map(|process| {
+                process.terminated.store(true, Ordering::Relaxed);
+                (
+                    process.supervisor_pid,
+                    process.command_pid,
+                    process.sandboxed,
+                )
+            })
+            .collect();
+        kill::kill_trees(&trees);
     }
 }
 
