@@ -7,8 +7,9 @@
 //! loopback TCP peer the socket inode from `/proc/net/tcp{,6}` (matched on
 //! the 4-tuple) and its owners from `/proc/*/fd` — and walks each owner's
 //! parent chain up to the server. A peer below a sandboxed process's
-//! supervisor is refused; so is a loopback peer that cannot be identified
-//! (fail closed). Non-loopback peers are never inspected.
+//! supervisor is refused; so is a local peer that cannot be identified
+//! (fail closed). Remote peers (neither loopback nor connecting from the
+//! very address they reached) are never inspected.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -16,17 +17,19 @@ use crate::process::kill::parent_of;
 use crate::process::managed::sandboxed_roots;
 
 /// Whether a TCP connection from `peer` to our `local` address must be
-/// refused. Blocking: reads `/proc`.
+/// refused (only local peers are inspected). Blocking: reads `/proc`.
 pub fn refuse_tcp(local: SocketAddr, peer: SocketAddr) -> bool {
-    let peer = canonical(peer);
-    if !peer.ip().is_loopback() {
+    let (peer, local) = (canonical(peer), canonical(local));
+    // A peer on this host: loopback, or one of the host's own addresses
+    // (the same address as the listener's end of the connection).
+    if !peer.ip().is_loopback() && peer.ip() != local.ip() {
         return false;
     }
     let roots = sandboxed_roots();
     if roots.is_empty() {
         return false;
     }
-    let Some(inode) = socket_inode(peer, canonical(local)) else {
+    let Some(inode) = socket_inode(peer, local) else {
         return true;
     };
     let owners = socket_owners(inode);
