@@ -134,14 +134,28 @@ pub fn sandboxed_roots() -> Vec<i32> {
     lock(&SANDBOXED_ROOTS).clone()
 }
 
+fn unregister_root(root: i32) {
+    let mut roots = lock(&SANDBOXED_ROOTS);
+    if let Some(at) = roots.iter().position(|&pid| pid == root) {
+        roots.swap_remove(at);
+    }
+}
+
+/// Unregisters a sandboxed root when starting the process fails half-way.
+struct RootGuard(Option<i32>);
+
+impl Drop for RootGuard {
+    fn drop(&mut self) {
+        if let Some(root) = self.0 {
+            unregister_root(root);
+        }
+    }
+}
+
 impl Drop for ManagedProcess {
     fn drop(&mut self) {
         if self.sandboxed {
-            let root = self.supervisor_pid.as_raw();
-            let mut roots = lock(&SANDBOXED_ROOTS);
-            if let Some(at) = roots.iter().position(|&pid| pid == root) {
-                roots.swap_remove(at);
-            }
+            unregister_root(self.supervisor_pid.as_raw());
         }
     }
 }
@@ -182,6 +196,13 @@ impl ManagedProcess {
         on_evict: Box<dyn FnOnce() + Send>,
     ) -> Result<Arc<Self>, SpawnError> {
         let spawned = spawn::spawn_async(spec, options.reaper_exe.as_deref()).await?;
+        // Registered before anything else can yield; unregistered by the
+        // guard on an early return, by `Drop` once the process exists.
+        let mut root_guard = RootGuard(None);
+        if spec.sandboxed {
+            lock(&SANDBOXED_ROOTS).push(spawned.supervisor_pid.as_raw());
+            root_guard.0 = Some(spawned.supervisor_pid.as_raw());
+        }
         let pty_master = spawned
             .pty_master
             .map(super::output::register)
@@ -204,6 +225,7 @@ impl ManagedProcess {
             }
             (None, None) => (None, None),
         };
+        root_guard.0 = None;
         let process = Arc::new(Self {
             id,
             supervisor_pid: spawned.supervisor_pid,
@@ -226,9 +248,6 @@ impl ManagedProcess {
             stdin_budget: Arc::new(Semaphore::new(STDIN_QUEUE_BYTES)),
             terminated: AtomicBool::new(false),
         });
-        if spec.sandboxed {
-            lock(&SANDBOXED_ROOTS).push(spawned.supervisor_pid.as_raw());
-        }
         if let Some(writer) = writer {
             tokio::spawn(writer.run());
         }
