@@ -886,3 +886,49 @@ async fn tmpdir_comes_from_the_server_not_the_request() {
         let _ = std::fs::remove_file(server_tmp.join("ok"));
     }
 }
+
+/// SPEC §5.3 item 5 through session expiry: a detached session's sandboxed
+/// process is killed, and its helper still removes its mount points.
+#[tokio::test]
+async fn session_expiry_leaves_nothing_in_the_workspace() {
+    if !ready() {
+        return;
+    }
+    let t = Tree::new();
+    t.put("ws/src/main.rs", "fn main() {}\n");
+    let server = common::client::Server::start(&["--session-grace-secs", "0"]);
+    let (mut raw, _) = server.session().await;
+    let sandbox = ctx(workspace(vec![]), &t.ws);
+    raw.call(
+        "process/start",
+        json!({"processId": "long", "argv": ["sh", "-c", "echo started; exec sleep 60"], "cwd": t.ws,
+               "env": {"PATH": "/usr/bin:/bin"}, "tty": false, "sandbox": sandbox}),
+    )
+    .await;
+    let mut after: Option<u64> = None;
+    let mut output = String::new();
+    while !output.contains("started") {
+        let read = raw
+            .call(
+                "process/read",
+                json!({"processId": "long", "afterSeq": after, "waitMs": 1000}),
+            )
+            .await;
+        for chunk in read["chunks"].as_array().into_iter().flatten() {
+            output.push_str(&String::from_utf8_lossy(&unb64(&chunk["chunk"])));
+        }
+        after = read["nextSeq"].as_u64().map(|next| next.saturating_sub(1));
+        assert!(read["closed"] != true, "exited early: {output}");
+    }
+    assert!(
+        t.names("ws").len() > 1,
+        "mount points expected while running"
+    );
+    drop(raw);
+    let pid = server.pid();
+    assert!(
+        common::fs::eventually(|| common::fs::sandbox_wrappers(pid).is_empty()).await,
+        "the expired session's sandbox survived"
+    );
+    assert_eq!(t.names("ws"), ["src"], "leftovers after expiry");
+}
