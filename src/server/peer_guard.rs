@@ -3,17 +3,19 @@
 //! A sandboxed command with network access could otherwise connect back to
 //! the loopback listener (or the Unix socket) and start unsandboxed commands.
 //! On accept, and only while sandboxed processes are alive, the server
-//! identifies the peer process — `SO_PEERCRED` for a Unix socket; for a
-//! loopback TCP peer the socket inode from `/proc/net/tcp{,6}` (matched on
-//! the 4-tuple) and its owners from `/proc/*/fd` — and walks each owner's
-//! parent chain up to the server. A peer below a sandboxed process's
-//! supervisor is refused; so is a local peer that cannot be identified
+//! identifies the peer process — `SO_PEERCRED` for a Unix socket, whose
+//! parent chain is walked up to the server; for a local TCP peer the socket
+//! inode from `/proc/net/tcp{,6}` (matched on the 4-tuple), looked for among
+//! the descriptors of the sandboxed subtrees, then of the other processes.
+//! A peer below a sandboxed process's supervisor is refused; so is a local peer that cannot be identified
 //! (fail closed). Remote peers (neither loopback nor connecting from the
 //! very address they reached) are never inspected.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use crate::process::kill::parent_of;
+use nix::unistd::Pid;
+
+use crate::process::kill::{live_descendants, parent_of};
 use crate::process::managed::sandboxed_roots;
 
 /// Whether a TCP connection from `peer` to our `local` address must be
@@ -32,11 +34,23 @@ pub fn refuse_tcp(local: SocketAddr, peer: SocketAddr) -> bool {
     let Some(inode) = socket_inode(peer, local) else {
         return true;
     };
-    let owners = socket_owners(inode);
-    owners.is_empty()
-        || owners
-            .into_iter()
-            .any(|pid| in_sandboxed_subtree(pid, &roots))
+    let wanted = format!("socket:[{inode}]");
+    // The sandboxed subtrees first (few processes): an owner there is refused.
+    let mut sandboxed: Vec<i32> = roots.clone();
+    for &root in &roots {
+        sandboxed.extend(
+            live_descendants(Pid::from_raw(root))
+                .into_iter()
+                .map(Pid::as_raw),
+        );
+    }
+    if sandboxed.iter().any(|&pid| holds(pid, &wanted)) {
+        return true;
+    }
+    // Otherwise some other process must hold it (newest first, stopping at
+    // the first): a socket nobody holds any more is refused, since its
+    // owner may have been a sandboxed process that exited after connecting.
+    !other_pids(&sandboxed).any(|pid| holds(pid, &wanted))
 }
 
 /// Whether a Unix-socket peer with credentials pid `pid` must be refused.
@@ -128,31 +142,27 @@ fn parse_addr(text: &str) -> Option<SocketAddr> {
     Some(SocketAddr::new(ip, port))
 }
 
-/// Every process holding a descriptor of socket `inode`.
-fn socket_owners(inode: u64) -> Vec<i32> {
-    let wanted = format!("socket:[{inode}]");
-    let mut owners = Vec::new();
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        return owners;
+/// Every pid in `/proc` not in `skip`, highest (newest) first.
+fn other_pids(skip: &[i32]) -> impl Iterator<Item = i32> {
+    let mut pids: Vec<i32> = std::fs::read_dir("/proc")
+        .map(|dir| {
+            dir.flatten()
+                .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+                .filter(|pid| !skip.contains(pid))
+                .collect()
+        })
+        .unwrap_or_default();
+    pids.sort_unstable_by(|a, b| b.cmp(a));
+    pids.into_iter()
+}
+
+/// Whether `pid` has a descriptor whose link reads `wanted`.
+fn holds(pid: i32, wanted: &str) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
     };
-    for entry in procs.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
-            continue;
-        };
-        if fds.flatten().any(|fd| {
-            std::fs::read_link(fd.path()).is_ok_and(|link| link.as_os_str() == wanted.as_str())
-        }) {
-            owners.push(pid);
-        }
-    }
-    owners
+    fds.flatten()
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|link| link.as_os_str() == wanted))
 }
 
 #[cfg(test)]
