@@ -98,8 +98,12 @@ fn canonical(addr: SocketAddr) -> SocketAddr {
     }
 }
 
-/// The inode of the socket whose local end is `peer` and remote end `local`.
+/// The inode of the socket whose local end is `peer` and remote end `local`:
+/// one exact `sock_diag` lookup, else a scan of `/proc/net/tcp{,6}`.
 fn socket_inode(peer: SocketAddr, local: SocketAddr) -> Option<u64> {
+    if let Some(inode) = diag_inode(peer, local) {
+        return Some(inode);
+    }
     for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
         let Ok(text) = std::fs::read_to_string(table) else {
             continue;
@@ -118,6 +122,81 @@ fn socket_inode(peer: SocketAddr, local: SocketAddr) -> Option<u64> {
         }
     }
     None
+}
+
+const NETLINK_SOCK_DIAG: libc::c_int = 4;
+const SOCK_DIAG_BY_FAMILY: u16 = 20;
+const NLMSG_ERROR: u16 = 2;
+/// `nlmsghdr` (16 bytes) + `inet_diag_req_v2` (56 bytes).
+const REQUEST_LEN: usize = 16 + 56;
+/// Offset of `idiag_inode` in a reply: `nlmsghdr` + 68.
+const INODE_AT: usize = 16 + 68;
+
+/// Writes an `inet_diag_sockid` address (network byte order, 16 bytes).
+fn put_ip(out: &mut [u8], ip: IpAddr) {
+    match ip {
+        IpAddr::V4(v4) => out[..4].copy_from_slice(&v4.octets()),
+        IpAddr::V6(v6) => out[..16].copy_from_slice(&v6.octets()),
+    }
+}
+
+/// Looks the TCP socket `peer` → `local` up with one `SOCK_DIAG_BY_FAMILY`
+/// request (no dump) and returns its inode.
+fn diag_inode(peer: SocketAddr, local: SocketAddr) -> Option<u64> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let family = match peer.ip() {
+        IpAddr::V4(_) => libc::AF_INET,
+        IpAddr::V6(_) => libc::AF_INET6,
+    };
+    if local.is_ipv4() != peer.is_ipv4() {
+        return None;
+    }
+    let mut req = [0u8; REQUEST_LEN];
+    req[0..4].copy_from_slice(&(REQUEST_LEN as u32).to_ne_bytes());
+    req[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+    req[6..8].copy_from_slice(&(libc::NLM_F_REQUEST as u16).to_ne_bytes());
+    let body = &mut req[16..];
+    body[0] = family as u8;
+    body[1] = libc::IPPROTO_TCP as u8;
+    body[4..8].copy_from_slice(&u32::MAX.to_ne_bytes()); // every state
+    let id = &mut body[8..];
+    id[0..2].copy_from_slice(&peer.port().to_be_bytes());
+    id[2..4].copy_from_slice(&local.port().to_be_bytes());
+    put_ip(&mut id[4..20], peer.ip());
+    put_ip(&mut id[20..36], local.ip());
+    id[40..48].copy_from_slice(&[0xff; 8]); // INET_DIAG_NOCOOKIE
+                                            // SAFETY: plain socket(2); the result is checked and owned at once.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            NETLINK_SOCK_DIAG,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `fd` is a fresh descriptor nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sends `req`, a live buffer of `req.len()` bytes, to the kernel.
+    let sent = unsafe { libc::send(fd.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) };
+    if sent != req.len() as isize {
+        return None;
+    }
+    let mut reply = [0u8; 512];
+    // SAFETY: receives into `reply`, a live buffer of `reply.len()` bytes.
+    let got = unsafe { libc::recv(fd.as_raw_fd(), reply.as_mut_ptr().cast(), reply.len(), 0) };
+    let got = usize::try_from(got).ok()?;
+    if got < INODE_AT + 4 {
+        return None;
+    }
+    let kind = u16::from_ne_bytes([reply[4], reply[5]]);
+    if kind == NLMSG_ERROR || kind != SOCK_DIAG_BY_FAMILY {
+        return None;
+    }
+    let mut inode = [0u8; 4];
+    inode.copy_from_slice(&reply[INODE_AT..INODE_AT + 4]);
+    Some(u64::from(u32::from_ne_bytes(inode))).filter(|&inode| inode != 0)
 }
 
 /// `0100007F:1F90` (IPv4) or 32 hex digits + port (IPv6): each 32-bit word
@@ -182,6 +261,22 @@ mod tests {
             parse_addr(&format!("{words}:0050")),
             Some("[::1]:80".parse().unwrap())
         );
+    }
+
+    #[test]
+    fn sock_diag_and_proc_net_find_the_same_socket() {
+        use std::os::fd::AsRawFd;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (_accepted, peer) = listener.accept().unwrap();
+        let local = listener.local_addr().unwrap();
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", client.as_raw_fd())).unwrap();
+        let expected = format!("{}", link.display());
+        let diag = diag_inode(peer, local).map(|inode| format!("socket:[{inode}]"));
+        assert_eq!(diag.as_deref(), Some(expected.as_str()));
+        assert_eq!(socket_inode(peer, local), diag_inode(peer, local));
+        assert!(diag_inode(local, peer).is_some(), "the accepted end");
+        assert!(holds(std::process::id() as i32, &expected));
     }
 
     #[test]
