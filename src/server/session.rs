@@ -101,9 +101,8 @@ impl Session {
     /// Kills every process tree of the session (blocking /proc walks).
     pub fn kill_all_blocking(&self) {
         let processes: Vec<_> = lock(&self.processes).values().cloned().collect();
-        for process in processes {
-            process.kill_tree_blocking();
-        }
+        let processes: Vec<&ManagedProcess> = processes.iter().map(|p| p.as_ref()).collect();
+        ManagedProcess::kill_trees_blocking(&processes);
     }
 }
 
@@ -226,9 +225,17 @@ impl Registry {
     /// Kills every process of every session (server shutdown, stdio EOF).
     pub fn kill_everything_blocking(&self) {
         let sessions: Vec<_> = lock(&self.sessions).values().cloned().collect();
-        for session in sessions {
-            session.kill_all_blocking();
-        }
+        let processes: Vec<_> = sessions
+            .iter()
+            .flat_map(|session| {
+                lock(&session.processes)
+                    .values()
+                    .cloned()
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let processes: Vec<&ManagedProcess> = processes.iter().map(|p| p.as_ref()).collect();
+        ManagedProcess::kill_trees_blocking(&processes);
     }
 
     /// A weak handle for eviction callbacks.
