@@ -13,27 +13,10 @@ use std::process::{Command, Stdio};
 
 use common::redteam::*;
 
-/// One `#[test]` per launcher: `against!(case: system, builtin, landlock)`.
-macro_rules! against {
-    ($case:ident: $( $(#[$m:meta])* $launcher:ident ),+ $(,)?) => {
-        mod $case {
-            $(
-                $(#[$m])*
-                #[test]
-                fn $launcher() {
-                    let l = super::Launcher::named(stringify!($launcher));
-                    if super::available(l) {
-                        super::$case(l);
-                    }
-                }
-            )+
-        }
-    };
-}
-
 /// A shell line that writes `message` to every fd of every process the
 /// command can see (bubblewrap's pid 1 holds the helper's stderr pipe).
 fn forge(message: &str) -> String {
+    let message = message.replace('\'', "'\\''");
     format!(
         "for f in /proc/[0-9]*/fd/[0-9]*; do case \"$f\" in /proc/$$/*) ;; *) echo '{message}' > \"$f\" ;; esac; done 2>/dev/null\n"
     )
@@ -81,8 +64,8 @@ fn forged_userns_failure_does_not_rerun(l: Launcher) {
 }
 
 against!(forged_userns_failure_does_not_rerun:
-    #[ignore = "VULN: the command can write bwrap's error text to bwrap pid 1's stderr pipe (/proc/1/fd/2) and make the helper rerun it under Landlock"] system,
-    #[ignore = "VULN: the built-in bwrap's pid 1 also holds the helper's stderr pipe (/proc/1/fd/2): a forged error makes the helper rerun the command under Landlock"] builtin);
+    system,
+    builtin);
 
 /// Same with bubblewrap's `/proc` mount failure: a rerun without `/proc`
 /// would also show the host's `/proc` (see `no_proc_hides_host_processes`).
@@ -103,8 +86,8 @@ fn forged_proc_failure_does_not_rerun(l: Launcher) {
 }
 
 against!(forged_proc_failure_does_not_rerun:
-    #[ignore = "VULN: the command can write bwrap's /proc error text to /proc/1/fd/2 and make the helper rerun it without a fresh /proc"] system,
-    #[ignore = "VULN: the built-in bwrap's pid 1 also holds the helper's stderr pipe (/proc/1/fd/2): a forged /proc error makes the helper rerun the command"] builtin);
+    system,
+    builtin);
 
 /// bubblewrap's pid 1 inside the sandbox holds the helper's stderr pipe
 /// (what the helper parses to decide on a rerun): the command must not get
@@ -139,8 +122,8 @@ print("ok:ran")
 }
 
 against!(launcher_fds_are_out_of_reach:
-    #[ignore = "VULN: bwrap pid 1 is reachable (same uid, no caps, dumpable): /proc/1/fd/2 and pidfd_getfd give the helper's stderr pipe"] system,
-    #[ignore = "VULN: the built-in bwrap's pid 1 is reachable: /proc/1/fd/2 and pidfd_getfd give the helper's stderr pipe"] builtin);
+    system,
+    builtin);
 
 /// `--no-proc` (restrictive containers) keeps the pid namespace: host
 /// processes and their command lines must stay invisible.
@@ -211,7 +194,7 @@ fn inherited_fds_do_not_reach_the_command(l: Launcher) {
 
 against!(inherited_fds_do_not_reach_the_command: system,
     builtin,
-    #[ignore = "VULN: the Landlock backend execs the command with the caller's inherited fds (the bwrap path marks them close-on-exec)"] landlock);
+    landlock);
 
 /// Sockets with the network restricted: a host listener on an abstract
 /// Unix address and on a socket file inside the writable workspace, and
@@ -704,8 +687,8 @@ print("ok:read" if open("/proc/sys/kernel/ostype").read().strip() == "Linux" els
 }
 
 against!(sysctls_are_read_only:
-    #[ignore = "VULN: /proc/sys is writable for a root caller: bubblewrap skips covering it (the directory is r-x) while its files only test euid == global root, so kernel.core_pattern can be set"] system,
-    #[ignore = "VULN: the built-in bwrap leaves /proc/sys writable for a root caller (kernel.core_pattern can be set)"] builtin,
+    system,
+    builtin,
     landlock);
 
 /// File capabilities and setuid bits give nothing (no_new_privs).
@@ -822,7 +805,6 @@ fn inner_stage_flags_from_outside_are_refused() {
 /// Older policy flags must not grant more than they say: the historical
 /// read-only shape with a restricted `access` lists what may be read.
 #[test]
-#[ignore = "VULN: --sandbox-policy silently drops the historical `access`/`read_only_access` restricted-read fields and grants full read"]
 fn legacy_policy_flags_grant_no_more_than_asked() {
     if !available(Launcher::System) {
         return;
@@ -884,7 +866,6 @@ fn legacy_policy_flags_grant_no_more_than_asked() {
 /// (what the exec-server's terminate does to the process tree): the next
 /// run in that workspace at the latest removes them.
 #[test]
-#[ignore = "VULN: after the helper is SIGKILLed, the next run in the same workspace adopts the empty .git/.codex/.agents mount points as existing and keeps them (only a run elsewhere tidies them)"]
 fn no_leftovers_after_the_helper_is_killed() {
     if !available(Launcher::System) {
         return;
@@ -932,7 +913,6 @@ fn no_leftovers_after_the_helper_is_killed() {
 /// sandbox. Launcher selection only skips binaries under the current
 /// directory (SPEC §5.3 item 6); it should skip every writable root.
 #[test]
-#[ignore = "VULN: a bwrap planted by a sandboxed command in a writable root on PATH (not under the policy cwd) is executed, unsandboxed, by the next run"]
 fn planted_bwrap_in_a_writable_root_is_never_launched() {
     if !available(Launcher::System) {
         return;
@@ -1061,14 +1041,13 @@ print("ok:own-shm" if ok else "BROKEN:own-shm")
 
 against!(host_sysv_ipc_is_unreachable: system,
     builtin,
-    #[ignore = "VULN: the Landlock backend shares the host IPC namespace: host SysV shared memory (root 0600) is attachable, queues created inside appear on the host"] landlock);
+    landlock);
 
 /// The chain of two findings with the default `--backend auto`: the
 /// command forges bubblewrap's "no user namespaces" error, the helper
 /// reruns it under Landlock, and there it sets the setuid bit on a
 /// root-owned binary outside every writable root.
 #[test]
-#[ignore = "VULN: forged fallback to Landlock + chmod under Landlock = setuid bit on a host binary from the default workspace profile"]
 fn forged_fallback_cannot_setuid_a_host_binary() {
     if !available(Launcher::System) {
         return;
@@ -1159,7 +1138,6 @@ against!(compat_syscalls_cannot_bypass_the_filter: system, builtin, landlock);
 /// replacement outside any sandbox. Hard link of the real binary, so the
 /// test's binary is never touched.
 #[test]
-#[ignore = "VULN: the helper does not protect its own executable (nor resources/bwrap) when it lies in a writable root; a sandboxed command replaces it for the next run"]
 fn helper_executable_in_a_writable_root_cannot_be_replaced() {
     if !available(Launcher::System) {
         return;

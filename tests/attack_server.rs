@@ -320,7 +320,6 @@ async fn full_write_with_denies_still_denies() {
 
 /// The older `sandboxPolicy` shape must not grant more than it says.
 #[tokio::test]
-#[ignore = "VULN: the historical read-only `access: restricted` (readable_roots) is silently dropped and full read granted"]
 async fn legacy_sandbox_policy_grants_no_more_than_asked() {
     if !ready() {
         return;
@@ -393,7 +392,6 @@ async fn server_environment_is_out_of_reach() {
 /// SPEC §5.3 item 5 through the server: `process/terminate` of a sandboxed
 /// command leaves no mount points in the workspace.
 #[tokio::test]
-#[ignore = "VULN: terminate SIGKILLs the helper, whose cleanup never runs: empty .git/.codex/.agents stay in the workspace until some later run elsewhere"]
 async fn terminate_leaves_nothing_in_the_workspace() {
     if !ready() {
         return;
@@ -517,15 +515,21 @@ async fn pooled_helpers_never_cross_contexts() {
 }
 
 /// A minimal WebSocket JSON-RPC client in Python (no libraries): connects
-/// to HOST PORT (with the bearer token read from TOKEN_FILE unless `-`),
-/// then either starts SCRIPT unsandboxed (`direct`) or starts the
-/// sandboxed command given as JSON (`sandboxed ARGV_JSON SANDBOX_JSON`)
-/// and waits for it to exit.
+/// to HOST PORT (HOST `/path`: that Unix socket) (with the bearer token
+/// read from TOKEN_FILE unless `-`), then either starts SCRIPT unsandboxed
+/// (`direct`), reads a file through a sandbox (`fsread PATH SANDBOX_JSON`)
+/// or starts the sandboxed command given as JSON (`sandboxed ARGV_JSON
+/// SANDBOX_JSON`) and waits for it to exit.
 const WS_CLIENT: &str = r#"
 import socket, os, sys, json, base64, struct, time
 host, port, token_file, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 token = open(token_file).read().strip() if token_file != "-" else None
-s = socket.create_connection((host, port), timeout=30)
+if host.startswith("/"):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(30)
+    s.connect(host)
+else:
+    s = socket.create_connection((host, port), timeout=30)
 req = "GET / HTTP/1.1\r\nHost: %s:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n" % (host, port, base64.b64encode(os.urandom(16)).decode())
 if token:
     req += "Authorization: Bearer %s\r\n" % token
@@ -567,6 +571,9 @@ if mode == "direct":
     r = call(2, "process/start", {"processId": "esc", "argv": ["sh", "-c", sys.argv[5]], "cwd": "/", "env": {"PATH": "/usr/bin:/bin"}, "tty": False})
     print("start:", json.dumps(r), flush=True)
     time.sleep(1)
+elif mode == "fsread":
+    r = call(2, "fs/readFile", {"path": sys.argv[5], "sandbox": json.loads(sys.argv[6])})
+    print("fsread:", json.dumps(r), flush=True)
 else:
     argv, sandbox = json.loads(sys.argv[5]), json.loads(sys.argv[6])
     call(2, "process/start", {"processId": "p", "argv": argv, "cwd": sandbox["cwd"], "env": {"PATH": "/usr/bin:/bin"}, "tty": False, "sandbox": sandbox})
@@ -598,7 +605,6 @@ fn network_enabled_read_only() -> Value {
 /// the server's own loopback listener (no token: the default) and starts
 /// an unsandboxed command. Control: the same client from outside works.
 #[tokio::test]
-#[ignore = "VULN: a sandboxed process with network enabled reaches the exec-server's loopback listener (no token by default) and starts unsandboxed commands"]
 async fn sandboxed_process_cannot_drive_its_own_server() {
     if !ready() || !common::redteam::python3() {
         return;
@@ -647,7 +653,6 @@ async fn sandboxed_process_cannot_drive_its_own_server() {
 /// read it (a read-everything profile would), or the previous attack works
 /// again.
 #[tokio::test]
-#[ignore = "VULN: the server's --auth-token-file is readable inside the sandboxes it builds (full-read profiles), so a network-enabled sandboxed process can authenticate to it"]
 async fn sandboxed_process_cannot_read_the_servers_token() {
     if !ready() || !common::redteam::python3() {
         return;
@@ -717,4 +722,213 @@ async fn restricted_network_cannot_drive_the_server() {
     assert!(output.contains("ran"), "{output}");
     assert!(!output.contains("upgrade: HTTP/1.1 101"), "{output}");
     assert!(!target.exists(), "{output}");
+}
+
+/// The sandboxes the server builds deny its token file (processes and
+/// fs-helpers), even under a read-everything profile; the neighbouring
+/// file stays readable (control).
+#[tokio::test]
+async fn the_token_file_is_denied_in_every_sandbox() {
+    if !ready() || !common::redteam::python3() {
+        return;
+    }
+    let t = Tree::new();
+    let token_file = t.put("outside/token", "s3cr3t-token-0123456789");
+    t.put("outside/neighbour", "NEIGHBOUR");
+    let server = common::client::Server::start(&["--auth-token-file", &p(&token_file)]);
+    let port = port_of(&server.url);
+    let script = format!(
+        "cat {} {}; echo done",
+        t.outside.join("neighbour").display(),
+        token_file.display()
+    );
+    let inner = ["sh", "-c", &script];
+    let out = std::process::Command::new("python3")
+        .args(["-c", WS_CLIENT, "127.0.0.1", &port])
+        .arg(&token_file)
+        .arg("sandboxed")
+        .arg(serde_json::to_string(&inner).expect("json"))
+        .arg(ctx(network_enabled_read_only(), &t.ws).to_string())
+        .output()
+        .expect("python3");
+    let s = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(s.contains("NEIGHBOUR") && s.contains("done"), "{s}");
+    assert!(
+        !s.contains("s3cr3t-token"),
+        "token read in the sandbox: {s}"
+    );
+    // The same through a sandboxed fs-helper (a profile without full-disk
+    // write runs in one).
+    let fsread = |path: &Path| {
+        let out = std::process::Command::new("python3")
+            .args(["-c", WS_CLIENT, "127.0.0.1", &port])
+            .arg(&token_file)
+            .arg("fsread")
+            .arg(path)
+            .arg(ctx(workspace(vec![]), &t.ws).to_string())
+            .output()
+            .expect("python3");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let neighbour = fsread(&t.outside.join("neighbour"));
+    assert!(
+        neighbour.contains(&b64(b"NEIGHBOUR")),
+        "control: {neighbour}"
+    );
+    let token = fsread(&token_file);
+    assert!(token.contains("\"error\""), "{token}");
+    assert!(!token.contains(&b64(b"s3cr3t-token-0123456789")), "{token}");
+}
+
+/// On a Unix socket the server denies the socket's path in its sandboxes
+/// (behind that, it would refuse a peer whose `SO_PEERCRED` pid is one of
+/// its sandboxed processes), with or without network; the same client from
+/// outside is served (control).
+#[tokio::test]
+async fn sandboxed_process_cannot_drive_its_server_over_the_unix_socket() {
+    if !ready() || !common::redteam::python3() {
+        return;
+    }
+    let t = Tree::new();
+    let socket = t.outside.join("exec.sock");
+    let _server = common::client::Server::start_unix(&socket, &[]);
+    let target = t.outside.join("escaped");
+    let inner = vec![
+        "python3".to_owned(),
+        "-c".to_owned(),
+        WS_CLIENT.to_owned(),
+        p(&socket),
+        "0".to_owned(),
+        "-".to_owned(),
+        "direct".to_owned(),
+        format!("echo ESCAPED > {}", target.display()),
+    ];
+    for network in ["restricted", "enabled"] {
+        let mut profile = workspace(vec![]);
+        profile["network"] = json!(network);
+        let out = std::process::Command::new("python3")
+            .args(["-c", WS_CLIENT])
+            .arg(&socket)
+            .args(["0", "-", "sandboxed"])
+            .arg(serde_json::to_string(&inner).expect("json"))
+            .arg(ctx(profile, &t.ws).to_string())
+            .output()
+            .expect("python3");
+        let s = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(s.starts_with("upgrade: HTTP/1.1 101"), "control: {s}");
+        assert!(
+            s.contains("exit:"),
+            "control: the sandboxed process ran: {s}"
+        );
+        assert!(
+            !s.contains("start:"),
+            "the sandboxed process was served: {s}"
+        );
+        assert!(!target.exists(), "escaped over the unix socket: {s}");
+    }
+}
+
+/// `tmpdir` means the server's `$TMPDIR`, never the request's: a request
+/// whose `env` says `TMPDIR=<elsewhere>` gets no write access there, while
+/// the server's own temporary directory is writable (control).
+#[tokio::test]
+async fn tmpdir_comes_from_the_server_not_the_request() {
+    if !ready() {
+        return;
+    }
+    let t = Tree::new();
+    let server_tmp = t.root.join("server-tmp");
+    std::fs::create_dir_all(&server_tmp).expect("mkdir");
+    let server = Server::start_with_env(&[("TMPDIR", &p(&server_tmp))]);
+    let c = server.connect().await;
+    let profile = json!({"type": "managed", "file_system": {"type": "restricted",
+        "entries": [special("root", "read"), special("tmpdir", "write")]}, "network": "restricted"});
+    for (id, request_tmp) in [("outside", p(&t.outside)), ("slash", "/".to_owned())] {
+        let target =
+            Path::new(&request_tmp).join(format!("codexbox-tmpdir-{id}-{}", std::process::id()));
+        let script = format!(
+            "echo x > {}; echo x > {}/ok; echo done",
+            target.display(),
+            server_tmp.display()
+        );
+        c.ok(
+            "process/start",
+            json!({"processId": id, "argv": ["sh", "-c", script], "cwd": t.ws,
+                   "env": {"PATH": "/usr/bin:/bin", "TMPDIR": request_tmp}, "tty": false,
+                   "sandbox": ctx(profile.clone(), &t.ws)}),
+        )
+        .await;
+        let mut after: Option<u64> = None;
+        let mut output = String::new();
+        loop {
+            let read = c
+                .ok(
+                    "process/read",
+                    json!({"processId": id, "afterSeq": after, "waitMs": 1000}),
+                )
+                .await;
+            for chunk in read["chunks"].as_array().into_iter().flatten() {
+                output.push_str(&String::from_utf8_lossy(&unb64(&chunk["chunk"])));
+            }
+            after = read["nextSeq"].as_u64().map(|next| next.saturating_sub(1));
+            if read["closed"] == true {
+                break;
+            }
+        }
+        let escaped = target.exists();
+        let _ = std::fs::remove_file(&target);
+        assert!(output.contains("done"), "{output}");
+        assert!(
+            !escaped,
+            "request TMPDIR {request_tmp} was writable: {output}"
+        );
+        assert!(server_tmp.join("ok").exists(), "control: {output}");
+        let _ = std::fs::remove_file(server_tmp.join("ok"));
+    }
+}
+
+/// SPEC §5.3 item 5 through session expiry: a detached session's sandboxed
+/// process is killed, and its helper still removes its mount points.
+#[tokio::test]
+async fn session_expiry_leaves_nothing_in_the_workspace() {
+    if !ready() {
+        return;
+    }
+    let t = Tree::new();
+    t.put("ws/src/main.rs", "fn main() {}\n");
+    let server = common::client::Server::start(&["--session-grace-secs", "0"]);
+    let (mut raw, _) = server.session().await;
+    let sandbox = ctx(workspace(vec![]), &t.ws);
+    raw.call(
+        "process/start",
+        json!({"processId": "long", "argv": ["sh", "-c", "echo started; exec sleep 60"], "cwd": t.ws,
+               "env": {"PATH": "/usr/bin:/bin"}, "tty": false, "sandbox": sandbox}),
+    )
+    .await;
+    let mut after: Option<u64> = None;
+    let mut output = String::new();
+    while !output.contains("started") {
+        let read = raw
+            .call(
+                "process/read",
+                json!({"processId": "long", "afterSeq": after, "waitMs": 1000}),
+            )
+            .await;
+        for chunk in read["chunks"].as_array().into_iter().flatten() {
+            output.push_str(&String::from_utf8_lossy(&unb64(&chunk["chunk"])));
+        }
+        after = read["nextSeq"].as_u64().map(|next| next.saturating_sub(1));
+        assert!(read["closed"] != true, "exited early: {output}");
+    }
+    assert!(
+        t.names("ws").len() > 1,
+        "mount points expected while running"
+    );
+    drop(raw);
+    let pid = server.pid();
+    assert!(
+        common::fs::eventually(|| common::fs::sandbox_wrappers(pid).is_empty()).await,
+        "the expired session's sandbox survived"
+    );
+    assert_eq!(t.names("ws"), ["src"], "leftovers after expiry");
 }

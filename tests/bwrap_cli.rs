@@ -209,3 +209,27 @@ fn options_the_builtin_lacks_are_refused_by_name() {
         "bwrap: --userns is not supported by the built-in bwrap\n"
     );
 }
+
+#[test]
+fn unwritable_info_fd_fails_the_launch_and_leaves_nothing_behind() {
+    // bubblewrap prints the same line but its setup child stays blocked
+    // forever (SPEC §5.3 pitfalls); the built-in kills and reaps it.
+    let outcome = run(
+        Impl::Builtin,
+        &[
+            "--ro-bind",
+            "/",
+            "/",
+            "--unshare-pid",
+            "--info-fd",
+            "99",
+            "sleep",
+            "600",
+        ],
+    );
+    assert_eq!(outcome.code, 1);
+    assert_eq!(
+        outcome.stderr,
+        "bwrap: Write to info_fd: Bad file descriptor\n"
+    );
+}

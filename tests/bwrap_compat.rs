@@ -91,6 +91,31 @@ fn read_only_profile_with_cap_drop_all_has_no_capabilities() {
 }
 
 #[test]
+fn cap_add_and_cap_drop_observe_the_same() {
+    if !have_system_bwrap("cap_add_and_cap_drop_observe_the_same") {
+        return;
+    }
+    // uid 0 inside keeps all but the dropped ones (bounding set cut too),
+    // inheritable and ambient as well.
+    let mut args = READ_ONLY_PROFILE.to_vec();
+    args.extend(["--cap-drop", "CAP_SYS_ADMIN", "--cap-drop", "cap_net_raw"]);
+    let outcome = assert_same(&with_probe(&args, PATHS));
+    assert!(!outcome.stdout.contains("CapEff: 0000000000000000\n"));
+    assert!(!outcome.stdout.contains("CapAmb: 0000000000000000\n"));
+    // Another uid: a root caller passes its own set on, plus what is added,
+    // as ambient capabilities.
+    let mut args = READ_ONLY_PROFILE.to_vec();
+    args.extend(["--uid", "1000", "--cap-add", "CAP_NET_RAW"]);
+    let outcome = assert_same(&with_probe(&args, PATHS));
+    assert!(outcome.stdout.contains("ids: 1000 "), "{}", outcome.stdout);
+    assert!(
+        !outcome.stdout.contains("CapAmb: 0000000000000000\n"),
+        "{}",
+        outcome.stdout
+    );
+}
+
+#[test]
 fn workspace_profile_observes_the_same() {
     if !have_system_bwrap("workspace_profile_observes_the_same") {
         return;
@@ -822,20 +847,52 @@ fn unprivileged_caller_observes_the_same() {
 }
 
 #[test]
-fn builtin_closes_inherited_fds_that_bubblewrap_passes_on() {
-    if !have_system_bwrap("builtin_closes_inherited_fds_that_bubblewrap_passes_on") {
+fn inherited_fds_pass_through_and_bwraps_own_do_not() {
+    if !have_system_bwrap("inherited_fds_pass_through_and_bwraps_own_do_not") {
         return;
     }
-    // Documented difference: bubblewrap passes every inherited fd to the
-    // command; the built-in passes stdio only, so nothing leaks in.
+    // An fd the caller left inheritable reaches the command (callers, the
+    // linux-sandbox mode among them, pass fds that way); fds given to bwrap
+    // options and fds bwrap opened itself do not.
+    let argv = [
+        "--ro-bind",
+        "/",
+        "/",
+        "--unshare-all",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+        "--sync-fd",
+        "5",
+        "--info-fd",
+        "6",
+        "--json-status-fd",
+        "7",
+        "--file",
+        "8",
+        "/tmp/f",
+        "ls",
+        "/proc/self/fd",
+    ];
     let list = |which: Impl| {
-        let null = OwnedFd::from(fs::File::open("/dev/null").expect("open"));
-        let mut cmd = command(which, &["--ro-bind", "/", "/", "ls", "/proc/self/fd"]);
-        pass_fd(&mut cmd, &null, 9);
-        finish(cmd).stdout
+        let null = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null");
+        let null = OwnedFd::from(null.expect("open /dev/null"));
+        let mut cmd = command(which, &argv);
+        for fd in [5, 6, 7, 8, 9] {
+            pass_fd(&mut cmd, &null, fd);
+        }
+        finish(cmd)
     };
-    assert!(list(Impl::System).lines().any(|fd| fd == "9"));
-    assert!(!list(Impl::Builtin).lines().any(|fd| fd == "9"));
+    let system = list(Impl::System);
+    let builtin = list(Impl::Builtin);
+    assert_outcomes_equal(&argv, &system, &builtin);
+    assert_eq!(builtin.stdout, "0\n1\n2\n3\n9\n", "{builtin:?}");
 }
 
 #[test]
@@ -868,6 +925,35 @@ fn builtin_root_caller_stays_in_a_user_namespace() {
         ],
     );
     assert_eq!(mount.stdout, "refused\n", "{mount:?}");
+}
+
+#[test]
+fn builtin_proc_sys_is_read_only() {
+    // Documented difference: bubblewrap's `--proc` covers /proc/sys only when
+    // access(W_OK) says it is writable, which the r-x directory never is, so
+    // a root caller keeps writable sysctls (kernel.core_pattern runs a helper
+    // as host root on the next crash). The built-in covers it regardless.
+    // The probe only opens the files for writing; nothing is written.
+    let mut args = READ_ONLY_PROFILE.to_vec();
+    args.extend([
+        "sh",
+        "-c",
+        "for f in /proc/sys/kernel/core_pattern /proc/sys/vm/drop_caches /proc/sysrq-trigger; do \
+           [ -e $f ] || continue; \
+           if ( : >> $f ) 2>/dev/null; then echo \"writable $f\"; else echo \"held $f\"; fi; \
+         done; \
+         cat /proc/sys/kernel/ostype; grep -c ' /proc/sys ro,' /proc/self/mountinfo",
+    ]);
+    let outcome = run(Impl::Builtin, &args);
+    assert_eq!(outcome.code, 0, "{outcome:?}");
+    assert!(!outcome.stdout.contains("writable"), "{outcome:?}");
+    assert!(
+        outcome
+            .stdout
+            .contains("held /proc/sys/kernel/core_pattern\n"),
+        "{outcome:?}"
+    );
+    assert!(outcome.stdout.ends_with("Linux\n1\n"), "{outcome:?}");
 }
 
 #[test]
@@ -937,5 +1023,120 @@ fn builtin_new_session_blocks_terminal_injection() {
     if legacy.trim() != "0" {
         let same_session = tiocsti_in_pty(link, false);
         assert!(same_session.contains("injected"), "{same_session:?}");
+    }
+}
+
+#[test]
+fn args_fd_and_share_net_observe_the_same() {
+    if !have_system_bwrap("args_fd_and_share_net_observe_the_same") {
+        return;
+    }
+    let argv = [
+        "--args",
+        "5",
+        "sh",
+        "-c",
+        "hostname; echo $0 $1; ls /sys/class/net | tr '\\n' ' '",
+    ];
+    let with_args = |which: Impl| {
+        let (read, write) = pipe();
+        fs::File::from(write)
+            .write_all(
+                b"--ro-bind\0/\0/\0--unshare-all\0--share-net\0--unshare-uts\0--hostname\0h\0",
+            )
+            .expect("args");
+        let mut cmd = command(which, &argv);
+        pass_fd(&mut cmd, &read, 5);
+        finish(cmd)
+    };
+    let system = with_args(Impl::System);
+    let builtin = with_args(Impl::Builtin);
+    assert_outcomes_equal(&argv, &system, &builtin);
+    assert!(builtin.stdout.starts_with("h\nsh\n"), "{builtin:?}");
+}
+
+/// The bwrap options `codexbox sandbox --explain` prints for a profile (up to
+/// the inner command), without `--argv0`, which bubblewrap 0.8 lacks.
+fn sandbox_profile_argv(profile: &str, cwd: &Path, network: bool) -> Vec<String> {
+    let mut cmd = std::process::Command::new(common::bwrap::CODEXBOX);
+    cmd.args(["sandbox", "--explain", "--profile", profile, "-C"])
+        .arg(cwd);
+    if network {
+        cmd.arg("--network");
+    }
+    let output = cmd
+        .args(["--", "true"])
+        .output()
+        .expect("run sandbox --explain");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let line = text
+        .lines()
+        .find_map(|line| line.strip_prefix("argv: "))
+        .unwrap_or_else(|| panic!("no argv line in {text:?}"));
+    let mut args = Vec::new();
+    let mut tokens = line.split_whitespace().skip(1);
+    while let Some(token) = tokens.next() {
+        match token {
+            "--" => break,
+            "--argv0" => {
+                tokens.next();
+            }
+            other => args.push(other.to_owned()),
+        }
+    }
+    args
+}
+
+#[test]
+fn linux_sandbox_profile_argv_observes_the_same() {
+    if !have_system_bwrap("linux_sandbox_profile_argv_observes_the_same") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    fs::create_dir(dir.path().join(".git")).expect("mkdir .git");
+    let ws = dir.path().to_str().expect("utf-8").to_owned();
+    for (profile, network) in [
+        ("read-only", false),
+        ("workspace", false),
+        ("workspace", true),
+    ] {
+        let args = sandbox_profile_argv(profile, dir.path(), network);
+        assert!(args.contains(&"--cap-drop".to_owned()), "{args:?}");
+        // Data fds the argv names (empty-file masks) are /dev/null for both.
+        let fds: Vec<i32> = args
+            .windows(2)
+            .filter(|pair| {
+                matches!(
+                    pair[0].as_str(),
+                    "--ro-bind-data" | "--bind-data" | "--file"
+                )
+            })
+            .filter_map(|pair| pair[1].parse().ok())
+            .collect();
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let git = format!("{ws}/.git");
+        let argv = with_probe(&refs, &[ws.as_str(), &git, "/tmp", "/"]);
+        let launch = |which: Impl| {
+            let null = OwnedFd::from(fs::File::open("/dev/null").expect("open"));
+            let mut cmd = command(which, &argv);
+            for fd in &fds {
+                pass_fd(&mut cmd, &null, *fd);
+            }
+            finish(cmd)
+        };
+        let system = launch(Impl::System);
+        let builtin = launch(Impl::Builtin);
+        assert_outcomes_equal(&argv, &system, &builtin);
+        assert_eq!(builtin.code, 0, "{profile}: {builtin:?}");
+        assert!(builtin.stdout.contains("CapEff: 0000000000000000\n"));
+        let expected = if profile == "workspace" { "rw" } else { "r-" };
+        assert!(
+            builtin
+                .stdout
+                .contains(&format!("access: {ws} {expected}\n")),
+            "{profile}: {}",
+            builtin.stdout
+        );
+        assert!(builtin.stdout.contains(&format!("access: {git} r-\n")));
     }
 }

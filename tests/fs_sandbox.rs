@@ -558,3 +558,59 @@ async fn a_writable_root_given_through_a_symlink_alias_is_writable() {
         );
     }
 }
+
+#[tokio::test]
+async fn walk_reports_denied_directories_as_errors() {
+    if !sandbox_available() {
+        return;
+    }
+    let server = Server::start();
+    let client = server.connect().await;
+    let s = setup();
+    std::fs::create_dir(s.work.join("denied")).unwrap();
+    std::fs::write(s.work.join("denied/hidden.txt"), b"no").unwrap();
+    let ctx = sandbox(
+        restricted(&[(&s.work, "read"), (&s.work.join("denied"), "deny")], &[]),
+        &s.work,
+    );
+    for d in DIALECTS {
+        let walked = client
+            .ok(
+                "fs/walk",
+                json!({"path": d.path(&s.work), "sandbox": ctx, "options":
+                    {"maxDepth": 4, "maxDirectories": 10, "maxEntries": 10, "followDirectorySymlinks": false}}),
+            )
+            .await;
+        let paths: Vec<&str> = walked["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|entry| entry["path"].as_str().unwrap())
+            .collect();
+        assert!(
+            !paths.iter().any(|path| path.contains("hidden.txt")),
+            "denied content listed: {walked}"
+        );
+        assert_eq!(
+            walked["errors"][0]["path"],
+            json!(d.path(&s.work.join("denied"))),
+            "{walked}"
+        );
+        assert!(
+            walked["errors"][0]["message"]
+                .as_str()
+                .unwrap()
+                .contains("Permission denied"),
+            "{walked}"
+        );
+        assert_denied(
+            client
+                .call(
+                    "fs/readFile",
+                    json!({"path": d.path(&s.work.join("denied/hidden.txt")), "sandbox": ctx}),
+                )
+                .await,
+            "read a denied file",
+        );
+    }
+}

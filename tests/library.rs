@@ -1,47 +1,45 @@
 //! The library surface of SPEC §7: a server embedded in this test process
-//! with `codexbox::server::run_main`, driven with `ExecServerClient`, using
+//! with `codexbox::server::bind` + `Server::run`, driven with `ExecServerClient`, using
 //! the `protocol` and `sandbox::policy` types.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use codexbox::client::{ClientError, ConnectOptions, ExecServerClient, ReadParams, StartParams};
+use codexbox::client::{ConnectOptions, ExecServerClient, ReadParams, StartParams};
 use codexbox::runtime_paths::ExecServerRuntimePaths;
 use codexbox::sandbox::policy::{PermissionProfile, SandboxPolicy};
-use codexbox::server::{run_main, ListenUrl};
+use codexbox::server::{bind, ListenUrl, ServerConfig};
 
 /// Failure guard for every wait; only reached when something is broken.
 const WAIT: Duration = Duration::from_secs(10);
 
-/// Connects once `run_main` has bound the socket (it reports nothing back,
-/// so the client retries until the socket accepts).
 async fn connect(url: &str) -> ExecServerClient {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        match ExecServerClient::connect_and_initialize(ConnectOptions::new(url), "library-test")
-            .await
-        {
-            Ok(client) => return client,
-            Err(err @ ClientError::Connect { .. }) if tokio::time::Instant::now() < deadline => {
-                let _ = err;
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Err(err) => panic!("cannot connect to the embedded server: {err}"),
-        }
+    match ExecServerClient::connect_and_initialize(ConnectOptions::new(url), "library-test").await {
+        Ok(client) => client,
+        Err(err) => panic!("cannot connect to the embedded server: {err}"),
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_server_runs_a_process_and_touches_files() {
     let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("exec.sock");
     let paths = ExecServerRuntimePaths {
         // Helper modes re-execute the real binary, not this test.
         codex_self_exe: PathBuf::from(env!("CARGO_BIN_EXE_codexbox")),
         codex_linux_sandbox_exe: None,
     };
-    let server = tokio::spawn(run_main(paths, ListenUrl::Unix(socket.clone())));
-    let url = format!("unix://{}", socket.display());
+    // Bound before it serves: the real address is known up front.
+    let server = bind(paths, ServerConfig::new(ListenUrl::default()))
+        .await
+        .unwrap();
+    let addr = server.local_addr().expect("a TCP listener");
+    assert!(addr.ip().is_loopback() && addr.port() != 0);
+    let url = server.url();
+    assert_eq!(url, format!("ws://{addr}"));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(server.run(async {
+        let _ = stopped.await;
+    }));
     let client = connect(&url).await;
     assert!(client.session_id().is_some());
     assert_eq!(client.environment_status().await.unwrap(), "ready");
@@ -69,7 +67,7 @@ async fn embedded_server_runs_a_process_and_touches_files() {
         .expect("process/read did not answer")
         .unwrap();
         for chunk in &read.chunks {
-            output.extend(codexbox::client::decode_chunk(&chunk.chunk).unwrap());
+            output.extend_from_slice(&chunk.chunk);
         }
         after_seq = read.next_seq.saturating_sub(1);
         if read.closed {
@@ -87,8 +85,10 @@ async fn embedded_server_runs_a_process_and_touches_files() {
     let uri = codexbox::protocol::path::to_file_uri(std::ffi::OsStr::new(file));
     assert_eq!(client.fs_read_file(&uri, None).await.unwrap(), b"hi");
 
-    server.abort();
-    let _ = server.await;
+    // The shutdown future stops it cleanly.
+    let _ = stop.send(());
+    let outcome = tokio::time::timeout(WAIT, server).await;
+    assert!(matches!(outcome, Ok(Ok(Ok(())))), "{outcome:?}");
 }
 
 #[test]

@@ -11,14 +11,6 @@ use std::process::{Command, Stdio};
 
 use common::sandbox::*;
 
-macro_rules! require_sandbox {
-    () => {
-        if !sandbox_available() {
-            return;
-        }
-    };
-}
-
 #[test]
 fn exit_status_and_signals_pass_through() {
     require_sandbox!();
@@ -311,6 +303,20 @@ fn full_disk_write_profiles_skip_bubblewrap_but_keep_network_closed() {
     assert!(!s.contains("TCP"), "{s}");
     let out = sh(&w.ws, "danger-full-access", &[], "echo ok");
     assert_eq!(stdout(&out), "ok\n");
+    // With the network on: still no capabilities, and the always-on
+    // seccomp denials (mode 2 = filter).
+    let p = r#"{"type":"managed","file_system":{"type":"unrestricted"},"network":"enabled"}"#;
+    let out = sh(
+        &w.ws,
+        p,
+        &[],
+        "grep -E '^(NoNewPrivs|CapEff|Seccomp):' /proc/self/status",
+    );
+    let s = stdout(&out);
+    assert!(
+        s.contains("CapEff:\t0000000000000000") && s.contains("Seccomp:\t2"),
+        "{s}"
+    );
 }
 
 #[test]

@@ -6,14 +6,6 @@ mod common;
 
 use common::sandbox::*;
 
-macro_rules! require_sandbox {
-    () => {
-        if !sandbox_available() {
-            return;
-        }
-    };
-}
-
 #[test]
 fn writes_outside_writable_roots_fail_and_inside_succeed() {
     require_sandbox!();

@@ -1,6 +1,6 @@
 //! File descriptors handed to bwrap: reading `--args`/`--file`/seccomp data,
 //! the `--info-fd`/`--json-status-fd` documents, the `--block-fd` wait, and
-//! making sure nothing else leaks into the sandbox.
+//! the reaper's fd clean-up.
 //!
 //! Only raw fd numbers come from the command line; each is read or written
 //! once and closed where bubblewrap closes it.
@@ -65,11 +65,6 @@ pub fn block_on(fd: RawFd) {
     close(fd);
 }
 
-/// Marks every fd from 3 upwards close-on-exec, except those in `keep`.
-pub fn cloexec_all_but(keep: &[RawFd]) -> io::Result<()> {
-    for_ranges_but(keep, cloexec_range)
-}
-
 /// Closes every fd from 3 upwards except those in `keep` (for a process
 /// that never execs, such as the reaper).
 pub fn close_all_but(keep: &[RawFd]) -> io::Result<()> {
@@ -109,33 +104,6 @@ fn for_ranges_but(
             each(start, end)?;
         }
         start = fd.saturating_add(1);
-    }
-    Ok(())
-}
-
-fn cloexec_range(first: u32, last: u32) -> io::Result<()> {
-    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only changes fd flags.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            first,
-            last,
-            libc::CLOSE_RANGE_CLOEXEC,
-        )
-    };
-    if rc == 0 {
-        return Ok(());
-    }
-    // Kernels before 5.11: walk /proc/self/fd (single-threaded, allocation is fine).
-    let entries: Vec<u32> = std::fs::read_dir("/proc/self/fd")?
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    for fd in entries.into_iter().filter(|fd| (first..=last).contains(fd)) {
-        let Ok(fd) = RawFd::try_from(fd) else {
-            continue;
-        };
-        // SAFETY: F_SETFD with FD_CLOEXEC only changes the fd's flags.
-        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     }
     Ok(())
 }

@@ -15,7 +15,7 @@
 //!    verified);
 //! 5. a reaper stays as pid 1 ([`proc_pid1`]) unless `--as-pid-1`;
 //! 6. in the command's process: new session, environment, cwd, capabilities
-//!    ([`caps`]), every fd but stdio close-on-exec ([`fds`]),
+//!    ([`caps`]), no fd of bwrap's own left open ([`fds`]),
 //!    seccomp ([`seccomp_fd`]) as the very last step, then execvp.
 //!
 //! The mode runs before any runtime is started, so the process is
@@ -42,6 +42,8 @@ use cli::{CliError, Config, Parsed};
 use namespaces::Forked;
 use ops::EnvOp;
 
+use crate::sandbox::confine;
+
 /// What bubblewrap prints for `--version`; the suffix says which one it is.
 pub const VERSION_LINE: &str = concat!(
     "bubblewrap 0.11.0 (codexbox ",
@@ -64,8 +66,8 @@ pub enum BwrapError {
     Pipe(#[source] io::Error),
     #[error("prctl(PR_SET_PDEATHSIG): {}", fds::desc(.0))]
     DeathSignal(#[source] io::Error),
-    #[error("prctl(PR_SET_NO_NEW_PRIVS) failed: {}", fds::desc(.0))]
-    NoNewPrivs(#[source] io::Error),
+    #[error("prctl(PR_SET_DUMPABLE): {}", fds::desc(.0))]
+    Dumpable(#[source] io::Error),
     #[error("Can't fork: {}", fds::desc(.0))]
     Fork(#[source] io::Error),
     #[error("setsid: {}", fds::desc(.0))]
@@ -76,10 +78,14 @@ pub enum BwrapError {
         #[source]
         source: io::Error,
     },
-    #[error("capset failed: {}", fds::desc(.0))]
-    Caps(#[source] io::Error),
-    #[error("Can't close fds: {}", fds::desc(.0))]
-    CloseFds(#[source] io::Error),
+    #[error("Write to {what}: {}", fds::desc(.source))]
+    StatusWrite {
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error(transparent)]
+    Confine(#[from] confine::ConfineError),
     #[error("execvp {}: {}", .command.to_string_lossy(), fds::desc(.source))]
     Exec {
         command: OsString,
@@ -95,8 +101,7 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         .map(|arg0| arg0.to_string_lossy().into_owned())
         .unwrap_or_else(|| "bwrap".to_owned());
     let args = argv.get(1..).unwrap_or_default();
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let caller_is_root = unsafe { libc::getuid() } == 0;
+    let caller_is_root = nix::unistd::getuid().is_root();
     match cli::parse(args, caller_is_root) {
         Ok(Parsed::Help) => {
             print!("{}", cli::usage(&prog));
@@ -147,6 +152,8 @@ struct Caller {
     cwd: Option<OsString>,
     /// A root caller's effective capabilities, which bubblewrap passes on.
     root_caps: Option<caps::CapSet>,
+    /// The kernel's highest capability, read while /proc is the host's.
+    last_cap: u32,
 }
 
 fn launch(config: Config) -> Result<i32, BwrapError> {
@@ -154,18 +161,17 @@ fn launch(config: Config) -> Result<i32, BwrapError> {
     // SAFETY: resetting a disposition to SIG_DFL installs no handler.
     unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
     let proc_fd = open_proc()?;
-    // SAFETY: getuid/getgid have no preconditions.
+    let uid = nix::unistd::getuid();
     let caller = Caller {
-        uid: unsafe { libc::getuid() },
-        gid: unsafe { libc::getgid() },
+        uid: uid.as_raw(),
+        gid: nix::unistd::getgid().as_raw(),
         cwd: std::env::current_dir().ok().map(PathBuf::into_os_string),
-        root_caps: None,
-    };
-    let caller = Caller {
-        root_caps: (caller.uid == 0)
-            .then(|| caps::effective_caps().ok())
-            .flatten(),
-        ..caller
+        root_caps: if uid.is_root() {
+            caps::effective_caps().ok()
+        } else {
+            None
+        },
+        last_cap: confine::last_cap(),
     };
     let host_tty = if nix::unistd::isatty(std::io::stdout()).unwrap_or(false) {
         nix::unistd::ttyname(std::io::stdout()).ok()
@@ -179,7 +185,14 @@ fn launch(config: Config) -> Result<i32, BwrapError> {
         Forked::Parent(pid) => {
             drop(status_write);
             drop(alive_read);
-            report_child(pid, &config, flags);
+            if let Err(err) = report_child(pid, &config, flags) {
+                // SAFETY: kill takes a pid and a signal number, no pointers.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                let mut status = 0;
+                // SAFETY: status is a valid out-pointer for the call.
+                unsafe { libc::waitpid(pid, &mut status, 0) };
+                return Err(err);
+            }
             let code = proc_pid1::monitor(pid, status_read, config.json_status_fd);
             drop(alive_write);
             Ok(code)
@@ -221,9 +234,11 @@ fn open_proc() -> Result<OwnedFd, BwrapError> {
 }
 
 /// `--info-fd` and the first `--json-status-fd` line, from the outer process.
-fn report_child(pid: libc::pid_t, config: &Config, flags: libc::c_int) {
+/// A document that cannot be written fails the launch, as in bubblewrap; the
+/// sandbox is killed then rather than left behind.
+fn report_child(pid: libc::pid_t, config: &Config, flags: libc::c_int) -> Result<(), BwrapError> {
     if config.info_fd.is_none() && config.json_status_fd.is_none() {
-        return;
+        return Ok(());
     }
     let namespaces = fds::namespace_ids(
         pid,
@@ -237,12 +252,22 @@ fn report_child(pid: libc::pid_t, config: &Config, flags: libc::c_int) {
         ],
     );
     if let Some(fd) = config.info_fd {
-        let _ = fds::write_all(fd, fds::info_json(pid, &namespaces).as_bytes());
+        let written = fds::write_all(fd, fds::info_json(pid, &namespaces).as_bytes());
         fds::close(fd);
+        written.map_err(|source| BwrapError::StatusWrite {
+            what: "info_fd",
+            source,
+        })?;
     }
     if let Some(fd) = config.json_status_fd {
-        let _ = fds::write_all(fd, fds::status_child_json(pid, &namespaces).as_bytes());
+        fds::write_all(fd, fds::status_child_json(pid, &namespaces).as_bytes()).map_err(
+            |source| BwrapError::StatusWrite {
+                what: "json_status_fd",
+                source,
+            },
+        )?;
     }
+    Ok(())
 }
 
 fn prctl_death_signal() -> Result<(), BwrapError> {
@@ -327,7 +352,7 @@ fn sandbox_child(
     if let Some(name) = &config.hostname {
         namespaces::set_hostname(name)?;
     }
-    caps::set_no_new_privs().map_err(BwrapError::NoNewPrivs)?;
+    confine::set_no_new_privs()?;
     if nested {
         namespaces::enter_nested_user_namespace(
             &proc_fd,
@@ -343,12 +368,21 @@ fn sandbox_child(
 
     let needs_reaper = !config.as_pid_1 && (config.unshare.pid || config.sync_fd.is_some());
     if needs_reaper {
+        // The reaper holds the caller's stdio (the sandbox helper parses its
+        // stderr): the command must not reach those fds through /proc/1/fd
+        // or pidfd_getfd. Not dumpable, that takes CAP_SYS_PTRACE over the
+        // host's user namespace. Set before the fork so that no window is
+        // left; the command's exec makes it dumpable again.
+        // SAFETY: PR_SET_DUMPABLE takes integers only.
+        if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong, 0, 0, 0) } != 0 {
+            return Err(BwrapError::Dumpable(io::Error::last_os_error()));
+        }
         // SAFETY: single-threaded process: the child may run any code.
         match unsafe { nix::unistd::fork() } {
             Err(errno) => return Err(BwrapError::Fork(errno.into())),
             Ok(nix::unistd::ForkResult::Parent { child }) => {
                 // The reaper needs no capability and no fd but its pipe and the sync fd.
-                let _ = caps::drop_all();
+                let _ = confine::drop_capabilities_through(caller.last_cap);
                 let mut keep = vec![status_write.as_raw_fd()];
                 keep.extend(config.sync_fd);
                 let _ = fds::close_all_but(&keep);
@@ -375,15 +409,25 @@ fn exec_command(
     caller: &Caller,
     programs: Vec<seccomp_fd::Program>,
 ) -> Result<Infallible, BwrapError> {
+    // The Rust runtime ignores SIGPIPE in this process; the command gets the
+    // default disposition, as from any C launcher.
+    // SAFETY: resetting a disposition to SIG_DFL installs no handler.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     if config.new_session {
         nix::unistd::setsid().map_err(|errno| BwrapError::Setsid(errno.into()))?;
     }
     apply_env(&config.env);
     change_dir(config, caller.cwd.clone())?;
-    let (keep, bound) = caps::requested_caps(caller.root_caps, uid, &config.cap_edits);
-    caps::apply(keep, bound, uid != 0 && !config.cap_edits.is_empty()).map_err(BwrapError::Caps)?;
-    // Only stdio reaches the command; the --sync-fd stays with the reaper.
-    fds::cloexec_all_but(&[]).map_err(BwrapError::CloseFds)?;
+    let keep = caps::requested_caps(caller.root_caps, uid, caller.last_cap, &config.cap_edits);
+    // As bubblewrap: an edited set is also made ambient, for any uid.
+    caps::apply(keep, !config.cap_edits.is_empty(), caller.last_cap)?;
+    // Like bubblewrap, the fds the caller left inheritable reach the command
+    // (callers pass fds to the sandboxed program that way); every fd bwrap
+    // opened itself is close-on-exec, and those given to options are closed
+    // once used. The --sync-fd stays with the reaper only.
+    if let Some(fd) = config.sync_fd {
+        fds::close(fd);
+    }
 
     let command = config.command.first().cloned().unwrap_or_default();
     let to_c = |arg: &OsString| CString::new(arg.as_bytes()).ok();

@@ -641,8 +641,21 @@ fn mount_fs(kind: &'static str, to: &Path, flags: MsFlags, options: &str) -> Res
     })
 }
 
+/// The `/proc` entries that reach kernel-global state, covered read-only by
+/// `--proc` (bubblewrap's list).
+const PROC_COVERED: [&str; 4] = ["sys", "sysrq-trigger", "irq", "bus"];
+
 /// `--proc`: a fresh procfs in a new pid namespace, the host's bound
-/// otherwise (as bubblewrap does); then the writable corners read-only.
+/// otherwise (as bubblewrap does); then the entries of [`PROC_COVERED`]
+/// bound read-only over themselves, so writes fail with EROFS while reads
+/// keep working.
+///
+/// Unlike bubblewrap, an entry is covered whenever it exists: bubblewrap
+/// skips those that `access(W_OK)` reports unwritable, and `/proc/sys` is a
+/// mode 0555 directory whose permission check ignores capabilities, so it
+/// is always skipped, while its files only check the global euid. A root
+/// caller (sandbox uid 0 mapped to host uid 0) could then write any sysctl,
+/// `kernel.core_pattern` included.
 fn mount_proc(dest: &OsStr, ctx: &Context) -> Result<()> {
     let to = newroot_path(dest);
     ensure_dir(&to, 0o755).map_err(|err| MountError::Mkdir {
@@ -665,23 +678,17 @@ fn mount_proc(dest: &OsStr, ctx: &Context) -> Result<()> {
             }
         })?;
     }
-    for corner in ["sys", "sysrq-trigger", "irq", "bus"] {
+    for corner in PROC_COVERED {
         let path = to.join(corner);
-        let Ok(cpath) = CString::new(path.as_os_str().as_bytes()) else {
-            continue;
-        };
-        // SAFETY: cpath is a valid NUL-terminated path.
-        if unsafe { libc::access(cpath.as_ptr(), libc::W_OK) } != 0 {
-            let err = io::Error::last_os_error();
-            match err.raw_os_error() {
-                Some(libc::EACCES | libc::ENOENT | libc::EROFS) => continue,
-                _ => {
-                    return Err(MountError::Mount {
-                        kind: "proc",
-                        dest: path,
-                        source: err,
-                    })
-                }
+        match fs::symlink_metadata(&path) {
+            Ok(_) => {}
+            Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
+            Err(err) => {
+                return Err(MountError::Mount {
+                    kind: "proc",
+                    dest: path,
+                    source: err,
+                })
             }
         }
         bind_mount(&path, &path, true, false).map_err(|err| MountError::Bind {
@@ -709,6 +716,28 @@ mod tests {
         );
         assert_eq!(newroot_path(OsStr::new("/")), Path::new("/newroot"));
         assert_eq!(oldroot_path(OsStr::new("//etc")), Path::new("/oldroot/etc"));
+    }
+
+    #[test]
+    fn errors_read_like_bubblewraps() {
+        let enoent = || io::Error::from_raw_os_error(libc::ENOENT);
+        assert_eq!(
+            MountError::Source {
+                path: "/x".into(),
+                source: enoent()
+            }
+            .to_string(),
+            "Can't find source path /x: No such file or directory"
+        );
+        assert_eq!(
+            MountError::Chmod {
+                mode: 0o700,
+                path: "/y".into(),
+                source: enoent()
+            }
+            .to_string(),
+            "Can't chmod 0700 /y: No such file or directory"
+        );
     }
 
     #[test]

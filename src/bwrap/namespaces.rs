@@ -15,7 +15,7 @@ use super::cli::Unshare;
 /// A namespace step that failed; `Display` is bubblewrap's wording.
 #[derive(Debug, thiserror::Error)]
 pub enum NamespaceError {
-    #[error("Creating new namespace failed: {}", super::fds::desc(.0))]
+    #[error("{}", clone_message(.0))]
     Clone(#[source] io::Error),
     #[error("setting up uid map: {}", super::fds::desc(.0))]
     UidMap(#[source] io::Error),
@@ -34,6 +34,21 @@ pub enum NamespaceError {
 }
 
 pub type Result<T, E = NamespaceError> = std::result::Result<T, E>;
+
+/// bubblewrap's wording for a failed clone: callers grep for the EPERM one
+/// to tell "user namespaces are not allowed here".
+fn clone_message(err: &io::Error) -> String {
+    match err.raw_os_error() {
+        Some(libc::EPERM) => "No permissions to create a new namespace, likely because the kernel \
+             does not allow non-privileged user namespaces. On e.g. debian this can be enabled \
+             with 'sysctl kernel.unprivileged_userns_clone=1'."
+            .to_owned(),
+        Some(libc::EINVAL) => "Creating new namespace failed, likely because the kernel does not \
+             support user namespaces.  bwrap must be installed setuid on such systems."
+            .to_owned(),
+        _ => format!("Creating new namespace failed: {}", super::fds::desc(err)),
+    }
+}
 
 /// The clone flags for what was asked; a user and mount namespace always.
 pub fn clone_flags(unshare: &Unshare) -> libc::c_int {
@@ -198,4 +213,40 @@ pub fn enter_nested_user_namespace(
         return Err(NamespaceError::UsernsStillAllowed);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_and_mount_namespaces_are_always_created() {
+        let flags = clone_flags(&Unshare::default());
+        assert_eq!(flags, libc::CLONE_NEWUSER | libc::CLONE_NEWNS);
+        let all = clone_flags(&Unshare {
+            pid: true,
+            net: true,
+            ipc: true,
+            uts: true,
+            cgroup: true,
+            ..Unshare::default()
+        });
+        for flag in [
+            libc::CLONE_NEWPID,
+            libc::CLONE_NEWNET,
+            libc::CLONE_NEWIPC,
+            libc::CLONE_NEWUTS,
+            libc::CLONE_NEWCGROUP,
+        ] {
+            assert_ne!(all & flag, 0);
+        }
+    }
+
+    #[test]
+    fn a_refused_clone_says_user_namespaces_are_not_allowed() {
+        let err = NamespaceError::Clone(io::Error::from_raw_os_error(libc::EPERM));
+        assert!(err
+            .to_string()
+            .starts_with("No permissions to create a new namespace"));
+    }
 }

@@ -27,7 +27,7 @@ use crate::protocol::{environment, process, METHOD_INITIALIZE, NOTIFY_INITIALIZE
 use connection::{Connection, Endpoint};
 pub use types::{
     decode_chunk, EnvironmentInfo, ProcessEvent, ReadChunk, ReadParams, ReadResult, ShellInfo,
-    StartParams,
+    StartParams, WriteResult,
 };
 
 /// How long [`ExecServerClient::reconnect`] waits for the server to detach
@@ -40,7 +40,7 @@ const DETACH_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 pub const DEFAULT_NOTIFICATION_CAPACITY: usize = 4096;
 
 pub use crate::protocol::envelope::RpcError;
-pub use crate::protocol::process::{PtySize, StreamKind};
+pub use crate::protocol::process::{PtySize, StreamKind, WriteStatus};
 
 /// A notification sent by the server (`process/output`, …).
 #[derive(Debug, Clone, PartialEq)]
@@ -137,13 +137,6 @@ impl ConnectOptions {
         self.auth_token = Some(token.into());
         self
     }
-}
-
-/// `process/write` outcome (`accepted`, `unknownProcess`, `stdinClosed`,
-/// `starting`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct WriteResult {
-    pub status: String,
 }
 
 /// An async client bound to one live connection and, after
@@ -309,13 +302,8 @@ impl ExecServerClient {
 
     /// `process/start`; returns the process id.
     pub async fn process_start(&self, params: &StartParams) -> Result<String, ClientError> {
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Started {
-            process_id: String,
-        }
         let params = serde_json::to_value(params).map_err(ClientError::Encode)?;
-        let started: Started = self.call_as(process::METHOD_START, params).await?;
+        let started: process::StartResult = self.call_as(process::METHOD_START, params).await?;
         Ok(started.process_id)
     }
 
@@ -362,11 +350,7 @@ impl ExecServerClient {
 
     /// `process/terminate`; returns whether the process was still running.
     pub async fn process_terminate(&self, process_id: &str) -> Result<bool, ClientError> {
-        #[derive(Deserialize)]
-        struct Terminated {
-            running: bool,
-        }
-        let result: Terminated = self
+        let result: process::TerminateResult = self
             .call_as(process::METHOD_TERMINATE, json!({"processId": process_id}))
             .await?;
         Ok(result.running)

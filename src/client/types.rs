@@ -1,15 +1,19 @@
-//! Client-side views of the process messages: what the typed helpers of
-//! [`super::ExecServerClient`] send and decode, and [`ProcessEvent`], a
-//! decoded `process/*` notification.
+//! Client-only parts of the process messages: builders for the protocol's
+//! [`StartParams`], base64 helpers and [`ProcessEvent`], a decoded
+//! `process/*` notification. The message types themselves are the
+//! protocol's (re-exported here), shared with the server.
 
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde::Deserialize;
 
 use super::Notification;
-use crate::protocol::process::{PtySize, StreamKind, NOTIFY_CLOSED, NOTIFY_EXITED, NOTIFY_OUTPUT};
+use crate::protocol::path::WirePath;
+use crate::protocol::process::{
+    ClosedNotification, ExitedNotification, StreamKind, NOTIFY_CLOSED, NOTIFY_EXITED, NOTIFY_OUTPUT,
+};
+use crate::protocol::schema::OutputNotification;
 
 /// Standard padded base64, the encoding of every byte field on the wire.
 pub(crate) fn b64() -> &'static base64::engine::GeneralPurpose {
@@ -21,27 +25,10 @@ pub fn decode_chunk(chunk: &str) -> Option<Vec<u8>> {
     b64().decode(chunk).ok()
 }
 
-/// `process/start` params.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StartParams {
-    pub process_id: String,
-    pub argv: Vec<String>,
-    /// Absolute path or `file:` URI.
-    pub cwd: String,
-    pub env: BTreeMap<String, String>,
-    pub tty: bool,
-    pub pipe_stdin: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub arg0: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub env_policy: Option<Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub size: Option<PtySize>,
-}
+pub use crate::protocol::environment::{EnvironmentInfo, ShellInfo};
+pub use crate::protocol::process::{ReadChunk, ReadParams, ReadResult, StartParams, WriteResult};
 
+/// Builders for the client side of `process/start`.
 impl StartParams {
     /// A pipe process running `argv` in `/` with `PATH=/usr/bin:/bin`.
     pub fn new<I, S>(process_id: impl Into<String>, argv: I) -> Self
@@ -54,7 +41,7 @@ impl StartParams {
         Self {
             process_id: process_id.into(),
             argv: argv.into_iter().map(Into::into).collect(),
-            cwd: "/".to_owned(),
+            cwd: WirePath::native("/"),
             env,
             tty: false,
             pipe_stdin: false,
@@ -77,50 +64,12 @@ impl StartParams {
         self
     }
 
-    /// Sets the working directory (absolute path or `file:` URI).
-    pub fn cwd(mut self, cwd: impl Into<String>) -> Self {
-        self.cwd = cwd.into();
+    /// Sets the working directory (sent as a native path or `file:` URI,
+    /// as `cwd` was parsed).
+    pub fn cwd(mut self, cwd: WirePath) -> Self {
+        self.cwd = cwd;
         self
     }
-}
-
-/// `process/read` params; `None` members are omitted.
-#[derive(Debug, Clone, Default, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ReadParams {
-    pub process_id: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub after_seq: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub wait_ms: Option<u64>,
-}
-
-/// One retained output chunk in a `process/read` result.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct ReadChunk {
-    pub seq: u64,
-    pub stream: StreamKind,
-    /// Base64 as sent; see [`decode_chunk`].
-    pub chunk: String,
-}
-
-/// `process/read` result.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ReadResult {
-    pub chunks: Vec<ReadChunk>,
-    pub next_seq: u64,
-    pub exited: bool,
-    pub exit_code: Option<i32>,
-    pub closed: bool,
-    #[serde(default)]
-    pub failure: Option<String>,
-    #[serde(default)]
-    pub sandbox_denied: bool,
-    #[serde(default)]
-    pub truncated: bool,
 }
 
 /// A decoded `process/output`, `process/exited` or `process/closed`.
@@ -145,36 +94,6 @@ pub enum ProcessEvent {
     },
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct OutputParams<'a> {
-    process_id: String,
-    seq: u64,
-    stream: StreamKind,
-    /// Borrowed from the notification: decoded without an extra copy.
-    chunk: &'a str,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ExitedParams {
-    process_id: String,
-    seq: u64,
-    exit_code: i32,
-    #[serde(default)]
-    signal: Option<String>,
-    #[serde(default)]
-    sandbox_denied: bool,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ClosedParams {
-    process_id: String,
-    #[serde(default)]
-    seq: u64,
-}
-
 impl ProcessEvent {
     /// Decodes a process notification; `None` for other methods or a
     /// malformed payload.
@@ -182,28 +101,28 @@ impl ProcessEvent {
         let params = &notification.params;
         match notification.method.as_str() {
             NOTIFY_OUTPUT => {
-                let p = OutputParams::deserialize(params).ok()?;
+                let p = OutputNotification::deserialize(params).ok()?;
                 Some(Self::Output {
                     process_id: p.process_id,
                     seq: p.seq,
                     stream: p.stream,
-                    chunk: decode_chunk(p.chunk)?,
+                    chunk: decode_chunk(&p.chunk)?,
                 })
             }
             NOTIFY_EXITED => {
-                let p = ExitedParams::deserialize(params).ok()?;
+                let p = ExitedNotification::deserialize(params).ok()?;
                 Some(Self::Exited {
-                    process_id: p.process_id,
+                    process_id: p.process_id.to_owned(),
                     seq: p.seq,
                     exit_code: p.exit_code,
-                    signal: p.signal,
+                    signal: p.signal.map(str::to_owned),
                     sandbox_denied: p.sandbox_denied,
                 })
             }
             NOTIFY_CLOSED => {
-                let p = ClosedParams::deserialize(params).ok()?;
+                let p = ClosedNotification::deserialize(params).ok()?;
                 Some(Self::Closed {
-                    process_id: p.process_id,
+                    process_id: p.process_id.to_owned(),
                     seq: p.seq,
                 })
             }
@@ -226,24 +145,6 @@ impl ProcessEvent {
             Self::Output { seq, .. } | Self::Exited { seq, .. } | Self::Closed { seq, .. } => *seq,
         }
     }
-}
-
-/// `environment/info` result.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct EnvironmentInfo {
-    pub shell: ShellInfo,
-    #[serde(default)]
-    pub cwd: Option<String>,
-    #[serde(default)]
-    pub capabilities: Value,
-}
-
-/// The server's default shell.
-#[derive(Debug, Clone, Deserialize)]
-pub struct ShellInfo {
-    pub name: String,
-    pub path: String,
 }
 
 #[cfg(test)]

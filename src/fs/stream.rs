@@ -62,35 +62,14 @@ impl FileStreams {
                 "file read handle ID must not exceed {MAX_HANDLE_ID_BYTES} bytes"
             )));
         }
-        {
-            let table = self.table();
-            if table.contains_key(id) {
-                return Err(FsError::InvalidRequest(format!(
-                    "file read handle `{id}` already exists"
-                )));
-            }
-            if table.len() >= MAX_OPEN_HANDLES {
-                return Err(FsError::InvalidRequest(format!(
-                    "at most {MAX_OPEN_HANDLES} file reads may be open per connection"
-                )));
-            }
-        }
+        can_add(&self.table(), id)?;
         if sandboxed {
             return Err(FsError::InvalidRequest(SANDBOXED_STREAM_MESSAGE.into()));
         }
         let file = open_regular_file(params.path.path())?;
         let mut table = self.table();
         // Checked again: another request may have raced us while opening.
-        if table.contains_key(id) {
-            return Err(FsError::InvalidRequest(format!(
-                "file read handle `{id}` already exists"
-            )));
-        }
-        if table.len() >= MAX_OPEN_HANDLES {
-            return Err(FsError::InvalidRequest(format!(
-                "at most {MAX_OPEN_HANDLES} file reads may be open per connection"
-            )));
-        }
+        can_add(&table, id)?;
         table.insert(id.clone(), Arc::new(file));
         Ok(OpenResponse {
             handle_id: id.clone(),
@@ -138,6 +117,22 @@ impl FileStreams {
     pub fn close_all(&self) {
         self.table().clear();
     }
+}
+
+/// Whether handle `id` can be added to `table`: it is not taken and the
+/// table has room.
+fn can_add(table: &HashMap<String, Arc<File>>, id: &str) -> Result<()> {
+    if table.contains_key(id) {
+        return Err(FsError::InvalidRequest(format!(
+            "file read handle `{id}` already exists"
+        )));
+    }
+    if table.len() >= MAX_OPEN_HANDLES {
+        return Err(FsError::InvalidRequest(format!(
+            "at most {MAX_OPEN_HANDLES} file reads may be open per connection"
+        )));
+    }
+    Ok(())
 }
 
 fn read_at_most(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {

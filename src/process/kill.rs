@@ -5,6 +5,7 @@
 //! until nothing is left but zombies the supervisor will reap.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
@@ -64,6 +65,52 @@ pub fn kill_tree(supervisor: Pid, group: Pid) {
             let _ = kill(pid, Signal::SIGKILL);
         }
     }
+}
+
+/// How long a sandbox helper gets to remove its mount points after SIGTERM.
+pub const SANDBOX_CLEANUP_GRACE: Duration = Duration::from_millis(200);
+/// Poll interval while waiting for the helper.
+const GRACE_POLL: Duration = Duration::from_millis(5);
+
+/// For a sandboxed command (`group` is the `codex-linux-sandbox` helper):
+/// sends SIGTERM to the helper alone, which forwards it to bwrap and then
+/// removes the mount points bwrap created on the host (SPEC §5.3 item 5),
+/// waits up to [`SANDBOX_CLEANUP_GRACE`] for it to exit, then kills the
+/// whole tree like [`kill_tree`]. Blocking.
+pub fn terminate_sandboxed_tree(supervisor: Pid, group: Pid) {
+    kill_trees(&[(supervisor, group, true)]);
+}
+
+/// Kills many trees `(supervisor, group, sandboxed)` at once: every
+/// sandboxed helper gets SIGTERM first and all of them share one
+/// [`SANDBOX_CLEANUP_GRACE`], then each tree is killed. Blocking.
+pub fn kill_trees(trees: &[(Pid, Pid, bool)]) {
+    let helpers: Vec<Pid> = trees
+        .iter()
+        .filter(|(_, group, sandboxed)| *sandboxed && kill(*group, Signal::SIGTERM).is_ok())
+        .map(|(_, group, _)| *group)
+        .collect();
+    let deadline = Instant::now() + SANDBOX_CLEANUP_GRACE;
+    while helpers.iter().any(|&helper| is_running(helper)) && Instant::now() < deadline {
+        std::thread::sleep(GRACE_POLL);
+    }
+    for &(supervisor, group, _) in trees {
+        kill_tree(supervisor, group);
+    }
+}
+
+/// Whether `pid` exists and is not a zombie.
+pub fn is_running(pid: Pid) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| parse_stat(&stat))
+        .is_some_and(|(state, _)| !matches!(state, 'Z' | 'X'))
+}
+
+/// The parent of `pid`, from `/proc/PID/stat`.
+pub fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&stat).map(|(_, ppid)| ppid)
 }
 
 /// Descendants of `root` that are not zombies, from one scan of `/proc`.

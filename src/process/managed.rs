@@ -124,6 +124,42 @@ pub struct ManagedProcess {
     terminated: AtomicBool,
 }
 
+/// Supervisor pids of the live sandboxed processes: the roots of the
+/// subtrees whose connections the server refuses.
+static SANDBOXED_ROOTS: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+/// The supervisor pids of the sandboxed processes this server still holds
+/// (each the root of a subtree that a sandboxed command cannot leave).
+pub fn sandboxed_roots() -> Vec<i32> {
+    lock(&SANDBOXED_ROOTS).clone()
+}
+
+fn unregister_root(root: i32) {
+    let mut roots = lock(&SANDBOXED_ROOTS);
+    if let Some(at) = roots.iter().position(|&pid| pid == root) {
+        roots.swap_remove(at);
+    }
+}
+
+/// Unregisters a sandboxed root when starting the process fails half-way.
+struct RootGuard(Option<i32>);
+
+impl Drop for RootGuard {
+    fn drop(&mut self) {
+        if let Some(root) = self.0 {
+            unregister_root(root);
+        }
+    }
+}
+
+impl Drop for ManagedProcess {
+    fn drop(&mut self) {
+        if self.sandboxed {
+            unregister_root(self.supervisor_pid.as_raw());
+        }
+    }
+}
+
 impl std::fmt::Debug for ManagedProcess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ManagedProcess")
@@ -160,6 +196,13 @@ impl ManagedProcess {
         on_evict: Box<dyn FnOnce() + Send>,
     ) -> Result<Arc<Self>, SpawnError> {
         let spawned = spawn::spawn_async(spec, options.reaper_exe.as_deref()).await?;
+        // Registered before anything else can yield; unregistered by the
+        // guard on an early return, by `Drop` once the process exists.
+        let mut root_guard = RootGuard(None);
+        if spec.sandboxed {
+            lock(&SANDBOXED_ROOTS).push(spawned.supervisor_pid.as_raw());
+            root_guard.0 = Some(spawned.supervisor_pid.as_raw());
+        }
         let pty_master = spawned
             .pty_master
             .map(super::output::register)
@@ -182,6 +225,7 @@ impl ManagedProcess {
             }
             (None, None) => (None, None),
         };
+        root_guard.0 = None;
         let process = Arc::new(Self {
             id,
             supervisor_pid: spawned.supervisor_pid,
@@ -381,21 +425,49 @@ impl ManagedProcess {
 
     /// Kills the process group and every descendant, exited or not (a
     /// descendant may outlive the command).
+    /// A sandboxed command's helper first gets SIGTERM and a short bounded
+    /// grace to remove its mount points ([`kill::terminate_sandboxed_tree`]).
     pub fn kill_tree_now(&self) {
-        let (supervisor, group) = (self.supervisor_pid, self.command_pid);
-        let _ = kill::signal_group(group, Signal::SIGKILL);
+        let (supervisor, group, sandboxed) =
+            (self.supervisor_pid, self.command_pid, self.sandboxed);
+        if !sandboxed {
+            let _ = kill::signal_group(group, Signal::SIGKILL);
+        }
+        let work = move || {
+            if sandboxed {
+                kill::terminate_sandboxed_tree(supervisor, group);
+            } else {
+                kill::kill_tree(supervisor, group);
+            }
+        };
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
-                handle.spawn_blocking(move || kill::kill_tree(supervisor, group));
+                handle.spawn_blocking(work);
             }
-            Err(_) => kill::kill_tree(supervisor, group),
+            Err(_) => work(),
         }
     }
 
-    /// Synchronous variant for shutdown paths.
+    /// Synchronous variant for shutdown and session expiry.
     pub fn kill_tree_blocking(&self) {
-        self.terminated.store(true, Ordering::Relaxed);
-        kill::kill_tree(self.supervisor_pid, self.command_pid);
+        Self::kill_trees_blocking(std::slice::from_ref(&self));
+    }
+
+    /// Kills the trees of `processes` together: the sandboxed ones' helpers
+    /// share one cleanup grace ([`kill::kill_trees`]). Blocking.
+    pub fn kill_trees_blocking(processes: &[&Self]) {
+        let trees: Vec<_> = processes
+            .iter()
+            .map(|process| {
+                process.terminated.store(true, Ordering::Relaxed);
+                (
+                    process.supervisor_pid,
+                    process.command_pid,
+                    process.sandboxed,
+                )
+            })
+            .collect();
+        kill::kill_trees(&trees);
     }
 }
 

@@ -1,9 +1,9 @@
 //! The spawn zygote: a small single-threaded helper (this binary re-executed
 //! with [`ZYGOTE_ARG1`]) started once per server. Forking the multi-threaded
 //! server for every command is slow (page tables, then copy-on-write faults in
-//! the server); forking the tiny zygote is not. For each job the zygote forks
-//! a supervisor, which becomes a child subreaper in its own session, forks and
-//! execs the command, reports its own pid and the command's pid (or the exec
+//! the server); forking the tiny zygote is not. The zygote keeps a supervisor
+//! forked ahead of time (its own session, a child subreaper) waiting for the
+//! next job; that supervisor forks and execs the command, reports its own pid and the command's pid (or the exec
 //! error) on the status pipe, then the command's wait status, and reaps adopted
 //! descendants until none is left (see `supervisor.rs` for the record format).
 //!
@@ -50,6 +50,9 @@ struct Live {
     waiter: std::thread::JoinHandle<()>,
 }
 
+/// Supervisors kept forked and waiting for a job.
+const WARM_SUPERVISORS: usize = 2;
+
 /// How long an idle zygote waits for work before exiting.
 pub const IDLE_EXIT: std::time::Duration = std::time::Duration::from_millis(500);
 
@@ -88,7 +91,7 @@ impl Live {
             .env_clear()
             .stdin(Stdio::from(theirs))
             .stdout(Stdio::null());
-        // SAFETY: prctl and getppid only; async-signal-safe.
+        // SAFETY: prctl, getppid and setsid only; async-signal-safe.
         unsafe {
             cmd.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
@@ -96,6 +99,12 @@ impl Live {
                 }
                 if libc::getppid() != server_pid {
                     return Err(io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                // Out of the server's terminal session: a Ctrl-C meant for the
+                // server must not kill the zygote (and its supervisors) before
+                // the server has killed every tree.
+                if libc::setsid() < 0 {
+                    return Err(io::Error::last_os_error());
                 }
                 Ok(())
             });
@@ -358,68 +367,121 @@ fn recv_with_fds(socket: RawFd, buf: &mut [u8]) -> io::Result<Option<(usize, Vec
     }
 }
 
-/// The zygote's life: receive jobs on stdin, fork a supervisor for each,
-/// reap supervisors, and exit when idle for [`IDLE_EXIT`] or at EOF (after
-/// its supervisors are gone).
+/// The zygote's life. It keeps [`WARM_SUPERVISORS`] supervisors forked ahead
+/// of time and blocked on the job socket, so a launch costs one wake-up and
+/// one fork of the command. A supervisor that took a job reports its pid on a
+/// pipe once the command runs, and the zygote forks a replacement. The zygote reaps supervisors
+/// and, when idle for [`IDLE_EXIT`] or when the server hangs up, stops taking
+/// jobs, waits for its supervisors and exits.
 pub fn main(_argv: &[OsString]) -> i32 {
-    let mut buf = vec![0u8; MAX_JOB_BYTES];
-    let mut supervisors = 0usize;
+    let mut taken = [0 as RawFd; 2];
+    // SAFETY: pipe2 writes two descriptors into the array.
+    if unsafe { libc::pipe2(taken.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return 1;
+    }
+    let [taken_read, taken_write] = taken;
+    let mut warm: std::collections::HashSet<libc::pid_t> = Default::default();
+    let mut active: std::collections::HashSet<libc::pid_t> = Default::default();
     let mut idle_since = std::time::Instant::now();
     loop {
-        supervisors -= reap_exited(supervisors);
-        if supervisors > 0 {
+        loop {
+            // SAFETY: waitpid with a null status pointer.
+            let pid = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
+            if pid <= 0 {
+                break;
+            }
+            warm.remove(&pid);
+            active.remove(&pid);
+        }
+        let mut notice = [0u8; 4];
+        // SAFETY: reads into a live 4-byte buffer from our non-blocking pipe.
+        while unsafe { libc::read(taken_read, notice.as_mut_ptr().cast(), 4) } == 4 {
+            let pid = i32::from_ne_bytes(notice);
+            if warm.remove(&pid) {
+                active.insert(pid);
+            }
+            idle_since = std::time::Instant::now();
+        }
+        if !active.is_empty() {
             idle_since = std::time::Instant::now();
         } else if idle_since.elapsed() >= IDLE_EXIT {
-            return 0;
+            return stop_taking_jobs();
         }
-        let mut poll = libc::pollfd {
-            fd: 0,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        if unsafe { libc::poll(&mut poll, 1, 100) } <= 0 {
-            continue;
-        }
-        let (len, fds) = match recv_with_fds(0, &mut buf) {
-            Ok(Some(job)) => job,
-            Ok(None) | Err(_) => {
-                // The server is gone or shutting down: wait for our
-                // supervisors so none is left unreaped.
-                // SAFETY: waitpid with a null status pointer.
-                while unsafe { libc::waitpid(-1, std::ptr::null_mut(), 0) } > 0 {}
-                return 0;
+        while warm.len() < WARM_SUPERVISORS {
+            // SAFETY: the zygote is single-threaded, so the child may run
+            // ordinary code after fork.
+            match unsafe { libc::fork() } {
+                0 => {
+                    // SAFETY: the child does not need the notice reader.
+                    unsafe { libc::close(taken_read) };
+                    warm_supervisor(taken_write)
+                }
+                pid if pid > 0 => {
+                    warm.insert(pid);
+                }
+                _ => break,
             }
-        };
-        idle_since = std::time::Instant::now();
-        let Some(job) = buf.get(..len).and_then(decode_job) else {
-            continue;
-        };
-        let Ok(fds) = <[OwnedFd; JOB_FDS]>::try_from(fds) else {
-            continue;
-        };
-        // SAFETY: the zygote is single-threaded, so the child may run
-        // ordinary code after fork.
-        match unsafe { libc::fork() } {
-            0 => supervise(job, fds),
-            pid if pid > 0 => supervisors += 1,
-            _ => {}
         }
-        drop(fds);
+        let mut polls = [
+            // Events 0: only a hang-up of the server's end is reported.
+            libc::pollfd {
+                fd: 0,
+                events: 0,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: taken_read,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid pollfds.
+        unsafe { libc::poll(polls.as_mut_ptr(), 2, 100) };
+        if polls[0].revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+            return stop_taking_jobs();
+        }
     }
 }
 
-/// Reaps exited supervisors without blocking; returns how many.
-fn reap_exited(live: usize) -> usize {
-    let mut reaped = 0;
-    while reaped < live {
-        // SAFETY: waitpid with a null status pointer.
-        if unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } <= 0 {
-            break;
-        }
-        reaped += 1;
+/// Refuses further jobs (the server's next send fails with EPIPE and starts
+/// a new zygote; a job already queued is still taken), waits for every
+/// supervisor, and returns the exit code.
+fn stop_taking_jobs() -> i32 {
+    // SAFETY: shutting down the read side of our own socket, then blocking
+    // waits with a null status pointer.
+    unsafe {
+        libc::shutdown(0, libc::SHUT_RD);
+        while libc::waitpid(-1, std::ptr::null_mut(), 0) > 0 {}
     }
-    reaped
+    0
+}
+
+/// A supervisor forked ahead of its job: its own session, a child subreaper,
+/// dying with the zygote; it waits for one job, reports that it took it, and
+/// runs it.
+fn warm_supervisor(taken_write: RawFd) -> ! {
+    // SAFETY: plain system calls on our own process.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+        libc::setsid();
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    }
+    let mut buf = vec![0u8; MAX_JOB_BYTES];
+    let Ok(Some((len, fds))) = recv_with_fds(0, &mut buf) else {
+        // SAFETY: _exit skips atexit handlers.
+        unsafe { libc::_exit(0) }
+    };
+    let job = buf.get(..len).and_then(decode_job);
+    drop(buf);
+    match (job, <[OwnedFd; JOB_FDS]>::try_from(fds)) {
+        (Some(job), Ok(fds)) => supervise(job, fds, taken_write),
+        // A malformed job: dropping its descriptors tells the server.
+        _ => {
+            announce_taken(taken_write);
+            // SAFETY: _exit skips atexit handlers.
+            unsafe { libc::_exit(0) }
+        }
+    }
 }
 
 /// Writes a record, ignoring a vanished reader.
@@ -429,15 +491,23 @@ fn record(fd: RawFd, value: i32) {
     unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
 }
 
-/// The supervisor forked by the zygote for one job. Never returns.
-fn supervise(job: Job, fds: [OwnedFd; JOB_FDS]) -> ! {
+/// Tells the zygote this supervisor is busy, so it forks the next warm one.
+fn announce_taken(taken_write: RawFd) {
+    // SAFETY: getpid has no preconditions; closing our own descriptor.
+    unsafe {
+        record(taken_write, libc::getpid());
+        libc::close(taken_write);
+    }
+}
+
+/// Runs one job in a warm supervisor; announces itself busy once the command
+/// runs (so forking the next warm supervisor stays off the launch's path).
+fn supervise(job: Job, fds: [OwnedFd; JOB_FDS], taken_write: RawFd) -> ! {
     let [stdin, stdout, stderr, status] = fds;
     let status_fd = status.as_raw_fd();
-    // SAFETY: plain system calls on our own process and descriptors.
+    // SAFETY: plain system calls on our own descriptors; dup2 onto 0 also
+    // closes the job socket in this process.
     unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-        libc::setsid();
-        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
         libc::dup2(stdin.as_raw_fd(), 0);
         libc::dup2(stdout.as_raw_fd(), 1);
         libc::dup2(stderr.as_raw_fd(), 2);
@@ -468,6 +538,7 @@ fn supervise(job: Job, fds: [OwnedFd; JOB_FDS]) -> ! {
         Ok(child) => {
             let pid = child.id() as i32;
             record(status_fd, pid);
+            announce_taken(taken_write);
             // The supervisor holds none of the command's stdio.
             // SAFETY: closing our own descriptors.
             unsafe {
@@ -479,6 +550,7 @@ fn supervise(job: Job, fds: [OwnedFd; JOB_FDS]) -> ! {
         }
         Err(err) => {
             record(status_fd, -err.raw_os_error().unwrap_or(libc::EIO));
+            announce_taken(taken_write);
             // SAFETY: _exit skips atexit handlers.
             unsafe { libc::_exit(0) }
         }

@@ -9,7 +9,7 @@ pub const METHOD_INFO: &str = "environment/info";
 pub const METHOD_STATUS: &str = "environment/status";
 
 /// The user's default shell.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct ShellInfo {
     /// `zsh`, `bash`, `sh`, … (the basename).
     pub name: String,
@@ -18,11 +18,12 @@ pub struct ShellInfo {
 }
 
 /// `environment/info` result.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct EnvironmentInfo {
     pub shell: ShellInfo,
     /// The server's working directory as a `file:` URI, `null` if unknown.
     pub cwd: Option<String>,
+    #[serde(default)]
     pub capabilities: Map<String, Value>,
 }
 

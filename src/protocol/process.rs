@@ -62,7 +62,9 @@ impl Default for PtySize {
 }
 
 /// Which variables of the server's environment a child inherits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum EnvInherit {
     #[default]
@@ -72,7 +74,7 @@ pub enum EnvInherit {
 }
 
 /// `envPolicy` of `process/start` (reference `ExecEnvPolicy`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EnvPolicy {
     #[serde(default)]
@@ -88,14 +90,14 @@ pub struct EnvPolicy {
 }
 
 /// `process/start` params.
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StartParams {
     pub process_id: String,
     #[schemars(length(min = 1))]
     pub argv: Vec<String>,
     pub cwd: WirePath,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_policy: Option<EnvPolicy>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
@@ -104,48 +106,48 @@ pub struct StartParams {
     #[serde(default, deserialize_with = "null_as_default")]
     #[schemars(with = "Option<bool>")]
     pub pipe_stdin: bool,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arg0: Option<String>,
     /// FileSystemSandboxContext, interpreted by `server::process_sandbox`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<super::sandbox::FileSystemSandboxContext>")]
     pub sandbox: Option<Value>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<PtySize>,
 }
 
 /// `process/start` result.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StartResult {
     pub process_id: String,
 }
 
 /// `process/read` params.
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReadParams {
     pub process_id: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after_seq: Option<u64>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_bytes: Option<u64>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_ms: Option<u64>,
 }
 
 /// One retained chunk in a `process/read` result.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ReadChunk {
     pub seq: u64,
     pub stream: StreamKind,
     #[schemars(with = "String", extend("contentEncoding" = "base64"))]
-    #[serde(serialize_with = "as_base64")]
+    #[serde(serialize_with = "as_base64", deserialize_with = "from_base64")]
     pub chunk: Vec<u8>,
 }
 
 /// `process/read` result.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReadResult {
     pub chunks: Vec<ReadChunk>,
@@ -154,7 +156,9 @@ pub struct ReadResult {
     pub exit_code: Option<i32>,
     pub closed: bool,
     pub failure: Option<String>,
+    #[serde(default)]
     pub sandbox_denied: bool,
+    #[serde(default)]
     pub truncated: bool,
 }
 
@@ -174,7 +178,7 @@ pub struct WriteParams {
 }
 
 /// `process/write` status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum WriteStatus {
     Accepted,
@@ -184,7 +188,7 @@ pub enum WriteStatus {
 }
 
 /// `process/write` result.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WriteResult {
     pub status: WriteStatus,
 }
@@ -214,28 +218,30 @@ pub struct TerminateParams {
 }
 
 /// `process/terminate` result.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TerminateResult {
     pub running: bool,
 }
 
 /// `process/exited` notification params.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExitedNotification<'a> {
     pub process_id: &'a str,
     pub seq: u64,
     pub exit_code: i32,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
     pub signal: Option<&'a str>,
+    #[serde(default)]
     pub sandbox_denied: bool,
 }
 
 /// `process/closed` notification params.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClosedNotification<'a> {
     pub process_id: &'a str,
+    #[serde(default)]
     pub seq: u64,
 }
 
@@ -249,7 +255,8 @@ pub fn encode_output_notification(
     chunk: &[u8],
 ) {
     use std::fmt::Write;
-    out.reserve(96 + process_id.len() + chunk.len().div_ceil(3) * 4);
+    let encoded_len = chunk.len().div_ceil(3) * 4;
+    out.reserve(96 + process_id.len() + encoded_len);
     out.push_str(r#"{"method":"process/output","params":{"processId":"#);
     push_json_string(out, process_id);
     let _ = write!(
@@ -257,8 +264,23 @@ pub fn encode_output_notification(
         r#","seq":{seq},"stream":"{}","chunk":""#,
         stream.as_str()
     );
-    base64::engine::general_purpose::STANDARD.encode_string(chunk, out);
-    out.push_str("\"}}");
+    // Encode straight into the message buffer with the SIMD engine.
+    let mut bytes = std::mem::take(out).into_bytes();
+    let start = bytes.len();
+    bytes.resize(start + encoded_len, 0);
+    let written = bytes.get_mut(start..).map_or(0, |slot| {
+        base64_engine().encode_slice(chunk, slot).unwrap_or(0)
+    });
+    bytes.truncate(start + written);
+    bytes.extend_from_slice(b"\"}}");
+    // Base64 and the JSON around it are ASCII.
+    *out = String::from_utf8(bytes).unwrap_or_default();
+}
+
+/// Standard padded base64, SIMD-accelerated where the CPU allows.
+fn base64_engine() -> &'static base64::engine::Simd {
+    static ENGINE: std::sync::OnceLock<base64::engine::Simd> = std::sync::OnceLock::new();
+    ENGINE.get_or_init(|| base64::engine::Simd::standard(base64::engine::general_purpose::PAD))
 }
 
 fn push_json_string(out: &mut String, text: &str) {
@@ -269,7 +291,7 @@ fn push_json_string(out: &mut String, text: &str) {
 }
 
 fn as_base64<S: serde::Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+    serializer.serialize_str(&base64_engine().encode(bytes))
 }
 
 fn from_base64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
@@ -288,6 +310,21 @@ fn null_as_default<'de, D: Deserializer<'de>, T: Default + Deserialize<'de>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn simd_base64_matches_the_standard_engine_at_every_length() {
+        let data: Vec<u8> = (0..=255u8).cycle().take(3 * 1024 + 7).collect();
+        for len in (0..64).chain([1023, 1024, 1025, 3000, data.len()]) {
+            let mut text = String::new();
+            encode_output_notification(&mut text, "p", 1, StreamKind::Pty, &data[..len]);
+            let value: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(
+                value["params"]["chunk"],
+                base64::engine::general_purpose::STANDARD.encode(&data[..len]),
+                "{len}"
+            );
+        }
+    }
 
     #[test]
     fn output_notification_is_valid_json_with_padded_base64() {

@@ -22,6 +22,10 @@ use std::path::{Component, Path, PathBuf};
 
 use crate::sandbox::policy::{normalize, ResolvedPolicy, PROTECTED_METADATA_NAMES};
 
+/// Kernel controls below a fresh `/proc` bound read-only when present
+/// (besides `/proc/sys`, which must exist).
+const PROC_READ_ONLY_EXTRAS: [&str; 3] = ["/proc/sysrq-trigger", "/proc/irq", "/proc/bus"];
+
 /// argv[0] the inner stage is started with when the launcher has `--argv0`.
 pub const INNER_ARGV0: &str = "codex-linux-sandbox";
 
@@ -372,6 +376,33 @@ impl Builder<'_> {
             }
         }
 
+        // 2b. Read-only subpaths outside their own root (a `gitdir:` target
+        // in another writable root): after every bind, so none covers them,
+        // with the deny masks below them applied again on top.
+        let mut outer: Vec<PathBuf> = Vec::new();
+        for w in &writable {
+            let mount = canonical_or_self(&w.root);
+            for p in &w.read_only_subpaths {
+                let p = self.remap(p);
+                if !p.starts_with(&mount) && !outer.contains(&p) {
+                    outer.push(p);
+                }
+            }
+        }
+        outer.sort_by_key(|p| (depth(p), p.clone()));
+        for p in &outer {
+            self.read_only(p, 0)?;
+        }
+        let mut again: Vec<PathBuf> = done
+            .iter()
+            .filter(|u| outer.iter().any(|p| u.starts_with(p)))
+            .cloned()
+            .collect();
+        by_depth(&mut again);
+        for u in again {
+            self.mask(&u, 0)?;
+        }
+
         // 3. Remaining denied paths.
         let mut rest: Vec<PathBuf> = unreadable
             .into_iter()
@@ -554,6 +585,25 @@ impl Builder<'_> {
         }
         if i.mount_proc {
             self.out.texts(&["--proc", "/proc"]);
+            // bubblewrap covers the kernel's global knobs only for a setuid
+            // launcher; a root caller could otherwise write /proc/sys (e.g.
+            // kernel.core_pattern). Bind them read-only over the fresh /proc.
+            self.out.path2("--ro-bind", Path::new("/proc/sys"));
+            for p in PROC_READ_ONLY_EXTRAS {
+                self.out.path2("--ro-bind-try", Path::new(p));
+            }
+            // The launcher's pid 1 has the same uid, no capabilities and is
+            // dumpable: through /proc/1 the command could reach its fds (the
+            // helper's stderr pipe among them). Hide it (pidfd_getfd is
+            // denied by seccomp).
+            self.out.texts(&[
+                "--perms",
+                "555",
+                "--tmpfs",
+                "/proc/1",
+                "--remount-ro",
+                "/proc/1",
+            ]);
         } else {
             // Without a fresh procfs the host's /proc (bound with `/`) would
             // show every host process: hide it instead.
@@ -642,6 +692,10 @@ mod tests {
 
     const NS: &str =
         "--unshare-user --unshare-pid --unshare-ipc --unshare-uts --unshare-cgroup-try";
+    const PROC_RO: &str = "--ro-bind /proc/sys /proc/sys \
+        --ro-bind-try /proc/sysrq-trigger /proc/sysrq-trigger \
+        --ro-bind-try /proc/irq /proc/irq --ro-bind-try /proc/bus /proc/bus \
+        --perms 555 --tmpfs /proc/1 --remount-ro /proc/1";
 
     #[test]
     fn read_only_argv_with_argv0() {
@@ -651,7 +705,7 @@ mod tests {
             render(&cmd),
             format!(
                 "--new-session --die-with-parent --ro-bind / / --dev /dev {NS} --unshare-net \
-                 --disable-userns --cap-drop ALL --proc /proc --chdir / --argv0 codex-linux-sandbox \
+                 --disable-userns --cap-drop ALL --proc /proc {PROC_RO} --chdir / --argv0 codex-linux-sandbox \
                  -- /opt/codexbox --apply-seccomp-then-exec -- /bin/true"
             )
         );
@@ -715,7 +769,7 @@ mod tests {
                  --perms 555 --tmpfs {r}/.agents --remount-ro {r}/.agents \
                  --perms 555 --tmpfs {r}/.codex --remount-ro {r}/.codex \
                  --ro-bind {r}/.git {r}/.git \
-                 {NS} --unshare-net --disable-userns --cap-drop ALL --proc /proc --chdir {r} \
+                 {NS} --unshare-net --disable-userns --cap-drop ALL --proc /proc {PROC_RO} --chdir {r} \
                  --argv0 codex-linux-sandbox -- /opt/codexbox --apply-seccomp-then-exec -- /bin/true"
             )
         );

@@ -83,6 +83,10 @@ pub struct Args {
     /// Internal: the fd holding the command's stderr.
     #[arg(long, value_name = "FD", hide = true)]
     pub restore_stderr_fd: Option<i32>,
+    /// Internal: the fd the inner stage writes one byte to right before it
+    /// execs the command.
+    #[arg(long, value_name = "FD", hide = true)]
+    pub started_fd: Option<i32>,
     /// Print the resolved policy and the launcher argv instead of running.
     #[arg(long)]
     pub explain: bool,
@@ -119,25 +123,32 @@ fn fail(message: impl std::fmt::Display) -> Failure {
     }
 }
 
+/// Parses `argv` for a sandbox mode; on `--help`/`--version` prints them
+/// and gives `Err(0)`, on a usage error prints one `prefix: …` line and
+/// gives `Err(2)`.
+pub(crate) fn parse_args<A: Parser>(argv: &[OsString], prefix: &str) -> Result<A, i32> {
+    A::try_parse_from(argv).map_err(|e| {
+        use clap::error::ErrorKind;
+        if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+            let _ = e.print();
+            return 0;
+        }
+        let text = e.to_string();
+        let line = text
+            .lines()
+            .next()
+            .unwrap_or("invalid arguments")
+            .trim_start_matches("error: ");
+        eprintln!("{prefix}: {line} (see --help)");
+        2
+    })
+}
+
 /// Entry point of this mode.
 pub fn main(argv: Vec<OsString>) -> i32 {
-    let args = match Args::try_parse_from(&argv) {
+    let args = match parse_args::<Args>(&argv, PREFIX) {
         Ok(a) => a,
-        Err(e) => {
-            use clap::error::ErrorKind;
-            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-                let _ = e.print();
-                return 0;
-            }
-            let text = e.to_string();
-            let line = text
-                .lines()
-                .next()
-                .unwrap_or("invalid arguments")
-                .trim_start_matches("error: ");
-            eprintln!("{PREFIX}: {line} (see --help)");
-            return 2;
-        }
+        Err(code) => return code,
     };
     match run_args(args) {
         Ok(code) => code,
@@ -240,7 +251,12 @@ fn prepare(args: &Args) -> Result<Prepared, Failure> {
         };
     }
     let (fs, network) = profile.to_runtime();
-    let resolved = fs.resolve(&policy_cwd);
+    let mut resolved = fs.resolve(&policy_cwd);
+    // The helper and its bundled launcher run outside the sandbox next
+    // time: never writable from inside it.
+    if let Ok(exe) = std::env::current_exe() {
+        resolved.keep_read_only(&[launcher::bundled_path(&exe), exe]);
+    }
     Ok(Prepared {
         profile,
         network,
@@ -305,14 +321,18 @@ fn run_args(args: Args) -> Result<i32, Failure> {
             ))
         })?;
         if prepared.profile != PermissionProfile::Disabled {
-            if prepared.network.is_enabled() {
-                // Still no capabilities for a root caller (SPEC §5.3 item 7).
-                crate::sandbox::confine::confine_process().map_err(fail)?;
-            } else {
-                inner::confine(SeccompMode::Restricted).map_err(fail)?;
-            }
+            // No capabilities for a root caller (SPEC §5.3 item 7), and the
+            // always-on seccomp denials even with the network enabled.
+            inner::confine(seccomp_mode(prepared.network)).map_err(fail)?;
         }
         return Err(fail(inner::exec(&args.command)));
+    }
+
+    for p in prepared.resolved.grants_through_links() {
+        eprintln!(
+            "{PREFIX}: warning: {} is reached through a symlink inside a writable root and grants nothing",
+            p.display()
+        );
     }
 
     // WSL1 cannot create the namespaces bubblewrap needs.
@@ -362,6 +382,9 @@ fn inner_stage(args: &Args) -> Result<i32, Failure> {
         let _ = std::env::set_current_dir(cwd);
     }
     inner::confine(seccomp_mode(network)).map_err(fail)?;
+    if let Some(fd) = args.started_fd {
+        inner::signal_started(fd);
+    }
     Err(fail(inner::exec(&args.command)))
 }
 
@@ -385,6 +408,9 @@ fn landlock_backend(args: &Args, prepared: &Prepared) -> Result<i32, Failure> {
             prepared.command_cwd.display()
         ))
     })?;
+    // Nothing of the caller's but stdio reaches the command (the bwrap
+    // path does the same before starting the launcher).
+    run::cloexec_inherited_fds();
     crate::sandbox::landlock::apply(&prepared.resolved, prepared.network, PREFIX).map_err(fail)?;
     Err(fail(inner::exec(&args.command)))
 }
@@ -412,7 +438,15 @@ pub fn quote(word: &std::ffi::OsStr) -> String {
 fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Failure> {
     run::cloexec_inherited_fds();
     let state_dir = state::state_dir().map_err(fail)?;
-    let choice = launcher::select(&prepared.policy_cwd, Some(&state_dir)).map_err(fail)?;
+    state::tidy(&state_dir);
+    let writable: Vec<PathBuf> = prepared
+        .resolved
+        .writable_roots()
+        .iter()
+        .map(|w| w.root.clone())
+        .collect();
+    let choice = launcher::select_excluding(&prepared.policy_cwd, &writable, Some(&state_dir))
+        .map_err(fail)?;
     let exe =
         std::env::current_exe().map_err(|e| fail(format!("cannot locate this executable: {e}")))?;
 
@@ -461,6 +495,12 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
                     .to_string()
                     .into(),
             );
+            flags.push("--started-fd".into());
+            flags.push(
+                std::os::fd::AsRawFd::as_raw_fd(&fds.started_write)
+                    .to_string()
+                    .into(),
+            );
         }
         let inputs = BwrapInputs {
             policy: &prepared.resolved,
@@ -505,12 +545,14 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
         if !restored.is_empty() && outcome.code == 0 {
             outcome.code = 1;
         }
+        // Once the command started, it ran: never again, whatever it wrote.
         let text = String::from_utf8_lossy(&outcome.stderr).into_owned();
-        if outcome.code != 0 && mount_proc && attempt == 1 && run::is_proc_mount_failure(&text) {
+        let setup_failed = outcome.code != 0 && !outcome.started;
+        if setup_failed && mount_proc && attempt == 1 && run::is_proc_mount_failure(&text) {
             mount_proc = false;
             continue;
         }
-        let setup_failed = outcome.code != 0 && text.contains("bwrap: ");
+        let setup_failed = setup_failed && text.contains("bwrap: ");
         if auto
             && setup_failed
             && (run::is_userns_failure(&text) || !crate::sandbox::probe::host().userns_usable())

@@ -77,6 +77,12 @@ pub enum ConfineError {
     StillPresent(&'static str),
     #[error("keyctl(KEYCTL_JOIN_SESSION_KEYRING) failed: {0}")]
     Keyring(#[source] io::Error),
+    #[error("prctl(PR_CAP_AMBIENT_RAISE, {cap}) failed: {source}")]
+    AmbientRaise {
+        cap: u32,
+        #[source]
+        source: io::Error,
+    },
 }
 
 /// Result of this module.
@@ -169,27 +175,6 @@ fn capget() -> io::Result<[CapData; 2]> {
     Ok(data)
 }
 
-fn capset_empty() -> io::Result<()> {
-    let mut header = CapHeader {
-        version: CAPABILITY_VERSION_3,
-        pid: 0,
-    };
-    let data = [CapData::default(); 2];
-    // SAFETY: header and data are valid and laid out for the v3 ABI; the
-    // kernel only reads data.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_capset,
-            &mut header as *mut CapHeader,
-            data.as_ptr(),
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 fn current_securebits() -> io::Result<libc::c_ulong> {
     let bits = prctl(libc::PR_GET_SECUREBITS, 0, 0)?;
     Ok(libc::c_ulong::try_from(bits).unwrap_or(0))
@@ -235,7 +220,7 @@ pub fn drop_capabilities_through(last: u32) -> Result<()> {
             return Err(ConfineError::AmbientClear(err));
         }
     }
-    capset_empty().map_err(ConfineError::Capset)?;
+    capset_to(0, 0).map_err(ConfineError::Capset)?;
 
     let data = capget().map_err(ConfineError::Capget)?;
     if data.iter().any(|d| d.effective != 0 || d.permitted != 0) {
@@ -275,6 +260,14 @@ fn any_uid_is_root() -> bool {
     // SAFETY: the three pointers are valid, writable uid_t locations.
     let rc = unsafe { libc::getresuid(&mut r, &mut e, &mut s) };
     rc != 0 || r == 0 || e == 0 || s == 0
+}
+
+/// Moves this process into a new IPC namespace (SysV IPC and POSIX message
+/// queues of its own). Needs `CAP_SYS_ADMIN`, so only a root caller gets
+/// one; false when refused.
+pub fn unshare_ipc() -> bool {
+    // SAFETY: unshare takes a flag word and touches no memory of ours.
+    unsafe { libc::unshare(libc::CLONE_NEWIPC) == 0 }
 }
 
 /// [`drop_capabilities_through`] with [`last_cap`]. Allocates.
@@ -344,4 +337,78 @@ pub fn confine_process() -> Result<()> {
     join_fresh_session_keyring()?;
     set_no_new_privs()?;
     drop_all_capabilities()
+}
+
+/// The calling thread's effective capabilities as a bit mask (bit n =
+/// capability n). Async-signal-safe.
+pub fn effective_capabilities() -> Result<u64> {
+    let data = capget().map_err(ConfineError::Capget)?;
+    Ok(u64::from(data[0].effective) | (u64::from(data[1].effective) << 32))
+}
+
+/// Leaves the calling process with exactly the capabilities in `keep` (bit n
+/// = capability n) for caps `0..=last`: every other one leaves the bounding
+/// set, the ambient set is cleared, effective and permitted become `keep`.
+/// With `ambient`, `keep` is also made inheritable and raised as ambient so
+/// that it survives an exec by a non-root uid (bubblewrap's `--cap-add`).
+/// The securebits are left alone. Async-signal-safe.
+///
+/// [`drop_capabilities_through`] is the hardened form for an empty `keep`.
+pub fn keep_only_capabilities(keep: u64, last: u32, ambient: bool) -> Result<()> {
+    let last = last.min(MAX_CAP);
+    for cap in (0..=last).filter(|cap| keep & (1u64 << cap) == 0) {
+        if let Err(err) = prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0) {
+            match err.raw_os_error() {
+                // Unknown to this kernel: nothing to drop.
+                Some(libc::EINVAL) => break,
+                _ => return Err(ConfineError::BoundingDrop { cap, source: err }),
+            }
+        }
+    }
+    let clear_all = libc::c_ulong::try_from(libc::PR_CAP_AMBIENT_CLEAR_ALL).unwrap_or(4);
+    if let Err(err) = prctl(libc::PR_CAP_AMBIENT, clear_all, 0) {
+        if err.raw_os_error() != Some(libc::EINVAL) {
+            return Err(ConfineError::AmbientClear(err));
+        }
+    }
+    let inheritable = if ambient { keep } else { 0 };
+    capset_to(keep, inheritable).map_err(ConfineError::Capset)?;
+    if ambient {
+        let raise = libc::c_ulong::try_from(libc::PR_CAP_AMBIENT_RAISE).unwrap_or(2);
+        for cap in (0..=last).filter(|cap| keep & (1u64 << cap) != 0) {
+            prctl(libc::PR_CAP_AMBIENT, raise, libc::c_ulong::from(cap))
+                .map_err(|source| ConfineError::AmbientRaise { cap, source })?;
+        }
+    }
+    Ok(())
+}
+
+/// capset with effective = permitted = `caps` (all empty with `(0, 0)`).
+fn capset_to(caps: u64, inheritable: u64) -> io::Result<()> {
+    let mut header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let word = |set: u64, high: bool| {
+        let bits = if high { set >> 32 } else { set & 0xffff_ffff };
+        u32::try_from(bits).unwrap_or(u32::MAX)
+    };
+    let data = [false, true].map(|high| CapData {
+        effective: word(caps, high),
+        permitted: word(caps, high),
+        inheritable: word(inheritable, high),
+    });
+    // SAFETY: header and data are valid and laid out for the v3 ABI; the
+    // kernel only reads data.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_capset,
+            &mut header as *mut CapHeader,
+            data.as_ptr(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }

@@ -62,23 +62,9 @@ struct Args {
 
 /// Entry point of this mode.
 pub fn main(argv: Vec<OsString>) -> i32 {
-    let args = match Args::try_parse_from(&argv) {
+    let args = match super::cli::parse_args::<Args>(&argv, PREFIX) {
         Ok(a) => a,
-        Err(e) => {
-            use clap::error::ErrorKind;
-            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-                let _ = e.print();
-                return 0;
-            }
-            let text = e.to_string();
-            let line = text
-                .lines()
-                .next()
-                .unwrap_or("invalid arguments")
-                .trim_start_matches("error: ");
-            eprintln!("{PREFIX}: {line} (see --help)");
-            return 2;
-        }
+        Err(code) => return code,
     };
     match run(args) {
         Ok(code) => code,

@@ -3,9 +3,13 @@
 //! walker otherwise. Fails closed: any scan error stops the launch.
 //!
 //! Matching rules (same as the reference): `*` and `?` never cross `/`,
-//! `**` spans directories, `[...]` is a class (`!`/`^` negate); only files
-//! and symlinks match; symlinked directories are not followed; the scan is
+//! `**` spans directories, `[...]` is a class (`!`/`^` negate); files,
+//! symlinks and directories match (a matched directory is masked whole, so
+//! `**/.ssh` hides what is inside; the reference lists files only and hides
+//! nothing there); symlinked directories are not followed; the scan is
 //! bounded by `glob_scan_max_depth` when given and by [`MAX_GLOB_MATCHES`].
+//! ripgrep lists files only: a directory is found through the files below
+//! it, so an empty matching directory is not masked (it hides nothing).
 //! A pattern whose static prefix is `/` (e.g. `/**/*.env`) would scan the
 //! whole machine: it is reported and skipped, never silently.
 
@@ -152,10 +156,13 @@ fn ripgrep(
     let mut cmd = Command::new(rg);
     cmd.args(["--files", "--hidden", "--no-ignore", "--null"]);
     if let Some(depth) = max_depth {
-        cmd.arg("--max-depth").arg(depth.to_string());
+        // One level more: the files showing a matching directory.
+        cmd.arg("--max-depth").arg((depth + 1).to_string());
     }
     for g in globs {
-        cmd.arg("--glob").arg(escape_unclosed_classes(g));
+        let g = escape_unclosed_classes(g);
+        cmd.arg("--glob").arg(format!("{g}/**"));
+        cmd.arg("--glob").arg(g);
     }
     cmd.arg("--").arg(root);
     cmd.stdin(Stdio::null())
@@ -173,12 +180,35 @@ fn ripgrep(
             stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
         });
     }
-    Ok(output
+    let found: BTreeSet<PathBuf> = output
         .stdout
         .split(|b| *b == 0)
         .filter(|s| !s.is_empty())
-        .map(|s| PathBuf::from(OsString::from_vec(s.to_vec())))
-        .collect())
+        .map(|s| shallowest_match(root, PathBuf::from(OsString::from_vec(s.to_vec())), globs))
+        .filter(|p| {
+            let depth = p.strip_prefix(root).map_or(0, |r| r.components().count());
+            max_depth.map_or(true, |d| depth <= d)
+        })
+        .collect();
+    Ok(found.into_iter().collect())
+}
+
+/// The shallowest of `path` and its ancestors below `root` that a glob
+/// matches (a matching directory stands for every file below it); `path`
+/// itself when none does (ripgrep's own matching found it).
+fn shallowest_match(root: &Path, path: PathBuf, globs: &[String]) -> PathBuf {
+    let Ok(rel) = path.strip_prefix(root) else {
+        return path;
+    };
+    let mut prefix = PathBuf::new();
+    for c in rel.components() {
+        prefix.push(c);
+        let text = prefix.to_string_lossy();
+        if globs.iter().any(|g| glob_match(g, &text)) {
+            return root.join(&prefix);
+        }
+    }
+    path
 }
 
 fn walk(
@@ -203,17 +233,17 @@ fn walk(
                 path: path.clone(),
                 source,
             })?;
-            if ft.is_dir() {
+            let Ok(rel) = path.strip_prefix(root) else {
+                continue;
+            };
+            let matched = globs.iter().any(|g| glob_match(g, &rel.to_string_lossy()));
+            if ft.is_dir() && !matched {
                 if max_depth.map_or(true, |d| level < d) {
                     stack.push((path, level + 1));
                 }
                 continue;
             }
-            let Ok(rel) = path.strip_prefix(root) else {
-                continue;
-            };
-            let rel = rel.to_string_lossy();
-            if globs.iter().any(|g| glob_match(g, &rel)) {
+            if matched {
                 out.push(path);
                 if out.len() > MAX_GLOB_MATCHES {
                     return Ok(out);
@@ -430,6 +460,26 @@ mod tests {
                 "{scanner:?}"
             );
             assert!(shallow.paths.contains(&d.join("a/mid.env")), "{scanner:?}");
+        }
+    }
+
+    #[test]
+    fn a_matching_directory_is_one_match_for_both_scanners() {
+        let dir = tree();
+        let d = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(d.join("a/.ssh/sub")).unwrap();
+        std::fs::write(d.join("a/.ssh/id_rsa"), "k").unwrap();
+        std::fs::write(d.join("a/.ssh/sub/x"), "k").unwrap();
+        let pat = vec![format!("{}/**/.ssh", d.display())];
+        let mut scanners = vec![Scanner::BuiltIn];
+        if let Scanner::Ripgrep(rg) = Scanner::detect(Path::new("/")) {
+            scanners.push(Scanner::Ripgrep(rg));
+        }
+        for scanner in scanners {
+            let r = expand(&pat, None, &scanner).unwrap();
+            assert_eq!(r.paths, BTreeSet::from([d.join("a/.ssh")]), "{scanner:?}");
+            let shallow = expand(&pat, Some(1), &scanner).unwrap();
+            assert!(shallow.paths.is_empty(), "{scanner:?}");
         }
     }
 

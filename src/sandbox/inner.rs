@@ -87,6 +87,21 @@ pub fn restore_stderr(fd: i32) -> Result<(), InnerError> {
     Ok(())
 }
 
+/// Tells the helper that the command is about to run: one byte on `fd`,
+/// which is made close-on-exec first so the command never holds it. A
+/// missing fd (a launcher that passes none) only loses the signal, which
+/// makes the helper treat a failure as a setup failure — the command still
+/// cannot forge one, because the helper's stderr pipe is out of its reach.
+pub fn signal_started(fd: i32) {
+    // SAFETY: fcntl and write on a plain fd number with a one-byte buffer
+    // that lives for the call; a stale number fails with EBADF.
+    unsafe {
+        if libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) == 0 {
+            let _ = libc::write(fd, b"1".as_ptr().cast(), 1);
+        }
+    }
+}
+
 /// Confines this process and installs seccomp for `mode`.
 pub fn confine(mode: SeccompMode) -> Result<(), InnerError> {
     let program = crate::sandbox::seccomp::SeccompProgram::build(mode)?;

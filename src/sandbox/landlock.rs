@@ -42,7 +42,7 @@ use crate::sandbox::confine::{self, ConfineError};
 use crate::sandbox::glob::{self, GlobError, Scanner};
 use crate::sandbox::policy::{FileSystemSandboxKind, NetworkSandboxPolicy, ResolvedPolicy};
 use crate::sandbox::probe;
-use crate::sandbox::seccomp::{SeccompError, SeccompMode, SeccompProgram};
+use crate::sandbox::seccomp::{HostShared, SeccompError, SeccompMode, SeccompProgram};
 
 /// The newest ABI this crate version knows; older kernels are handled
 /// best-effort by the crate.
@@ -355,7 +355,15 @@ pub fn apply(
     let kernel_abi = abi.as_ref().map_or(0, |v| *v);
     let plan = plan(resolved, kernel_abi)?;
     let mode = seccomp_mode(network);
-    let program = SeccompProgram::build(mode)?;
+    // No namespaces here: give the command its own IPC namespace when the
+    // caller may (root), otherwise keep it off the host's SysV IPC and
+    // message queues with seccomp. Landlock has no right for file metadata:
+    // set-id bits and extended attributes are denied with seccomp too.
+    let shared = HostShared {
+        ipc: !confine::unshare_ipc(),
+        metadata: true,
+    };
+    let program = SeccompProgram::build_with(mode, shared)?;
 
     let ruleset = if plan.restrict_fs {
         if let Err(err) = &abi {

@@ -106,6 +106,17 @@ impl LauncherChoice {
 
 /// Selects the launcher for a run whose process cwd is `cwd`.
 pub fn select(cwd: &Path, cache_dir: Option<&Path>) -> Result<LauncherChoice, LauncherError> {
+    select_excluding(cwd, &[], cache_dir)
+}
+
+/// [`select`], also skipping a system bwrap under any of `untrusted` (the
+/// run's writable roots: a sandboxed command could have planted it there,
+/// and the launcher runs outside the sandbox).
+pub fn select_excluding(
+    cwd: &Path,
+    untrusted: &[PathBuf],
+    cache_dir: Option<&Path>,
+) -> Result<LauncherChoice, LauncherError> {
     let forced = std::env::var(FORCE_ENV).ok().filter(|v| !v.is_empty());
     let exe = std::env::current_exe().map_err(LauncherError::CurrentExe)?;
     let mut skipped = Vec::new();
@@ -116,7 +127,8 @@ pub fn select(cwd: &Path, cache_dir: Option<&Path>) -> Result<LauncherChoice, La
         }
     }
     if want("system") {
-        match find_system_bwrap(cwd) {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        match find_trusted_in_search_path("bwrap", &path, cwd, untrusted) {
             Some(path) => match probe(&path, cache_dir) {
                 Some(caps) if caps.perms => {
                     return Ok(LauncherChoice {
@@ -138,7 +150,9 @@ pub fn select(cwd: &Path, cache_dir: Option<&Path>) -> Result<LauncherChoice, La
                 Some(_) => skipped.push(format!("system {} lacks --perms", path.display())),
                 None => skipped.push(format!("system {} does not run", path.display())),
             },
-            None => skipped.push("no bwrap on PATH outside the current directory".to_owned()),
+            None => skipped.push(
+                "no bwrap on PATH outside the current directory and the writable roots".to_owned(),
+            ),
         }
         if forced.is_some() {
             return Err(LauncherError::Forced {
@@ -149,7 +163,17 @@ pub fn select(cwd: &Path, cache_dir: Option<&Path>) -> Result<LauncherChoice, La
     }
     if want("bundled") {
         let path = bundled_path(&exe);
-        if is_executable_file(&path) {
+        // Without a digest to check, a bundled bwrap in a writable root may
+        // have been planted by a sandboxed command: not trusted then.
+        let planted_risk = expected_digest()?.is_none()
+            && is_executable_file(&path)
+            && under_any(&path, untrusted);
+        if planted_risk {
+            skipped.push(format!(
+                "bundled {} lies in a writable root and no digest is compiled in",
+                path.display()
+            ));
+        } else if is_executable_file(&path) {
             let file = verify_bundled(&path)?;
             let caps = probe(&path, cache_dir).unwrap_or(LauncherCaps::ALL);
             return Ok(LauncherChoice {
@@ -172,7 +196,9 @@ pub fn select(cwd: &Path, cache_dir: Option<&Path>) -> Result<LauncherChoice, La
                 verified_fd: Some(file),
             });
         }
-        skipped.push(format!("no bundled {}", path.display()));
+        if !planted_risk {
+            skipped.push(format!("no bundled {}", path.display()));
+        }
         if forced.is_some() {
             return Err(LauncherError::Forced {
                 wanted: "bundled".into(),
@@ -190,6 +216,17 @@ pub fn select(cwd: &Path, cache_dir: Option<&Path>) -> Result<LauncherChoice, La
         path: exe,
         caps: LauncherCaps::ALL,
         verified_fd: None,
+    })
+}
+
+/// Is `path` (in either spelling) below one of `roots` (in either spelling)?
+fn under_any(path: &Path, roots: &[PathBuf]) -> bool {
+    let real = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    roots.iter().any(|r| {
+        let r_real = r.canonicalize().unwrap_or_else(|_| r.clone());
+        [path, real.as_path()]
+            .iter()
+            .any(|p| p.starts_with(r) || p.starts_with(&r_real))
     })
 }
 
@@ -215,6 +252,17 @@ pub fn find_system_bwrap(cwd: &Path) -> Option<PathBuf> {
 
 /// The lookup behind [`find_system_bwrap`], for a given PATH value.
 pub fn find_in_search_path(name: &str, search: &std::ffi::OsStr, cwd: &Path) -> Option<PathBuf> {
+    find_trusted_in_search_path(name, search, cwd, &[])
+}
+
+/// [`find_in_search_path`], also skipping candidates under `untrusted`
+/// (in either spelling), whatever the cwd.
+pub fn find_trusted_in_search_path(
+    name: &str,
+    search: &std::ffi::OsStr,
+    cwd: &Path,
+    untrusted: &[PathBuf],
+) -> Option<PathBuf> {
     let cwd = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
     for dir in std::env::split_paths(search) {
         if dir.as_os_str().is_empty() || dir.is_relative() {
@@ -225,6 +273,9 @@ pub fn find_in_search_path(name: &str, search: &std::ffi::OsStr, cwd: &Path) -> 
             continue;
         };
         if cwd != Path::new("/") && real.starts_with(&cwd) {
+            continue;
+        }
+        if under_any(&candidate, untrusted) {
             continue;
         }
         if is_executable_file(&real) {
@@ -392,6 +443,11 @@ mod tests {
             find_in_search_path("bwrap", &search, Path::new("/")),
             Some(ws.join("bwrap")),
             "cwd / hides nothing"
+        );
+        assert_eq!(
+            find_trusted_in_search_path("bwrap", &search, Path::new("/"), &[root.join("ws")]),
+            Some(sys.join("bwrap")),
+            "a writable root is skipped whatever the cwd"
         );
         let rel = std::ffi::OsString::from(":.:bin");
         assert_eq!(find_in_search_path("bwrap", &rel, &root.join("ws")), None);

@@ -1105,8 +1105,9 @@ impl ResolvedPolicy {
             out.insert(PathBuf::from("/"));
             return out.into_iter().collect();
         }
+        let writable = self.lexical_writable_roots();
         for (path, access) in &self.entries {
-            if access.can_read() && self.can_read(path) {
+            if access.can_read() && self.can_read(path) && !crosses_planted_link(path, &writable) {
                 out.insert(path.clone());
             }
         }
@@ -1120,8 +1121,8 @@ impl ResolvedPolicy {
         out.into_iter().collect()
     }
 
-    /// Writable roots with their read-only subpaths and protected names.
-    pub fn writable_roots(&self) -> Vec<WritableRoot> {
+    /// Every path a write entry grants, lexically (before the symlink rule).
+    fn lexical_writable_roots(&self) -> Vec<PathBuf> {
         let mut roots: Vec<PathBuf> = self
             .entries
             .iter()
@@ -1131,7 +1132,49 @@ impl ResolvedPolicy {
         roots.sort();
         roots.dedup();
         roots
-            .into_iter()
+    }
+
+    /// Adds a read entry for each of `paths` that exists and is writable
+    /// (a read-only subpath of its writable root). Nothing for a policy
+    /// without a filesystem sandbox.
+    pub fn keep_read_only(&mut self, paths: &[PathBuf]) {
+        if self.kind != FileSystemSandboxKind::Restricted || self.full_write {
+            return;
+        }
+        for p in paths {
+            let p = normalize(p);
+            if p.symlink_metadata().is_ok() && self.can_write(&p) {
+                self.entries.push((p, FileSystemAccessMode::Read));
+            }
+        }
+        self.entries.sort();
+        self.entries.dedup();
+    }
+
+    /// Grants left out because they pass through a symlink inside a
+    /// writable root ([`crosses_planted_link`]), for the caller to be told.
+    pub fn grants_through_links(&self) -> Vec<PathBuf> {
+        let writable = self.lexical_writable_roots();
+        let mut out: Vec<PathBuf> = self
+            .entries
+            .iter()
+            .filter(|(p, a)| a.can_read() && self.can_read(p) && crosses_planted_link(p, &writable))
+            .map(|(p, _)| p.clone())
+            .collect();
+        out.dedup();
+        out
+    }
+
+    /// Writable roots with their read-only subpaths and protected names.
+    /// A root reached through a symlink inside another writable root is left
+    /// out: a sandboxed command could have planted that link (see
+    /// [`crosses_planted_link`]).
+    pub fn writable_roots(&self) -> Vec<WritableRoot> {
+        let lexical = self.lexical_writable_roots();
+        lexical
+            .iter()
+            .filter(|root| !crosses_planted_link(root, &lexical))
+            .cloned()
             .map(|root| {
                 let mut subs = BTreeSet::new();
                 let mut names = Vec::new();
@@ -1189,6 +1232,30 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
+/// Does `path` pass through a symlink lying strictly inside one of
+/// `writable` (in either spelling)? Such a link may have been planted by an
+/// earlier sandboxed run, so a grant reached through it must grant nothing
+/// (the same rule the launcher applies to read-only subpaths: it protects
+/// the link's target but never opens it). Lexical prefixes only; the check
+/// runs on the host before the sandbox starts.
+pub fn crosses_planted_link(path: &Path, writable: &[PathBuf]) -> bool {
+    let spellings: Vec<PathBuf> = writable
+        .iter()
+        .flat_map(|w| [w.clone(), w.canonicalize().unwrap_or_else(|_| w.clone())])
+        .collect();
+    let mut prefix = PathBuf::new();
+    for c in normalize(path).components() {
+        prefix.push(c);
+        let strictly_inside = spellings
+            .iter()
+            .any(|w| prefix.starts_with(w) && prefix != *w);
+        if strictly_inside && prefix.symlink_metadata().is_ok_and(|m| m.is_symlink()) {
+            return true;
+        }
+    }
+    false
+}
+
 /// The legacy policy (`--sandbox-policy JSON`, `sandboxPolicy` on the wire).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "kebab-case")]
@@ -1197,6 +1264,10 @@ pub enum SandboxPolicy {
     ReadOnly {
         #[serde(default, skip_serializing_if = "is_false")]
         network_access: bool,
+        /// Historical read restriction (honoured, never dropped).
+        #[schemars(skip)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        access: Option<LegacyReadAccess>,
     },
     ExternalSandbox {
         #[serde(default)]
@@ -1212,14 +1283,70 @@ pub enum SandboxPolicy {
         exclude_tmpdir_env_var: bool,
         #[serde(default)]
         exclude_slash_tmp: bool,
+        /// Historical read restriction (honoured, never dropped).
+        #[schemars(skip)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        read_only_access: Option<LegacyReadAccess>,
     },
+}
+
+/// The historical read-access field of the legacy policy (`access` of
+/// read-only, `read_only_access` of workspace-write). An unknown `type`
+/// is a parse error: a restriction is never silently widened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum LegacyReadAccess {
+    FullAccess,
+    Restricted {
+        #[serde(default)]
+        include_platform_defaults: bool,
+        #[serde(default, with = "abs_path::vec")]
+        readable_roots: Vec<PathBuf>,
+    },
+}
+
+impl LegacyReadAccess {
+    /// Replaces the full-read `/` entry of `policy` by this restriction.
+    fn restrict(
+        access: Option<&Self>,
+        mut policy: FileSystemSandboxPolicy,
+    ) -> FileSystemSandboxPolicy {
+        let Some(Self::Restricted {
+            include_platform_defaults,
+            readable_roots,
+        }) = access
+        else {
+            return policy;
+        };
+        let root = FileSystemSandboxEntry::special(
+            FileSystemSpecialPath::Root,
+            FileSystemAccessMode::Read,
+        );
+        policy.entries.retain(|e| *e != root);
+        let mut reads = Vec::new();
+        if *include_platform_defaults {
+            reads.push(FileSystemSandboxEntry::special(
+                FileSystemSpecialPath::Minimal,
+                FileSystemAccessMode::Read,
+            ));
+        }
+        for r in readable_roots {
+            reads.push(FileSystemSandboxEntry::path(
+                r.clone(),
+                FileSystemAccessMode::Read,
+            ));
+        }
+        reads.append(&mut policy.entries);
+        policy.entries = reads;
+        policy
+    }
 }
 
 impl SandboxPolicy {
     pub fn network(&self) -> NetworkSandboxPolicy {
         let enabled = match self {
             Self::DangerFullAccess => true,
-            Self::ReadOnly { network_access } => *network_access,
+            Self::ReadOnly { network_access, .. } => *network_access,
             Self::ExternalSandbox { network_access } => network_access.is_enabled(),
             Self::WorkspaceWrite { network_access, .. } => *network_access,
         };
@@ -1239,13 +1366,19 @@ impl From<&SandboxPolicy> for FileSystemSandboxPolicy {
                 kind: FileSystemSandboxKind::ExternalSandbox,
                 ..Self::default()
             },
-            SandboxPolicy::ReadOnly { .. } => Self::read_only(),
+            SandboxPolicy::ReadOnly { access, .. } => {
+                LegacyReadAccess::restrict(access.as_ref(), Self::read_only())
+            }
             SandboxPolicy::WorkspaceWrite {
                 writable_roots,
                 exclude_tmpdir_env_var,
                 exclude_slash_tmp,
+                read_only_access,
                 ..
-            } => Self::workspace_write(writable_roots, *exclude_tmpdir_env_var, *exclude_slash_tmp),
+            } => LegacyReadAccess::restrict(
+                read_only_access.as_ref(),
+                Self::workspace_write(writable_roots, *exclude_tmpdir_env_var, *exclude_slash_tmp),
+            ),
         }
     }
 }
@@ -1441,16 +1574,63 @@ mod tests {
             PermissionProfile::from_legacy(&p),
             PermissionProfile::workspace_write()
         );
-        // Historical fields are ignored.
+        // Historical full access changes nothing; a restriction is kept.
         let p: SandboxPolicy =
             serde_json::from_str(r#"{"type":"read-only","access":{"type":"full-access"}}"#)
                 .unwrap();
         assert_eq!(
-            p,
-            SandboxPolicy::ReadOnly {
-                network_access: false
-            }
+            PermissionProfile::from_legacy(&p),
+            PermissionProfile::read_only()
         );
+        let p: SandboxPolicy = serde_json::from_str(
+            r#"{"type":"read-only","access":{"type":"restricted","include_platform_defaults":true,"readable_roots":["/usr"]}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            FileSystemSandboxPolicy::from(&p).entries,
+            vec![
+                FileSystemSandboxEntry::special(FileSystemSpecialPath::Minimal, Read),
+                FileSystemSandboxEntry::path("/usr", Read),
+            ]
+        );
+        assert!(serde_json::from_str::<SandboxPolicy>(
+            r#"{"type":"read-only","access":{"type":"something-new"}}"#
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn a_grant_through_a_link_inside_a_writable_root_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let ws = root.join("ws");
+        std::fs::create_dir_all(root.join("outside")).unwrap();
+        std::fs::create_dir_all(ws.join("src")).unwrap();
+        std::os::unix::fs::symlink(root.join("outside"), ws.join("cache")).unwrap();
+        let fs = FileSystemSandboxPolicy {
+            kind: FileSystemSandboxKind::Restricted,
+            glob_scan_max_depth: None,
+            entries: vec![
+                FileSystemSandboxEntry::path(&ws, Write),
+                FileSystemSandboxEntry::path(ws.join("cache"), Write),
+                FileSystemSandboxEntry::path(ws.join("cache/sub"), Read),
+                FileSystemSandboxEntry::path(ws.join("src"), Read),
+            ],
+        };
+        let r = fs.resolve(&ws);
+        let roots: Vec<PathBuf> = r.writable_roots().into_iter().map(|w| w.root).collect();
+        assert_eq!(roots, vec![ws.clone()]);
+        assert!(!r.readable_roots().contains(&ws.join("cache/sub")));
+        assert!(r.readable_roots().contains(&ws.join("src")));
+        assert_eq!(
+            r.grants_through_links(),
+            vec![ws.join("cache"), ws.join("cache/sub")]
+        );
+        assert!(crosses_planted_link(
+            &ws.join("cache"),
+            std::slice::from_ref(&ws)
+        ));
+        assert!(!crosses_planted_link(&ws, std::slice::from_ref(&ws)));
     }
 
     #[test]
@@ -1463,6 +1643,7 @@ mod tests {
             network_access: false,
             exclude_tmpdir_env_var: true,
             exclude_slash_tmp: true,
+            read_only_access: None,
         };
         let fs = FileSystemSandboxPolicy::from(&p);
         let expected = vec![

@@ -13,6 +13,15 @@
 //! launcher that passes no inherited fd to the command (the built-in one)
 //! leaves the command's stderr on the pipe: still relayed, not a terminal.
 //!
+//! Trust: the pipe is written by bubblewrap before the command runs, but
+//! bubblewrap's pid 1 keeps it open beside the command. The inner stage
+//! therefore writes one byte to a dedicated "started" pipe right before it
+//! execs the command (the fd is close-on-exec, so the command never holds
+//! it). From that byte on, what comes through the stderr pipe is relayed
+//! but never kept or held back, and [`RunOutcome::started`] tells the
+//! caller that no rerun may happen: the command already ran once, and text
+//! it wrote could only be a forgery.
+//!
 //! Signals: SIGHUP, SIGINT, SIGQUIT and SIGTERM are blocked in the helper
 //! and forwarded to bwrap (which dies; `--die-with-parent` then kills the
 //! sandbox); SIGCHLD is waited for with `sigwait`, so no handler runs.
@@ -59,6 +68,10 @@ pub struct RunFds {
     pub masks: Vec<OwnedFd>,
     /// The caller's stderr, restored by the inner stage.
     pub stderr: OwnedFd,
+    /// Read end of the "started" pipe (kept here, close-on-exec).
+    pub started_read: OwnedFd,
+    /// Write end of the "started" pipe, passed to the inner stage.
+    pub started_write: OwnedFd,
 }
 
 impl RunFds {
@@ -73,9 +86,13 @@ impl RunFds {
         }
         // SAFETY: `dup` is a fresh fd we own.
         let stderr = unsafe { OwnedFd::from_raw_fd(dup) };
+        let (started_read, started_write) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(RunError::Pipe)?;
         RunFds {
             masks: Vec::new(),
             stderr,
+            started_read,
+            started_write,
         }
         .with_masks(masks)
     }
@@ -87,10 +104,7 @@ impl RunFds {
             let f = File::open("/dev/null").map_err(RunError::DevNull)?;
             v.push(OwnedFd::from(f));
         }
-        Ok(RunFds {
-            masks: v,
-            stderr: self.stderr,
-        })
+        Ok(RunFds { masks: v, ..self })
     }
 
     pub fn mask_numbers(&self) -> Vec<i32> {
@@ -107,6 +121,9 @@ pub struct RunOutcome {
     pub stderr: Vec<u8>,
     /// A `/proc` mount failure message not relayed yet.
     pub held: Vec<u8>,
+    /// The inner stage reached the command's exec: `stderr` and `held`
+    /// then only hold what came before, and the run must not be retried.
+    pub started: bool,
 }
 
 fn forwarded() -> SigSet {
@@ -161,6 +178,7 @@ pub fn run(
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(RunError::Pipe)?;
     let mut inherit: Vec<RawFd> = fds.mask_numbers();
     inherit.push(fds.stderr.as_raw_fd());
+    inherit.push(fds.started_write.as_raw_fd());
 
     let set = forwarded();
     let old = set
@@ -218,21 +236,46 @@ pub fn run(
     // bwrap has exited, its messages (and the inner stage's) are already in
     // the pipe: drain it without waiting for EOF, which only comes once the
     // sandbox's pid 1 is torn down (tens of ms for a network namespace).
-    let result = wait_and_capture(pid, read_end, &set);
+    let result = wait_and_capture(pid, read_end, &fds.started_read, &set);
     let _ = old.thread_set_mask();
     result
 }
 
-/// Reads one chunk: keeps a copy for diagnosis and relays it to stderr at
-/// once, except a `/proc` mount failure, held back until the caller knows
-/// whether it retries.
-fn read_some(fd: &OwnedFd, kept: &mut Vec<u8>, held: &mut Vec<u8>) -> bool {
+/// What the stderr pipe brought so far.
+#[derive(Default)]
+struct Capture {
+    kept: Vec<u8>,
+    held: Vec<u8>,
+    /// The started byte arrived: nothing more is kept or held.
+    started: bool,
+}
+
+/// Checks the "started" pipe without blocking.
+fn check_started(fd: &OwnedFd, capture: &mut Capture) {
+    if capture.started {
+        return;
+    }
+    let mut byte = [0u8; 1];
+    if matches!(nix::unistd::read(fd, &mut byte), Ok(n) if n > 0) {
+        capture.started = true;
+    }
+}
+
+/// Reads one chunk and relays it to stderr at once. Before the command
+/// started, keeps a copy for diagnosis and holds back a `/proc` mount
+/// failure until the caller knows whether it retries.
+fn read_some(fd: &OwnedFd, capture: &mut Capture) -> bool {
     use std::io::Write;
     let mut buf = [0u8; 4096];
     match nix::unistd::read(fd, &mut buf) {
         Ok(0) => false,
         Ok(n) => {
             let chunk = &buf[..n];
+            if capture.started {
+                let _ = std::io::stderr().write_all(chunk);
+                return true;
+            }
+            let Capture { kept, held, .. } = capture;
             let room = MAX_CAPTURED_STDERR.saturating_sub(kept.len());
             kept.extend_from_slice(&chunk[..n.min(room)]);
             if is_proc_mount_failure(&String::from_utf8_lossy(chunk)) {
@@ -248,7 +291,12 @@ fn read_some(fd: &OwnedFd, kept: &mut Vec<u8>, held: &mut Vec<u8>) -> bool {
     }
 }
 
-fn wait_and_capture(pid: Pid, pipe: OwnedFd, set: &SigSet) -> Result<RunOutcome, RunError> {
+fn wait_and_capture(
+    pid: Pid,
+    pipe: OwnedFd,
+    started: &OwnedFd,
+    set: &SigSet,
+) -> Result<RunOutcome, RunError> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use nix::sys::signalfd::{SfdFlags, SignalFd};
     use std::os::fd::AsFd;
@@ -257,16 +305,21 @@ fn wait_and_capture(pid: Pid, pipe: OwnedFd, set: &SigSet) -> Result<RunOutcome,
         &pipe,
         nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
     );
+    let _ = nix::fcntl::fcntl(
+        started,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    );
     let sfd = SignalFd::with_flags(set, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .map_err(RunError::Wait)?;
-    let mut kept = Vec::new();
-    let mut held = Vec::new();
+    let mut capture = Capture::default();
     let mut pipe_open = true;
     loop {
         match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(_, c)) => return Ok(finish(c, &pipe, pipe_open, kept, held)),
+            Ok(WaitStatus::Exited(_, c)) => {
+                return Ok(finish(c, &pipe, started, pipe_open, capture))
+            }
             Ok(WaitStatus::Signaled(_, s, _)) => {
-                return Ok(finish(128 + s as i32, &pipe, pipe_open, kept, held))
+                return Ok(finish(128 + s as i32, &pipe, started, pipe_open, capture))
             }
             Ok(_) | Err(nix::Error::EINTR) => {}
             Err(e) => return Err(RunError::Wait(e)),
@@ -274,6 +327,9 @@ fn wait_and_capture(pid: Pid, pipe: OwnedFd, set: &SigSet) -> Result<RunOutcome,
         let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
         if pipe_open {
             fds.push(PollFd::new(pipe.as_fd(), PollFlags::POLLIN));
+            if !capture.started {
+                fds.push(PollFd::new(started.as_fd(), PollFlags::POLLIN));
+            }
         }
         match poll(&mut fds, PollTimeout::NONE) {
             Ok(_) | Err(nix::Error::EINTR) => {}
@@ -283,8 +339,11 @@ fn wait_and_capture(pid: Pid, pipe: OwnedFd, set: &SigSet) -> Result<RunOutcome,
             .get(1)
             .and_then(|f| f.revents())
             .is_some_and(|r| !r.is_empty());
+        // The started byte precedes anything the command writes: look at
+        // it first.
+        check_started(started, &mut capture);
         if pipe_ready {
-            pipe_open = read_some(&pipe, &mut kept, &mut held);
+            pipe_open = read_some(&pipe, &mut capture);
         }
         while let Ok(Some(info)) = sfd.read_signal() {
             let Ok(sig) = Signal::try_from(info.ssi_signo as i32) else {
@@ -301,17 +360,19 @@ fn wait_and_capture(pid: Pid, pipe: OwnedFd, set: &SigSet) -> Result<RunOutcome,
 fn finish(
     code: i32,
     pipe: &OwnedFd,
+    started: &OwnedFd,
     mut open: bool,
-    mut kept: Vec<u8>,
-    mut held: Vec<u8>,
+    mut capture: Capture,
 ) -> RunOutcome {
+    check_started(started, &mut capture);
     while open {
-        open = read_some(pipe, &mut kept, &mut held);
+        open = read_some(pipe, &mut capture);
     }
     RunOutcome {
         code,
-        stderr: kept,
-        held,
+        stderr: capture.kept,
+        held: capture.held,
+        started: capture.started,
     }
 }
 
@@ -359,6 +420,33 @@ mod tests {
             "bwrap: Can't bind mount /x on /newroot/x: Invalid argument"
         ));
         assert!(!is_proc_mount_failure("bwrap: Unknown option --argv0"));
+    }
+
+    #[test]
+    fn nothing_after_the_started_byte_is_kept_or_held() {
+        let (err_r, err_w) = nix::unistd::pipe().unwrap();
+        let (st_r, st_w) = nix::unistd::pipe().unwrap();
+        nix::fcntl::fcntl(
+            &st_r,
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+        )
+        .unwrap();
+        let mut capture = Capture::default();
+        nix::unistd::write(&err_w, b"bwrap: early\n").unwrap();
+        check_started(&st_r, &mut capture);
+        assert!(read_some(&err_r, &mut capture));
+        assert!(!capture.started);
+        nix::unistd::write(&st_w, b"1").unwrap();
+        nix::unistd::write(
+            &err_w,
+            b"bwrap: Can't mount proc on /newroot/proc: Invalid argument\n",
+        )
+        .unwrap();
+        check_started(&st_r, &mut capture);
+        assert!(read_some(&err_r, &mut capture));
+        assert!(capture.started);
+        assert_eq!(capture.kept, b"bwrap: early\n");
+        assert!(capture.held.is_empty());
     }
 
     #[test]

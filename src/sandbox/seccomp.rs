@@ -10,7 +10,7 @@
 //! Every matching rule returns `EPERM`; anything else is allowed.
 //!
 //! In **every** mode (network enabled too): `ptrace`, `process_vm_readv`,
-//! `process_vm_writev`, `io_uring_setup|enter|register`, `unshare` and
+//! `process_vm_writev`, `pidfd_getfd`, `io_uring_setup|enter|register`, `unshare` and
 //! `clone` with `CLONE_NEWUSER` (nested user namespaces), `keyctl`,
 //! `add_key`, `request_key` (the caller's user keyring is otherwise reachable
 //! by number when no user namespace separates it), `ioctl` `TIOCSTI` and
@@ -160,6 +160,7 @@ pub fn rules(mode: SeccompMode) -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
         libc::SYS_ptrace,
         libc::SYS_process_vm_readv,
         libc::SYS_process_vm_writev,
+        libc::SYS_pidfd_getfd,
         libc::SYS_io_uring_setup,
         libc::SYS_io_uring_enter,
         libc::SYS_io_uring_register,
@@ -311,12 +312,102 @@ fn extra_program() -> BpfProgram {
     program
 }
 
+/// What a backend leaves shared with the host, denied on top of the mode's
+/// rules (the Landlock backend: no mount or IPC namespace of its own).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostShared {
+    /// The host's SysV IPC and POSIX message queues: every SysV IPC and
+    /// `mq_*` syscall is denied.
+    pub ipc: bool,
+    /// Metadata of read-only host files (Landlock has no right for it):
+    /// chmod setting the set-user-ID or set-group-ID bit and every
+    /// extended-attribute change are denied.
+    pub metadata: bool,
+}
+
+/// `fchmodat2` (same number on x86_64 and aarch64; not in every libc).
+const SYS_FCHMODAT2: i64 = 452;
+/// `setxattrat` and `removexattrat` (Linux 6.13).
+const SYS_SETXATTRAT: i64 = 463;
+const SYS_REMOVEXATTRAT: i64 = 466;
+
+/// Adds the denials for `shared` to `map`. An unconditional entry (empty
+/// rule list) stays unconditional.
+fn add_host_shared(map: &mut BTreeMap<i64, Vec<SeccompRule>>, shared: HostShared) -> Result<()> {
+    let mut deny = |nr: i64, rules: Vec<SeccompRule>| match map.get_mut(&nr) {
+        Some(existing) if existing.is_empty() => {}
+        Some(existing) if !rules.is_empty() => existing.extend(rules),
+        _ => {
+            map.insert(nr, rules);
+        }
+    };
+    if shared.ipc {
+        for nr in [
+            libc::SYS_shmget,
+            libc::SYS_shmat,
+            libc::SYS_shmdt,
+            libc::SYS_shmctl,
+            libc::SYS_msgget,
+            libc::SYS_msgsnd,
+            libc::SYS_msgrcv,
+            libc::SYS_msgctl,
+            libc::SYS_semget,
+            libc::SYS_semop,
+            libc::SYS_semtimedop,
+            libc::SYS_semctl,
+            libc::SYS_mq_open,
+            libc::SYS_mq_unlink,
+            libc::SYS_mq_timedsend,
+            libc::SYS_mq_timedreceive,
+            libc::SYS_mq_notify,
+            libc::SYS_mq_getsetattr,
+        ] {
+            deny(nr, Vec::new());
+        }
+    }
+    if shared.metadata {
+        let set_id = |arg: u8| -> Result<Vec<SeccompRule>> {
+            let mut out = Vec::new();
+            for bit in [libc::S_ISUID, libc::S_ISGID] {
+                let bit = u64::from(bit);
+                out.push(rule(vec![cond(arg, SeccompCmpOp::MaskedEq(bit), bit)?])?);
+            }
+            Ok(out)
+        };
+        #[cfg(target_arch = "x86_64")]
+        deny(libc::SYS_chmod, set_id(1)?);
+        deny(libc::SYS_fchmod, set_id(1)?);
+        deny(libc::SYS_fchmodat, set_id(2)?);
+        deny(SYS_FCHMODAT2, set_id(2)?);
+        for nr in [
+            libc::SYS_setxattr,
+            libc::SYS_lsetxattr,
+            libc::SYS_fsetxattr,
+            libc::SYS_removexattr,
+            libc::SYS_lremovexattr,
+            libc::SYS_fremovexattr,
+            SYS_SETXATTRAT,
+            SYS_REMOVEXATTRAT,
+        ] {
+            deny(nr, Vec::new());
+        }
+    }
+    Ok(())
+}
+
 impl SeccompProgram {
     /// Builds and compiles the filters for `mode` on this architecture.
     pub fn build(mode: SeccompMode) -> Result<SeccompProgram> {
+        Self::build_with(mode, HostShared::default())
+    }
+
+    /// [`Self::build`], also denying what `shared` names.
+    pub fn build_with(mode: SeccompMode, shared: HostShared) -> Result<SeccompProgram> {
         let arch = ARCH.ok_or(SeccompError::UnsupportedArch(std::env::consts::ARCH))?;
+        let mut table = rules(mode)?;
+        add_host_shared(&mut table, shared)?;
         let filter = SeccompFilter::new(
-            rules(mode)?,
+            table,
             SeccompAction::Allow,
             SeccompAction::Errno(u32::try_from(libc::EPERM).unwrap_or(1)),
             arch,
@@ -384,11 +475,39 @@ mod tests {
     }
 
     #[test]
+    fn host_shared_adds_ipc_and_metadata_denials() {
+        let mut map = rules(SeccompMode::NetworkEnabled).expect("rules");
+        assert!(!map.contains_key(&libc::SYS_shmget));
+        add_host_shared(
+            &mut map,
+            HostShared {
+                ipc: true,
+                metadata: true,
+            },
+        )
+        .expect("extras");
+        assert!(map[&libc::SYS_shmget].is_empty(), "unconditional");
+        assert!(map[&libc::SYS_mq_open].is_empty());
+        assert!(map[&libc::SYS_fsetxattr].is_empty());
+        assert_eq!(map[&libc::SYS_fchmodat].len(), 2, "set-uid and set-gid");
+        assert!(map[&libc::SYS_ptrace].is_empty(), "still unconditional");
+        SeccompProgram::build_with(
+            SeccompMode::Restricted,
+            HostShared {
+                ipc: true,
+                metadata: true,
+            },
+        )
+        .expect("compiles");
+    }
+
+    #[test]
     fn network_enabled_keeps_the_always_on_denials() {
         let map = rules(SeccompMode::NetworkEnabled).expect("rules");
         for nr in [
             libc::SYS_ptrace,
             libc::SYS_process_vm_readv,
+            libc::SYS_pidfd_getfd,
             libc::SYS_io_uring_setup,
             libc::SYS_unshare,
         ] {

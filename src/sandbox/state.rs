@@ -15,7 +15,8 @@
 //! helper removes it from the host, unless another live helper still uses
 //! it (removing it would detach that sandbox's mask), and only while it is
 //! still an empty directory or empty file. Markers of dead pids are pruned;
-//! what they created is then removed by the next run that sees it.
+//! what they created is removed by the next run, before it decides what
+//! exists on the host ([`tidy`]).
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
@@ -308,6 +309,19 @@ fn janitor(mounts: &Path) {
             }
         }
         let _ = std::fs::remove_dir_all(&entry);
+    }
+}
+
+/// Removes what killed helpers left (see [`janitor`]). Called before a run
+/// looks at the host, so a leftover empty `.git` is not taken for an
+/// existing one and kept.
+pub fn tidy(dir: &Path) {
+    let mounts = dir.join("mounts");
+    if !mounts.is_dir() {
+        return;
+    }
+    if let Ok(_lock) = Lock::take(&mounts) {
+        janitor(&mounts);
     }
 }
 

@@ -132,6 +132,7 @@ fn build_config(args: Args) -> Result<ServerConfig, (String, i32)> {
         auth_token: token,
         allowed_origins: args.allow_origin,
         insecure_no_auth: args.insecure_no_auth,
+        protected_paths: args.auth_token_file.into_iter().collect(),
     })
 }
 

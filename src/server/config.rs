@@ -1,6 +1,7 @@
 //! Server settings, parsed once by the CLI (or built by an embedder) and
 //! shared read-only by every connection.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::listen::ListenUrl;
@@ -33,6 +34,9 @@ pub struct ServerConfig {
     pub allowed_origins: Vec<String>,
     /// Allow a non-loopback bind without a token.
     pub insecure_no_auth: bool,
+    /// Paths every sandbox the server builds denies (e.g. the token file);
+    /// the Unix socket being listened on is added by the server itself.
+    pub protected_paths: Vec<PathBuf>,
 }
 
 impl ServerConfig {
@@ -47,6 +51,7 @@ impl ServerConfig {
             auth_token: None,
             allowed_origins: Vec::new(),
             insecure_no_auth: false,
+            protected_paths: Vec::new(),
         }
     }
 

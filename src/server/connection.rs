@@ -35,6 +35,8 @@ pub struct Shared {
     pub registry: Arc<Registry>,
     pub config: Arc<ServerConfig>,
     pub paths: Arc<ExecServerRuntimePaths>,
+    /// Added to every sandbox the server materializes.
+    pub guard: Arc<super::process_sandbox::SandboxGuard>,
 }
 
 /// One connection.
@@ -60,7 +62,7 @@ impl Connection {
     pub fn new(shared: Shared, out: mpsc::Sender<String>, parse_error_prefix: String) -> Arc<Self> {
         Arc::new(Self {
             id: shared.registry.connection_id(),
-            fs: Arc::new(FsContext::new(shared.paths.clone())),
+            fs: Arc::new(FsContext::new(shared.paths.clone(), shared.guard.clone())),
             deferred: Arc::new(tokio::sync::Semaphore::new(MAX_DEFERRED_REQUESTS)),
             shared,
             out,

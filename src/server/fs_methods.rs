@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::fs_helper_pool::{HelperKey, HelperPool};
+use super::process_sandbox::SandboxGuard;
 use crate::fs::{ops, FileStreams, FsError};
 use crate::protocol::fs::{method, CloseParams, OpenParams, PathFieldsProbe, ReadBlockParams};
 use crate::protocol::sandbox::{to_policy_profile, FileSystemSandboxContext, ResolvedSandbox};
@@ -60,14 +61,17 @@ impl Drop for FsConnectionState {
 #[derive(Debug)]
 pub struct FsContext {
     pub paths: Arc<ExecServerRuntimePaths>,
+    /// Added to every helper's sandbox.
+    pub guard: Arc<SandboxGuard>,
     pub state: tokio::sync::Mutex<FsConnectionState>,
 }
 
 impl FsContext {
     /// A fresh context for a new connection.
-    pub fn new(paths: Arc<ExecServerRuntimePaths>) -> Self {
+    pub fn new(paths: Arc<ExecServerRuntimePaths>, guard: Arc<SandboxGuard>) -> Self {
         Self {
             paths,
+            guard,
             state: tokio::sync::Mutex::new(FsConnectionState::default()),
         }
     }
@@ -113,6 +117,7 @@ pub fn exe_dirs(paths: &ExecServerRuntimePaths) -> Vec<PathBuf> {
 fn placement(
     sandbox: Option<&FileSystemSandboxContext>,
     paths: &ExecServerRuntimePaths,
+    guard: &SandboxGuard,
 ) -> Result<Placement, RpcError> {
     let Some(sandbox) = sandbox else {
         return Ok(Placement::Direct);
@@ -126,7 +131,8 @@ fn placement(
     let cwd = resolved
         .helper_cwd()
         .map_err(|err| RpcError::invalid_request(err.to_string()))?;
-    let profile = resolved.helper_profile(&exe_dirs(paths));
+    let mut profile = resolved.helper_profile(&exe_dirs(paths));
+    guard.apply(&mut profile);
     let profile_json = to_policy_profile(&profile)
         .map(|profile| profile.to_json())
         .map_err(|err| RpcError::invalid_request(format!("failed to prepare fs sandbox: {err}")))?;
@@ -171,7 +177,7 @@ pub async fn dispatch(ctx: &FsContext, method: &str, params: Value) -> Result<Va
         method::OPEN => {
             let params: OpenParams = decode(params)?;
             let sandboxed = matches!(
-                placement(params.sandbox.as_ref(), &ctx.paths)?,
+                placement(params.sandbox.as_ref(), &ctx.paths, &ctx.guard)?,
                 Placement::Helper(_)
             );
             let streams = ctx.streams().await;
@@ -197,7 +203,7 @@ async fn run_one_shot(ctx: &FsContext, method: &str, params: Value) -> Result<Va
     let sandbox = SandboxField::deserialize(&params)
         .map_err(|err| RpcError::invalid_params(err.to_string()))?
         .sandbox;
-    match placement(sandbox.as_ref(), &ctx.paths)? {
+    match placement(sandbox.as_ref(), &ctx.paths, &ctx.guard)? {
         Placement::Direct => {
             let method = method.to_owned();
             blocking(move || ops::run(&method, params)).await

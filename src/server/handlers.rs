@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+use super::cli::AUTH_TOKEN_ENV;
 use super::connection::{resumed_elsewhere, Connection};
 use super::process_sandbox;
 use super::session::{Registry, Session};
@@ -95,7 +96,9 @@ pub async fn start(
     session: &Arc<Session>,
     params: StartParams,
 ) -> Result<StartResult, RpcError> {
-    let env = child_env(&params.env, params.env_policy.as_ref(), std::env::vars_os());
+    // The server's token never reaches a child through `envPolicy`.
+    let server_env = std::env::vars_os().filter(|(name, _)| name != AUTH_TOKEN_ENV);
+    let env = child_env(&params.env, params.env_policy.as_ref(), server_env);
     let mut spec = LaunchSpec {
         argv: params.argv.iter().map(OsString::from).collect(),
         arg0: params.arg0.map(OsString::from),
@@ -105,7 +108,12 @@ pub async fn start(
         pipe_stdin: params.pipe_stdin && !params.tty,
         sandboxed: false,
     };
-    process_sandbox::prepare(params.sandbox.as_ref(), &mut spec, &conn.shared.paths)?;
+    process_sandbox::prepare(
+        params.sandbox.as_ref(),
+        &mut spec,
+        &conn.shared.paths,
+        &conn.shared.guard,
+    )?;
     if spec.argv.is_empty() {
         return Err(RpcError::invalid_params("argv must not be empty"));
     }

@@ -1,7 +1,9 @@
 //! The exec-server: transports, connections, sessions and request handlers.
 //!
-//! [`run`] binds the configured listener, serves until `shutdown` completes
-//! (or stdin ends, for stdio), then kills every managed process tree.
+//! [`bind`] binds the configured listener and returns a [`Server`] that
+//! knows its address; [`Server::run`] serves until `shutdown` completes (or
+//! stdin ends, for stdio), then kills every managed process tree. [`run`]
+//! and [`run_main`] do both and print the bound URL (the CLI behaviour).
 
 pub mod cli;
 pub mod config;
@@ -10,6 +12,7 @@ pub mod fs_helper_pool;
 pub mod fs_methods;
 pub mod handlers;
 pub mod listen;
+pub mod peer_guard;
 pub mod process_sandbox;
 pub mod router;
 pub mod session;
@@ -67,70 +70,137 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// Runs the server until `shutdown` completes.
+/// Runs the server until `shutdown` completes: [`bind`], print the bound
+/// URL as the one stdout line (not for stdio), then [`Server::run`].
 pub async fn run(
     paths: ExecServerRuntimePaths,
     config: ServerConfig,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
-    let registry = Registry::new(config.session_grace);
-    let shared = Shared {
-        registry: registry.clone(),
-        config: Arc::new(config),
-        paths: Arc::new(paths),
+    let server = bind(paths, config).await?;
+    if !matches!(server.listener, Listener::Stdio) {
+        announce(&server.url());
+    }
+    server.run(shutdown).await
+}
+
+/// The bound listener of a [`Server`].
+enum Listener {
+    Stdio,
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener, PathBuf),
+}
+
+/// A server bound to its listener, not serving yet (for embedders: the
+/// address is known before [`Server::run`]).
+pub struct Server {
+    shared: Shared,
+    listener: Listener,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server").field("url", &self.url()).finish()
+    }
+}
+
+/// Binds the configured listener (checking the auth rules of a
+/// non-loopback bind) without printing anything.
+pub async fn bind(
+    paths: ExecServerRuntimePaths,
+    config: ServerConfig,
+) -> Result<Server, ServerError> {
+    let bind_error = |source| ServerError::Bind {
+        url: config.listen.to_string(),
+        source,
     };
-    let mut socket_path: Option<PathBuf> = None;
-    match shared.config.listen.clone() {
-        ListenUrl::Stdio => {
-            tokio::select! {
-                _ = transport::stdio::serve(shared.clone()) => {}
-                _ = shutdown => {}
-            }
-        }
+    let listener = match config.listen.clone() {
+        ListenUrl::Stdio => Listener::Stdio,
         ListenUrl::WebSocket(addr) => {
-            if !addr.ip().is_loopback()
-                && shared.config.auth_token.is_none()
-                && !shared.config.insecure_no_auth
-            {
+            if !addr.ip().is_loopback() && config.auth_token.is_none() && !config.insecure_no_auth {
                 return Err(ServerError::UnauthenticatedPublicBind(addr));
             }
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|source| ServerError::Bind {
-                    url: shared.config.listen.to_string(),
-                    source,
-                })?;
-            let bound = listener.local_addr().unwrap_or(addr);
-            announce(&format!("ws://{bound}"));
-            tokio::select! {
-                _ = accept_tcp(listener, shared.clone()) => {}
-                _ = shutdown => {}
-            }
+            Listener::Tcp(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(bind_error)?,
+            )
         }
-        ListenUrl::Unix(path) => {
-            let listener = bind_unix(&path).map_err(|source| ServerError::Bind {
-                url: shared.config.listen.to_string(),
-                source,
-            })?;
-            socket_path = Some(path.clone());
-            announce(&format!("unix://{}", path.display()));
-            tokio::select! {
-                _ = accept_unix(listener, shared.clone()) => {}
-                _ = shutdown => {}
-            }
+        ListenUrl::Unix(path) => Listener::Unix(bind_unix(&path).map_err(bind_error)?, path),
+    };
+    let mut denied = config.protected_paths.clone();
+    if let Listener::Unix(_, path) = &listener {
+        denied.push(path.clone());
+    }
+    let shared = Shared {
+        registry: Registry::new(config.session_grace),
+        config: Arc::new(config),
+        paths: Arc::new(paths),
+        guard: Arc::new(process_sandbox::SandboxGuard::new(denied)),
+    };
+    Ok(Server { shared, listener })
+}
+
+impl Server {
+    /// The bound TCP address (`None` for stdio and Unix sockets).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        match &self.listener {
+            Listener::Tcp(listener) => listener.local_addr().ok(),
+            _ => None,
         }
     }
-    let registry2 = registry.clone();
-    let _ = tokio::task::spawn_blocking(move || registry2.kill_everything_blocking()).await;
-    reaper::wait_all(SHUTDOWN_REAP_TIMEOUT).await;
-    let _ = tokio::task::spawn_blocking(|| {
-        crate::process::spawn::shutdown_zygote(SHUTDOWN_REAP_TIMEOUT)
-    })
-    .await;
-    if let Some(path) = socket_path {
-        let _ = std::fs::remove_file(path);
+
+    /// `ws://IP:PORT` with the real port, `unix:///path`, or `stdio`.
+    pub fn url(&self) -> String {
+        match &self.listener {
+            Listener::Tcp(listener) => match listener.local_addr() {
+                Ok(addr) => format!("ws://{addr}"),
+                Err(_) => self.shared.config.listen.to_string(),
+            },
+            Listener::Unix(_, path) => format!("unix://{}", path.display()),
+            Listener::Stdio => ListenUrl::Stdio.to_string(),
+        }
     }
-    Ok(())
+
+    /// Serves until `shutdown` completes (or stdin ends, for stdio), then
+    /// kills every managed process tree and removes the Unix socket.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
+        let Server { shared, listener } = self;
+        let registry = shared.registry.clone();
+        let mut socket_path: Option<PathBuf> = None;
+        match listener {
+            Listener::Stdio => {
+                tokio::select! {
+                    _ = transport::stdio::serve(shared.clone()) => {}
+                    _ = shutdown => {}
+                }
+            }
+            Listener::Tcp(listener) => {
+                tokio::select! {
+                    _ = accept_tcp(listener, shared.clone()) => {}
+                    _ = shutdown => {}
+                }
+            }
+            Listener::Unix(listener, path) => {
+                socket_path = Some(path);
+                tokio::select! {
+                    _ = accept_unix(listener, shared.clone()) => {}
+                    _ = shutdown => {}
+                }
+            }
+        }
+        let registry2 = registry.clone();
+        let _ = tokio::task::spawn_blocking(move || registry2.kill_everything_blocking()).await;
+        reaper::wait_all(SHUTDOWN_REAP_TIMEOUT).await;
+        let _ = tokio::task::spawn_blocking(|| {
+            crate::process::spawn::shutdown_zygote(SHUTDOWN_REAP_TIMEOUT)
+        })
+        .await;
+        if let Some(path) = socket_path {
+            let _ = std::fs::remove_file(path);
+        }
+        Ok(())
+    }
 }
 
 /// Prints the one stdout line and flushes it.
@@ -152,12 +222,22 @@ async fn accept_tcp(listener: tokio::net::TcpListener, shared: Shared) {
             }
         };
         let _ = stream.set_nodelay(true);
-        tokio::spawn(transport::websocket::serve_stream(
-            stream,
-            peer.to_string(),
-            shared.clone(),
-            policy.clone(),
-        ));
+        let (shared, policy) = (shared.clone(), policy.clone());
+        tokio::spawn(async move {
+            let local = stream.local_addr();
+            let refused = match local {
+                Ok(local) => {
+                    tokio::task::spawn_blocking(move || peer_guard::refuse_tcp(local, peer))
+                        .await
+                        .unwrap_or(true)
+                }
+                Err(_) => true,
+            };
+            if refused {
+                return refuse(stream, &peer.to_string()).await;
+            }
+            transport::websocket::serve_stream(stream, peer.to_string(), shared, policy).await
+        });
     }
 }
 
@@ -172,13 +252,32 @@ async fn accept_unix(listener: tokio::net::UnixListener, shared: Shared) {
                 continue;
             }
         };
-        tokio::spawn(transport::websocket::serve_stream(
-            stream,
-            "unix socket".to_owned(),
-            shared.clone(),
-            policy.clone(),
-        ));
+        let (shared, policy) = (shared.clone(), policy.clone());
+        tokio::spawn(async move {
+            let pid = stream.peer_cred().ok().and_then(|cred| cred.pid());
+            let refused = tokio::task::spawn_blocking(move || peer_guard::refuse_unix(pid))
+                .await
+                .unwrap_or(true);
+            if refused {
+                return refuse(stream, "unix socket").await;
+            }
+            transport::websocket::serve_stream(stream, "unix socket".to_owned(), shared, policy)
+                .await
+        });
     }
+}
+
+/// Answers 403 to a peer inside a sandboxed subtree ([`peer_guard`]).
+async fn refuse<S>(mut stream: S, peer: &str)
+where
+    S: tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::AsyncWriteExt;
+    tracing::warn!(%peer, "refused a connection from a sandboxed process");
+    let _ = stream
+        .write_all(transport::http::response(403, "Forbidden").as_bytes())
+        .await;
+    let _ = stream.shutdown().await;
 }
 
 /// Binds a Unix socket readable and writable by the owner only. A stale

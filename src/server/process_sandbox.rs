@@ -4,17 +4,114 @@
 //! sandboxed so the server computes `sandboxDenied` on exit. Any non-null
 //! sandbox is enforced, also a `disabled` profile; the request's `arg0` is
 //! dropped.
+//!
+//! [`SandboxGuard`] is what the server adds to every sandbox it
+//! materializes (processes and fs-helpers): deny entries for its own
+//! secrets (the token file, the Unix socket) and `tmpdir` resolved from the
+//! server's environment, never from the request's `env`.
 
 use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
 use super::fs_methods::exe_dirs;
 use crate::arg0::LINUX_SANDBOX_ARG0;
 use crate::process::LaunchSpec;
-use crate::protocol::sandbox::{to_policy_profile, FileSystemSandboxContext, SandboxContextError};
+use crate::protocol::sandbox::{
+    to_policy_profile, AccessMode, EntryPath, ExecPermissionProfile, FileSystemSandboxContext,
+    ManagedFileSystem, SandboxContextError, SandboxEntry, SpecialPath,
+};
 use crate::protocol::RpcError;
 use crate::runtime_paths::ExecServerRuntimePaths;
+
+/// What the server adds to every sandbox it materializes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SandboxGuard {
+    /// Paths no sandbox may reach (the token file, the Unix socket), each
+    /// as given and canonical.
+    pub denied: Vec<PathBuf>,
+    /// The server's `$TMPDIR` when it is absolute and not `/`: what a
+    /// `tmpdir` entry means. `None`: `tmpdir` entries grant nothing.
+    pub tmpdir: Option<PathBuf>,
+}
+
+impl SandboxGuard {
+    /// A guard denying `denied`, with `tmpdir` from the server's environment.
+    pub fn new(denied: impl IntoIterator<Item = PathBuf>) -> Self {
+        let mut guard = Self {
+            denied: Vec::new(),
+            tmpdir: std::env::var_os("TMPDIR").and_then(|t| usable_tmpdir(Path::new(&t))),
+        };
+        for path in denied {
+            guard.deny(path);
+        }
+        guard
+    }
+
+    /// Adds `path` (and its canonical form) to the denied paths.
+    pub fn deny(&mut self, path: PathBuf) {
+        let canonical = std::fs::canonicalize(&path).ok();
+        for path in std::iter::once(path).chain(canonical) {
+            if path.is_absolute() && !self.denied.contains(&path) {
+                self.denied.push(path);
+            }
+        }
+    }
+
+    /// Rewrites a materialized restricted profile: `tmpdir` entries become
+    /// the server's `$TMPDIR` (or are dropped), and the denied paths are
+    /// appended as `deny` entries. Other profiles are left as they are.
+    pub fn apply(&self, profile: &mut ExecPermissionProfile) {
+        let ExecPermissionProfile::Managed {
+            file_system: ManagedFileSystem::Restricted { entries, .. },
+            ..
+        } = profile
+        else {
+            return;
+        };
+        let mut out = Vec::with_capacity(entries.len() + self.denied.len());
+        for entry in entries.drain(..) {
+            match (&entry.path, &self.tmpdir) {
+                (
+                    EntryPath::Special {
+                        value: SpecialPath::Tmpdir,
+                    },
+                    Some(tmpdir),
+                ) => out.push(path_entry(tmpdir, entry.access)),
+                (
+                    EntryPath::Special {
+                        value: SpecialPath::Tmpdir,
+                    },
+                    None,
+                ) => {}
+                _ => out.push(entry),
+            }
+        }
+        for path in &self.denied {
+            out.push(path_entry(path, AccessMode::Deny));
+        }
+        *entries = out;
+    }
+}
+
+fn path_entry(path: &Path, access: AccessMode) -> SandboxEntry {
+    SandboxEntry {
+        path: EntryPath::Path {
+            path: path.to_string_lossy().into_owned(),
+        },
+        access,
+    }
+}
+
+/// `$TMPDIR` as a `tmpdir` entry may use it: absolute, normalized, not `/`.
+fn usable_tmpdir(tmpdir: &Path) -> Option<PathBuf> {
+    if !tmpdir.is_absolute() {
+        return None;
+    }
+    let normalized = crate::sandbox::policy::normalize(tmpdir);
+    (normalized != Path::new("/")).then_some(normalized)
+}
 
 fn context_error(err: SandboxContextError) -> RpcError {
     RpcError::invalid_params(match err {
@@ -36,6 +133,7 @@ pub fn prepare(
     sandbox: Option<&Value>,
     spec: &mut LaunchSpec,
     paths: &ExecServerRuntimePaths,
+    guard: &SandboxGuard,
 ) -> Result<(), RpcError> {
     let Some(sandbox) = sandbox.filter(|value| !value.is_null()) else {
         return Ok(());
@@ -48,8 +146,9 @@ pub fn prepare(
         .map_err(|err| RpcError::invalid_params(format!("invalid sandbox: {err}")))?;
     let resolved = context.resolve().map_err(context_error)?;
     let policy_cwd = resolved.cwd.clone().unwrap_or_else(|| spec.cwd.clone());
-    let profile =
-        to_policy_profile(&resolved.process_profile(&exe_dirs(paths))).map_err(context_error)?;
+    let mut profile = resolved.process_profile(&exe_dirs(paths));
+    guard.apply(&mut profile);
+    let profile = to_policy_profile(&profile).map_err(context_error)?;
     let mut argv: Vec<OsString> = vec![
         paths.linux_sandbox_exe().as_os_str().to_owned(),
         "--sandbox-policy-cwd".into(),
@@ -68,4 +167,47 @@ pub fn prepare(
     spec.arg0 = Some(LINUX_SANDBOX_ARG0.into());
     spec.sandboxed = true;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_guard_denies_its_paths_and_pins_tmpdir() {
+        let guard = SandboxGuard {
+            denied: vec![PathBuf::from("/run/token")],
+            tmpdir: usable_tmpdir(Path::new("/var/tmp/x/../y")),
+        };
+        let special = |value| SandboxEntry {
+            path: EntryPath::Special { value },
+            access: AccessMode::Write,
+        };
+        let mut profile = ExecPermissionProfile::Managed {
+            file_system: ManagedFileSystem::Restricted {
+                entries: vec![special(SpecialPath::Root), special(SpecialPath::Tmpdir)],
+                glob_scan_max_depth: None,
+            },
+            network: Default::default(),
+        };
+        guard.apply(&mut profile);
+        let ExecPermissionProfile::Managed {
+            file_system: ManagedFileSystem::Restricted { entries, .. },
+            ..
+        } = profile
+        else {
+            panic!("still managed");
+        };
+        assert_eq!(
+            entries,
+            vec![
+                special(SpecialPath::Root),
+                path_entry(Path::new("/var/tmp/y"), AccessMode::Write),
+                path_entry(Path::new("/run/token"), AccessMode::Deny),
+            ]
+        );
+        assert_eq!(usable_tmpdir(Path::new("/")), None);
+        assert_eq!(usable_tmpdir(Path::new("/tmp/..")), None);
+        assert_eq!(usable_tmpdir(Path::new("tmp")), None);
+    }
 }

@@ -101,9 +101,8 @@ impl Session {
     /// Kills every process tree of the session (blocking /proc walks).
     pub fn kill_all_blocking(&self) {
         let processes: Vec<_> = lock(&self.processes).values().cloned().collect();
-        for process in processes {
-            process.kill_tree_blocking();
-        }
+        let processes: Vec<&ManagedProcess> = processes.iter().map(|p| p.as_ref()).collect();
+        ManagedProcess::kill_trees_blocking(&processes);
     }
 }
 
@@ -226,13 +225,61 @@ impl Registry {
     /// Kills every process of every session (server shutdown, stdio EOF).
     pub fn kill_everything_blocking(&self) {
         let sessions: Vec<_> = lock(&self.sessions).values().cloned().collect();
-        for session in sessions {
-            session.kill_all_blocking();
-        }
+        let processes: Vec<_> = sessions
+            .iter()
+            .flat_map(|session| {
+                lock(&session.processes)
+                    .values()
+                    .cloned()
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let processes: Vec<&ManagedProcess> = processes.iter().map(|p| p.as_ref()).collect();
+        ManagedProcess::kill_trees_blocking(&processes);
     }
 
     /// A weak handle for eviction callbacks.
     pub fn weak_session(session: &Arc<Session>) -> Weak<Session> {
         Arc::downgrade(session)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn resume_rules_follow_the_attachment() {
+        let registry = Registry::new(Duration::from_secs(30));
+        let (tx, _rx) = mpsc::channel(1);
+        let (session, epoch) = registry.create(1, tx.clone());
+        let id = session.id().to_owned();
+        let attached = registry.resume(&id, 2, tx.clone()).unwrap_err();
+        assert_eq!(
+            attached.code,
+            crate::protocol::envelope::code::SESSION_ALREADY_ATTACHED
+        );
+        assert_eq!(
+            attached.message,
+            format!("session {id} is already attached to another connection")
+        );
+        let unknown = registry.resume("nope", 2, tx.clone()).unwrap_err();
+        assert_eq!(unknown.message, "unknown session id nope");
+        registry.detach(&session, 1);
+        let (resumed, new_epoch) = registry.resume(&id, 2, tx).unwrap();
+        assert!(Arc::ptr_eq(&resumed, &session));
+        assert_ne!(new_epoch, epoch);
+        // The old holder sees the takeover.
+        session.taken_over(epoch).await;
+    }
+
+    #[tokio::test]
+    async fn zero_grace_expires_at_detach() {
+        let registry = Registry::new(Duration::ZERO);
+        let (tx, _rx) = mpsc::channel(1);
+        let (session, _) = registry.create(1, tx.clone());
+        let id = session.id().to_owned();
+        registry.detach(&session, 1);
+        assert!(registry.resume(&id, 2, tx).is_err());
     }
 }

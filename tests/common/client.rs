@@ -103,8 +103,17 @@ impl Server {
             .map_err(|err| format!("spawn {BIN}: {err}"))?;
         let stderr = collect_stderr(&mut child);
         let stdout = child.stdout.take().ok_or("no stdout")?;
-        let mut line = String::new();
-        let read = BufReader::new(stdout).read_line(&mut line);
+        // Read the first line on a helper thread so a silent server cannot
+        // hang the test.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let read = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send((read.map_err(|e| e.to_string()), line));
+        });
+        let (read, line) = rx
+            .recv_timeout(WAIT)
+            .unwrap_or_else(|_| (Err("no line within the guard time".into()), String::new()));
         if matches!(read, Ok(n) if n > 0) && line.starts_with("ws://") {
             return Ok(Server {
                 child,
@@ -490,6 +499,31 @@ impl Raw {
         .await
     }
 
+    /// Sends a text frame; `false` when the connection failed while sending
+    /// (the server may close before it has read a large frame).
+    pub async fn try_send_text(&mut self, text: impl Into<String>) -> bool {
+        self.ws.send(Message::text(text.into())).await.is_ok()
+    }
+
+    /// Reads until the server closes the connection and returns the close
+    /// code it sent (`None` when it closed without a close frame); panics on
+    /// any data message.
+    pub async fn close_code(&mut self) -> Option<u16> {
+        loop {
+            let frame = match tokio::time::timeout(WAIT, self.ws.next()).await {
+                Ok(frame) => frame,
+                Err(_) => panic!("the connection was not closed within {WAIT:?}"),
+            };
+            match frame {
+                Some(Ok(Message::Close(frame))) => return frame.map(|f| u16::from(f.code)),
+                Some(Ok(Message::Text(text))) => panic!("expected a close, got {text}"),
+                Some(Ok(Message::Binary(_))) => panic!("server sent a binary frame"),
+                Some(Ok(_)) => continue,
+                None | Some(Err(_)) => return None,
+            }
+        }
+    }
+
     /// Closes the WebSocket.
     pub async fn close(mut self) {
         let _ = self.ws.close(None).await;
@@ -664,7 +698,7 @@ fn is_spawn_helper(pid: u32) -> bool {
 }
 
 /// Every descendant of `root` with its state and argv, except the server's
-/// own long-lived spawn helper (its descendants are included).
+/// own spawn helpers (the zygote and its forks; what they run is included).
 pub fn leftover_descendants(root: u32) -> Vec<(u32, char, Vec<String>)> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -684,7 +718,9 @@ pub fn leftover_descendants(root: u32) -> Vec<(u32, char, Vec<String>)> {
                 continue;
             }
             frontier.push(pid);
-            let helper = parent == root && state != 'Z' && is_spawn_helper(pid);
+            // The zygote and its idle (warm) supervisors are the server's own
+            // machinery; what runs below them is still reported.
+            let helper = state != 'Z' && is_spawn_helper(pid);
             if !helper {
                 found.push((pid, state, cmdline(pid).unwrap_or_default()));
             }
@@ -695,7 +731,7 @@ pub fn leftover_descendants(root: u32) -> Vec<(u32, char, Vec<String>)> {
 
 /// Waits (bounded) until nothing the server started is left: no running
 /// process and no unreaped zombie anywhere below the server, apart from its
-/// long-lived spawn helper.
+/// spawn helpers.
 pub async fn assert_no_children(server_pid: u32) {
     let deadline = Instant::now() + WAIT;
     loop {
@@ -917,115 +953,5 @@ pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static)
         Ok(Ok(value)) => value,
         Ok(Err(err)) => panic!("blocking task failed: {err}"),
         Err(_) => panic!("blocking task did not finish within {WAIT:?}"),
-    }
-}
-
-// ----- JSON Schema (the subset the shipped schemas use) -------------------------
-
-/// Loads `resources/schema/<name>.json`.
-pub fn schema(name: &str) -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("resources/schema")
-        .join(format!("{name}.json"));
-    match std::fs::read_to_string(&path)
-        .map_err(|e| e.to_string())
-        .and_then(|text| serde_json::from_str(&text).map_err(|e| e.to_string()))
-    {
-        Ok(schema) => schema,
-        Err(err) => panic!("schema {path:?}: {err}"),
-    }
-}
-
-/// Where `value` breaks `schema` (type, enum, minimum/maximum, properties,
-/// required, additionalProperties, items, minItems/maxItems).
-pub fn schema_violations(schema: &Value, value: &Value) -> Vec<String> {
-    let mut errors = Vec::new();
-    check_schema(schema, value, "$", &mut errors);
-    errors
-}
-
-fn type_matches(name: &str, value: &Value) -> bool {
-    match name {
-        "object" => value.is_object(),
-        "array" => value.is_array(),
-        "string" => value.is_string(),
-        "integer" => value.is_i64() || value.is_u64(),
-        "number" => value.is_number(),
-        "boolean" => value.is_boolean(),
-        "null" => value.is_null(),
-        _ => false,
-    }
-}
-
-fn check_schema(schema: &Value, value: &Value, at: &str, errors: &mut Vec<String>) {
-    if let Some(types) = schema.get("type") {
-        let names: Vec<&str> = match types {
-            Value::String(name) => vec![name.as_str()],
-            Value::Array(names) => names.iter().filter_map(Value::as_str).collect(),
-            _ => Vec::new(),
-        };
-        if !names.iter().any(|name| type_matches(name, value)) {
-            errors.push(format!("{at}: {value} is not of type {types}"));
-            return;
-        }
-    }
-    if let Some(Value::Array(allowed)) = schema.get("enum") {
-        if !allowed.contains(value) {
-            errors.push(format!("{at}: {value} not in {allowed:?}"));
-        }
-    }
-    if let (Some(min), Some(n)) = (
-        schema.get("minimum").and_then(Value::as_f64),
-        value.as_f64(),
-    ) {
-        if n < min {
-            errors.push(format!("{at}: {n} < minimum {min}"));
-        }
-    }
-    if let (Some(max), Some(n)) = (
-        schema.get("maximum").and_then(Value::as_f64),
-        value.as_f64(),
-    ) {
-        if n > max {
-            errors.push(format!("{at}: {n} > maximum {max}"));
-        }
-    }
-    if let Value::Object(object) = value {
-        let properties = schema.get("properties").and_then(Value::as_object);
-        if let Some(Value::Array(required)) = schema.get("required") {
-            for key in required.iter().filter_map(Value::as_str) {
-                if !object.contains_key(key) {
-                    errors.push(format!("{at}: missing required {key}"));
-                }
-            }
-        }
-        for (key, member) in object {
-            let path = format!("{at}.{key}");
-            match properties.and_then(|p| p.get(key)) {
-                Some(sub) => check_schema(sub, member, &path, errors),
-                None => match schema.get("additionalProperties") {
-                    Some(Value::Bool(false)) => errors.push(format!("{path}: not allowed")),
-                    Some(sub @ Value::Object(_)) => check_schema(sub, member, &path, errors),
-                    _ => {}
-                },
-            }
-        }
-    }
-    if let Value::Array(items) = value {
-        if let Some(min) = schema.get("minItems").and_then(Value::as_u64) {
-            if (items.len() as u64) < min {
-                errors.push(format!("{at}: fewer than {min} items"));
-            }
-        }
-        if let Some(max) = schema.get("maxItems").and_then(Value::as_u64) {
-            if (items.len() as u64) > max {
-                errors.push(format!("{at}: more than {max} items"));
-            }
-        }
-        if let Some(sub) = schema.get("items") {
-            for (index, item) in items.iter().enumerate() {
-                check_schema(sub, item, &format!("{at}[{index}]"), errors);
-            }
-        }
     }
 }

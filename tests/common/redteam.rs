@@ -4,6 +4,7 @@
 //! output is one marker line per attempt.
 #![allow(dead_code)] // each attack file uses a subset
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -124,16 +125,8 @@ pub fn special(kind: &str, access: &str) -> String {
     format!(r#"{{"path":{{"type":"special","value":{{"kind":"{kind}"}}}},"access":"{access}"}}"#)
 }
 
-pub fn glob(pattern: &str, access: &str) -> String {
-    format!(r#"{{"path":{{"type":"glob_pattern","pattern":"{pattern}"}},"access":"{access}"}}"#)
-}
-
-pub fn managed(entries: &[String], network: &str) -> String {
-    format!(
-        r#"{{"type":"managed","file_system":{{"type":"restricted","entries":[{}]}},"network":"{network}"}}"#,
-        entries.join(",")
-    )
-}
+#[allow(unused_imports)] // each attack file uses a subset
+pub use super::sandbox::{glob_entry as glob, profile as managed};
 
 /// Read everything, write the project root (with its protected metadata),
 /// plus `extra` entries; `/tmp` and `$TMPDIR` stay read-only.
@@ -152,6 +145,33 @@ pub fn workspace(extra: &[String], network: &str) -> String {
     ];
     entries.extend_from_slice(extra);
     managed(&entries, network)
+}
+
+/// Marks every fd >= 3 close-on-exec in the child just before it execs, so
+/// only stdio (plus fds a test adds with a later `pre_exec`) reaches the
+/// launched program: fds this test process inherited from its caller (a
+/// shell or CI harness) would otherwise be passed through the sandbox, as
+/// bubblewrap passes inherited fds on.
+pub fn only_std_fds(cmd: &mut Command) -> &mut Command {
+    // SAFETY: close_range and fcntl are async-signal-safe, allocate nothing
+    // and run in the child between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let flag = libc::CLOSE_RANGE_CLOEXEC as libc::c_long;
+            if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, flag) != 0 {
+                // Kernels before 5.11: mark them one by one.
+                let max = match libc::sysconf(libc::_SC_OPEN_MAX) {
+                    n if n > 0 => n.min(1 << 16) as libc::c_int,
+                    _ => 1024,
+                };
+                for fd in 3..max {
+                    libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+                }
+            }
+            Ok(())
+        });
+    }
+    cmd
 }
 
 /// The `linux-sandbox` command for `argv` in `cwd` (not yet run).
@@ -174,6 +194,7 @@ pub fn command(
         .args(argv)
         .current_dir(cwd)
         .stdin(Stdio::null());
+    only_std_fds(&mut cmd);
     launcher.apply(&mut cmd);
     cmd
 }
@@ -313,3 +334,24 @@ pub fn python3() -> bool {
     }
     ok
 }
+
+/// One `#[test]` per launcher: `against!(case: system, builtin, landlock)`.
+#[allow(unused_macros)]
+macro_rules! against {
+    ($case:ident: $( $(#[$m:meta])* $launcher:ident ),+ $(,)?) => {
+        mod $case {
+            $(
+                $(#[$m])*
+                #[test]
+                fn $launcher() {
+                    let l = super::Launcher::named(stringify!($launcher));
+                    if super::available(l) {
+                        super::$case(l);
+                    }
+                }
+            )+
+        }
+    };
+}
+#[allow(unused_imports)] // not every attack file runs a case per launcher
+pub(crate) use against;

@@ -157,3 +157,15 @@ pub fn python3() -> bool {
     }
     ok
 }
+
+/// Returns from the calling test when no sandbox backend works here.
+#[allow(unused_macros)]
+macro_rules! require_sandbox {
+    () => {
+        if !$crate::common::sandbox::sandbox_available() {
+            return;
+        }
+    };
+}
+#[allow(unused_imports)] // only some test files skip without a sandbox
+pub(crate) use require_sandbox;
