@@ -6,6 +6,7 @@ mod bwrap;
 mod common;
 mod fs;
 mod process;
+mod sandbox;
 
 fn main() {
     // `cargo test --all-targets` runs this binary too, without `--bench`:
@@ -17,6 +18,7 @@ fn main() {
     let mut report = common::Report::default();
     println!("codexbox benchmark (release build, {} CPUs)", cpus());
     process::run(&mut report);
+    sandbox::run(&mut report);
     bwrap::run(&mut report);
     fs::run(&mut report);
     if report.is_empty() {

@@ -16,7 +16,7 @@ use crate::common::{
     at_least, ms, process_tree, quantile, ratio_at_most, rss_kib, Report, Server, Value,
 };
 
-type BenchResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+pub type BenchResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 const LATENCY_WARMUP: usize = 20;
 const LATENCY_RUNS: usize = 300;
@@ -81,7 +81,7 @@ fn cpu_time(pid: u32) -> Option<Duration> {
     Some(Duration::from_millis(ticks * 1000 / per_second))
 }
 
-async fn connect(url: &str) -> BenchResult<(ExecServerClient, mpsc::Receiver<Notification>)> {
+pub async fn connect(url: &str) -> BenchResult<(ExecServerClient, mpsc::Receiver<Notification>)> {
     let mut client = ExecServerClient::connect(url).await?;
     let events = client
         .take_notifications()
@@ -90,7 +90,7 @@ async fn connect(url: &str) -> BenchResult<(ExecServerClient, mpsc::Receiver<Not
     Ok((client, events))
 }
 
-async fn next_event(events: &mut mpsc::Receiver<Notification>) -> BenchResult<ProcessEvent> {
+pub async fn next_event(events: &mut mpsc::Receiver<Notification>) -> BenchResult<ProcessEvent> {
     loop {
         let notification = tokio::time::timeout(WAIT, events.recv())
             .await
