@@ -319,23 +319,19 @@ pub fn sandbox_denied(retention: &Retention, code: i32) -> bool {
     if code == 0 {
         return false;
     }
-    let mut stdout = Vec::new();
+    // The aggregate (stdout, then stderr) contains every marker either part
+    // does, so it is the only text searched.
+    let mut all = Vec::new();
     let mut stderr = Vec::new();
     for chunk in retention.iter() {
         match chunk.stream {
             StreamKind::Stderr => stderr.extend_from_slice(&chunk.data),
-            StreamKind::Stdout | StreamKind::Pty => stdout.extend_from_slice(&chunk.data),
+            StreamKind::Stdout | StreamKind::Pty => all.extend_from_slice(&chunk.data),
         }
     }
-    let has_marker = |bytes: &[u8]| {
-        let text = String::from_utf8_lossy(bytes).to_lowercase();
-        DENIAL_MARKERS.iter().any(|m| text.contains(m))
-    };
-    // The aggregate cannot match where neither part does, except across the
-    // stdout/stderr boundary.
-    let mut all = stdout.clone();
-    all.extend_from_slice(&stderr);
-    if has_marker(&stdout) || has_marker(&stderr) || has_marker(&all) {
+    all.append(&mut stderr);
+    let text = String::from_utf8_lossy(&all).to_lowercase();
+    if DENIAL_MARKERS.iter().any(|m| text.contains(m)) {
         return true;
     }
     if matches!(code, 2 | 126 | 127) {
