@@ -14,10 +14,11 @@ pub async fn serve(shared: Shared) {
     let (out_tx, mut out_rx) = mpsc::channel::<String>(OUTBOUND_QUEUE);
     let writer = tokio::spawn(async move {
         let mut stdout = tokio::io::stdout();
-        while let Some(text) = out_rx.recv().await {
-            if stdout.write_all(text.as_bytes()).await.is_err()
-                || stdout.write_all(b"\n").await.is_err()
-            {
+        while let Some(mut text) = out_rx.recv().await {
+            // One write per message: each write on tokio's stdout is a trip
+            // through the blocking pool.
+            text.push('\n');
+            if stdout.write_all(text.as_bytes()).await.is_err() {
                 return;
             }
             if out_rx.is_empty() && stdout.flush().await.is_err() {
