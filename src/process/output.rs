@@ -17,7 +17,8 @@ use tokio::io::unix::AsyncFd;
 use super::kill::signal_name;
 use super::managed::{lock, EventRoute, ExitInfo, ManagedProcess};
 use super::retention::{Chunk, Retention};
-use super::supervisor::{decode_wait_status, RECORD_LEN};
+use super::spawn::read_record;
+use super::supervisor::decode_wait_status;
 use crate::protocol::envelope::encode_notification;
 use crate::protocol::process::{
     encode_output_notification, ClosedNotification, ExitedNotification, StreamKind, NOTIFY_CLOSED,
@@ -118,22 +119,9 @@ async fn next_output(fd: Option<&AsyncFd<OwnedFd>>, kind: StreamKind) -> Event {
 }
 
 async fn next_status(fd: Option<&AsyncFd<OwnedFd>>) -> Event {
-    let Some(fd) = fd else {
-        return std::future::pending().await;
-    };
-    loop {
-        let mut guard = match fd.readable().await {
-            Ok(guard) => guard,
-            Err(_) => return Event::Exit(None),
-        };
-        let mut record = [0u8; RECORD_LEN];
-        match guard.try_io(|inner| {
-            nix::unistd::read(inner.get_ref(), &mut record).map_err(io::Error::from)
-        }) {
-            Ok(Ok(RECORD_LEN)) => return Event::Exit(Some(i32::from_ne_bytes(record))),
-            Ok(_) => return Event::Exit(None),
-            Err(_would_block) => continue,
-        }
+    match fd {
+        Some(fd) => Event::Exit(read_record(fd).await),
+        None => std::future::pending().await,
     }
 }
 

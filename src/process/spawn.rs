@@ -294,8 +294,9 @@ async fn spawn_with_zygote(zygote: &Zygote, spec: &LaunchSpec) -> Result<Spawned
     })
 }
 
-/// One status record, or `None` at EOF.
-async fn read_record(fd: &tokio::io::unix::AsyncFd<OwnedFd>) -> Option<i32> {
+/// One status record, or `None` at EOF (or on a short read or error).
+/// Cancel-safe: the record is only taken by a completed read.
+pub(super) async fn read_record(fd: &tokio::io::unix::AsyncFd<OwnedFd>) -> Option<i32> {
     loop {
         let mut guard = fd.readable().await.ok()?;
         let mut record = [0u8; supervisor::RECORD_LEN];
