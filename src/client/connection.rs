@@ -22,6 +22,7 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
 use super::{ClientError, Notification, RpcError};
+use crate::process::managed::lock;
 
 /// Messages queued for the writer task before senders wait.
 const OUTBOUND_QUEUE: usize = 1024;
@@ -82,10 +83,7 @@ impl Shared {
     /// Fails every waiting call; later calls fail at once.
     fn close(&self) {
         self.closed.store(true, Ordering::Release);
-        let drained: Vec<_> = match self.pending.lock() {
-            Ok(mut pending) => pending.drain().collect(),
-            Err(poisoned) => poisoned.into_inner().drain().collect(),
-        };
+        let drained: Vec<_> = lock(&self.pending).drain().collect();
         for (_, tx) in drained {
             let _ = tx.send(Err(ClientError::Closed));
         }
@@ -271,10 +269,7 @@ impl Connection {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let text = encode_request(id, method, params)?;
         let (tx, rx) = oneshot::channel();
-        match self.shared.pending.lock() {
-            Ok(mut pending) => pending.insert(id, tx),
-            Err(poisoned) => poisoned.into_inner().insert(id, tx),
-        };
+        lock(&self.shared.pending).insert(id, tx);
         // The reader may have closed between the check and the insert.
         if self.is_closed() {
             self.shared.close();
@@ -289,10 +284,7 @@ impl Connection {
             Ok(reply) => reply.unwrap_or(Err(ClientError::Closed)),
             Err(_) => {
                 // Forget the call: a late response is then ignored.
-                match self.shared.pending.lock() {
-                    Ok(mut pending) => pending.remove(&id),
-                    Err(poisoned) => poisoned.into_inner().remove(&id),
-                };
+                lock(&self.shared.pending).remove(&id);
                 Err(ClientError::Timeout {
                     method: method.to_owned(),
                     after: limit,
@@ -370,10 +362,7 @@ async fn route(shared: &Shared, notify_tx: &mpsc::Sender<Notification>, incoming
                 tracing::warn!("ignoring response with foreign id {id}");
                 return;
             };
-            let waiter = match shared.pending.lock() {
-                Ok(mut pending) => pending.remove(&id),
-                Err(poisoned) => poisoned.into_inner().remove(&id),
-            };
+            let waiter = lock(&shared.pending).remove(&id);
             let reply = match incoming.error {
                 Some(error) => Err(ClientError::Rpc(RpcError::new(error.code, error.message))),
                 None => Ok(incoming.result.unwrap_or(Value::Null)),
