@@ -51,10 +51,16 @@ pub fn signal_group(group: Pid, signal: Signal) -> nix::Result<()> {
 /// Blocking: reads `/proc`; call it off the async workers.
 pub fn kill_tree(supervisor: Pid, group: Pid) {
     let _ = signal_group(group, Signal::SIGKILL);
+    kill_subtrees(&[supervisor]);
+}
+
+/// Kills every live descendant of the `supervisors`, one `/proc` scan per
+/// round for all of them.
+fn kill_subtrees(supervisors: &[Pid]) {
     // Each round stops then kills what it sees, so a process forking between
     // the scan and the kill is found by the next round.
     for _ in 0..64 {
-        let victims = live_descendants(supervisor);
+        let victims = live_descendants(supervisors);
         if victims.is_empty() {
             return;
         }
@@ -94,9 +100,11 @@ pub fn kill_trees(trees: &[(Pid, Pid, bool)]) {
     while helpers.iter().any(|&helper| is_running(helper)) && Instant::now() < deadline {
         std::thread::sleep(GRACE_POLL);
     }
-    for &(supervisor, group, _) in trees {
-        kill_tree(supervisor, group);
+    for &(_, group, _) in trees {
+        let _ = signal_group(group, Signal::SIGKILL);
     }
+    let supervisors: Vec<Pid> = trees.iter().map(|&(supervisor, _, _)| supervisor).collect();
+    kill_subtrees(&supervisors);
 }
 
 /// Whether `pid` exists and is not a zombie.
@@ -113,8 +121,8 @@ pub fn parent_of(pid: i32) -> Option<i32> {
     parse_stat(&stat).map(|(_, ppid)| ppid)
 }
 
-/// Descendants of `root` that are not zombies, from one scan of `/proc`.
-pub fn live_descendants(root: Pid) -> Vec<Pid> {
+/// Descendants of any of `roots` that are not zombies, from one scan of `/proc`.
+pub fn live_descendants(roots: &[Pid]) -> Vec<Pid> {
     let mut children: HashMap<i32, Vec<(i32, bool)>> = HashMap::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -138,7 +146,7 @@ pub fn live_descendants(root: Pid) -> Vec<Pid> {
         }
     }
     let mut out = Vec::new();
-    let mut stack = vec![root.as_raw()];
+    let mut stack: Vec<i32> = roots.iter().map(|root| root.as_raw()).collect();
     while let Some(parent) = stack.pop() {
         for &(pid, dead) in children.get(&parent).map(Vec::as_slice).unwrap_or_default() {
             if !dead {

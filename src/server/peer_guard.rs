@@ -36,14 +36,9 @@ pub fn refuse_tcp(local: SocketAddr, peer: SocketAddr) -> bool {
     };
     let wanted = format!("socket:[{inode}]");
     // The sandboxed subtrees first (few processes): an owner there is refused.
-    let mut sandboxed: Vec<i32> = roots.clone();
-    for &root in &roots {
-        sandboxed.extend(
-            live_descendants(Pid::from_raw(root))
-                .into_iter()
-                .map(Pid::as_raw),
-        );
-    }
+    let root_pids: Vec<Pid> = roots.iter().copied().map(Pid::from_raw).collect();
+    let mut sandboxed: Vec<i32> = roots;
+    sandboxed.extend(live_descendants(&root_pids).into_iter().map(Pid::as_raw));
     if sandboxed.iter().any(|&pid| holds(pid, &wanted)) {
         return true;
     }
