@@ -191,6 +191,8 @@ struct Builder<'a> {
     writable_mounts: Vec<PathBuf>,
     /// Writable roots in both spellings (logical and canonical).
     writable_paths: Vec<PathBuf>,
+    /// Every writable root (in policy order) with its canonical form.
+    remaps: Vec<(PathBuf, PathBuf)>,
 }
 
 /// Builds the bwrap argv for a restricted policy.
@@ -200,6 +202,7 @@ pub fn build(inputs: &BwrapInputs<'_>) -> Result<BwrapCommand, BwrapArgsError> {
         out: BwrapCommand::default(),
         writable_mounts: Vec::new(),
         writable_paths: Vec::new(),
+        remaps: Vec::new(),
     };
     b.out.texts(&["--new-session", "--die-with-parent"]);
     if inputs.policy.full_write && inputs.glob_matches.is_empty() {
@@ -234,9 +237,8 @@ impl Builder<'_> {
 
     /// Rewrites `p` below a symlinked writable root to its real location.
     fn remap(&self, p: &Path) -> PathBuf {
-        for w in &self.inputs.policy.writable_roots() {
-            if let Ok(rest) = p.strip_prefix(&w.root) {
-                let real = canonical_or_self(&w.root);
+        for (root, real) in &self.remaps {
+            if let Ok(rest) = p.strip_prefix(root) {
                 return real.join(rest);
             }
         }
@@ -246,6 +248,10 @@ impl Builder<'_> {
     fn fs_args(&mut self) -> Result<(), BwrapArgsError> {
         let policy = self.inputs.policy;
         let writable = policy.writable_roots();
+        self.remaps = writable
+            .iter()
+            .map(|w| (w.root.clone(), canonical_or_self(&w.root)))
+            .collect();
         for w in &writable {
             if exists(&w.root) {
                 let real = canonical_or_self(&w.root);
