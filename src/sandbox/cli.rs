@@ -439,12 +439,8 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
     run::cloexec_inherited_fds();
     let state_dir = state::state_dir().map_err(fail)?;
     state::tidy(&state_dir);
-    let writable: Vec<PathBuf> = prepared
-        .resolved
-        .writable_roots()
-        .iter()
-        .map(|w| w.root.clone())
-        .collect();
+    let writable_roots = prepared.resolved.writable_roots();
+    let writable: Vec<PathBuf> = writable_roots.iter().map(|w| w.root.clone()).collect();
     let choice = launcher::select_excluding(&prepared.policy_cwd, &writable, Some(&state_dir))
         .map_err(fail)?;
     let exe =
@@ -467,9 +463,7 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
         glob_matches = expansion.paths;
     }
 
-    let protected_paths: Vec<PathBuf> = prepared
-        .resolved
-        .writable_roots()
+    let protected_paths: Vec<PathBuf> = writable_roots
         .iter()
         .flat_map(|w| w.protected_metadata_names.iter().map(|n| w.root.join(n)))
         .collect();
