@@ -353,9 +353,7 @@ fn run_args(args: Args) -> Result<i32, Failure> {
 }
 
 fn is_wsl1() -> bool {
-    let version = std::fs::read_to_string("/proc/version").unwrap_or_default();
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    crate::sandbox::probe::detect_wsl(&version, &release) == crate::sandbox::probe::Wsl::Wsl1
+    crate::sandbox::probe::host_wsl() == crate::sandbox::probe::Wsl::Wsl1
 }
 
 fn net_name(n: NetworkSandboxPolicy) -> &'static str {
