@@ -252,9 +252,9 @@ impl Builder<'_> {
             .iter()
             .map(|w| (w.root.clone(), canonical_or_self(&w.root)))
             .collect();
-        for w in &writable {
+        for (w, (_, real)) in writable.iter().zip(&self.remaps) {
             if exists(&w.root) {
-                let real = canonical_or_self(&w.root);
+                let real = real.clone();
                 self.writable_paths.push(w.root.clone());
                 if real != w.root {
                     self.writable_paths.push(real.clone());
@@ -323,8 +323,9 @@ impl Builder<'_> {
         // 2. Writable roots by depth, each followed by its carve-outs.
         let mut roots: Vec<_> = writable
             .iter()
-            .filter(|w| exists(&w.root))
-            .map(|w| (canonical_or_self(&w.root), w))
+            .zip(&self.remaps)
+            .filter(|(w, _)| exists(&w.root))
+            .map(|(w, (_, real))| (real.clone(), w))
             .collect();
         roots.sort_by_key(|(m, _)| (depth(m), m.clone()));
         for (mount, root) in roots {
@@ -386,11 +387,10 @@ impl Builder<'_> {
         // in another writable root): after every bind, so none covers them,
         // with the deny masks below them applied again on top.
         let mut outer: Vec<PathBuf> = Vec::new();
-        for w in &writable {
-            let mount = canonical_or_self(&w.root);
+        for (w, (_, mount)) in writable.iter().zip(&self.remaps) {
             for p in &w.read_only_subpaths {
                 let p = self.remap(p);
-                if !p.starts_with(&mount) && !outer.contains(&p) {
+                if !p.starts_with(mount) && !outer.contains(&p) {
                     outer.push(p);
                 }
             }
