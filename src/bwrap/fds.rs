@@ -68,22 +68,34 @@ pub fn block_on(fd: RawFd) {
 /// Closes every fd from 3 upwards except those in `keep` (for a process
 /// that never execs, such as the reaper).
 pub fn close_all_but(keep: &[RawFd]) -> io::Result<()> {
-    for_ranges_but(keep, |first, last| {
-        // SAFETY: close_range only closes fds; nothing here borrows them.
-        let rc = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
-        if rc == 0 {
-            return Ok(());
+    for_ranges_but(keep, |first, last| close_range_or(first, last, 0, close))
+}
+
+/// Marks every fd from 3 upwards close-on-exec.
+pub fn cloexec_from_3() {
+    let _ = close_range_or(3, u32::MAX, libc::CLOSE_RANGE_CLOEXEC, |fd| {
+        // SAFETY: flags an fd; a stale number fails harmlessly with EBADF.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    });
+}
+
+/// `close_range(first, last, flags)`; where the kernel lacks it, `each` on
+/// every fd in the range that /proc/self/fd lists.
+fn close_range_or(first: u32, last: u32, flags: u32, each: impl Fn(RawFd)) -> io::Result<()> {
+    // SAFETY: close_range only closes or flags fds; nothing here borrows them.
+    let rc = unsafe { libc::syscall(libc::SYS_close_range, first, last, flags) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let entries: Vec<u32> = std::fs::read_dir("/proc/self/fd")?
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    for fd in entries.into_iter().filter(|fd| (first..=last).contains(fd)) {
+        if let Ok(fd) = RawFd::try_from(fd) {
+            each(fd);
         }
-        let entries: Vec<u32> = std::fs::read_dir("/proc/self/fd")?
-            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
-            .collect();
-        for fd in entries.into_iter().filter(|fd| (first..=last).contains(fd)) {
-            if let Ok(fd) = RawFd::try_from(fd) {
-                close(fd);
-            }
-        }
-        Ok(())
-    })
+    }
+    Ok(())
 }
 
 fn for_ranges_but(

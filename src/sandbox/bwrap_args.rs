@@ -191,6 +191,8 @@ struct Builder<'a> {
     writable_mounts: Vec<PathBuf>,
     /// Writable roots in both spellings (logical and canonical).
     writable_paths: Vec<PathBuf>,
+    /// Every writable root (in policy order) with its canonical form.
+    remaps: Vec<(PathBuf, PathBuf)>,
 }
 
 /// Builds the bwrap argv for a restricted policy.
@@ -200,6 +202,7 @@ pub fn build(inputs: &BwrapInputs<'_>) -> Result<BwrapCommand, BwrapArgsError> {
         out: BwrapCommand::default(),
         writable_mounts: Vec::new(),
         writable_paths: Vec::new(),
+        remaps: Vec::new(),
     };
     b.out.texts(&["--new-session", "--die-with-parent"]);
     if inputs.policy.full_write && inputs.glob_matches.is_empty() {
@@ -234,9 +237,8 @@ impl Builder<'_> {
 
     /// Rewrites `p` below a symlinked writable root to its real location.
     fn remap(&self, p: &Path) -> PathBuf {
-        for w in &self.inputs.policy.writable_roots() {
-            if let Ok(rest) = p.strip_prefix(&w.root) {
-                let real = canonical_or_self(&w.root);
+        for (root, real) in &self.remaps {
+            if let Ok(rest) = p.strip_prefix(root) {
                 return real.join(rest);
             }
         }
@@ -246,9 +248,13 @@ impl Builder<'_> {
     fn fs_args(&mut self) -> Result<(), BwrapArgsError> {
         let policy = self.inputs.policy;
         let writable = policy.writable_roots();
-        for w in &writable {
+        self.remaps = writable
+            .iter()
+            .map(|w| (w.root.clone(), canonical_or_self(&w.root)))
+            .collect();
+        for (w, (_, real)) in writable.iter().zip(&self.remaps) {
             if exists(&w.root) {
-                let real = canonical_or_self(&w.root);
+                let real = real.clone();
                 self.writable_paths.push(w.root.clone());
                 if real != w.root {
                     self.writable_paths.push(real.clone());
@@ -317,8 +323,9 @@ impl Builder<'_> {
         // 2. Writable roots by depth, each followed by its carve-outs.
         let mut roots: Vec<_> = writable
             .iter()
-            .filter(|w| exists(&w.root))
-            .map(|w| (canonical_or_self(&w.root), w))
+            .zip(&self.remaps)
+            .filter(|(w, _)| exists(&w.root))
+            .map(|(w, (_, real))| (real.clone(), w))
             .collect();
         roots.sort_by_key(|(m, _)| (depth(m), m.clone()));
         for (mount, root) in roots {
@@ -380,11 +387,10 @@ impl Builder<'_> {
         // in another writable root): after every bind, so none covers them,
         // with the deny masks below them applied again on top.
         let mut outer: Vec<PathBuf> = Vec::new();
-        for w in &writable {
-            let mount = canonical_or_self(&w.root);
+        for (w, (_, mount)) in writable.iter().zip(&self.remaps) {
             for p in &w.read_only_subpaths {
                 let p = self.remap(p);
-                if !p.starts_with(&mount) && !outer.contains(&p) {
+                if !p.starts_with(mount) && !outer.contains(&p) {
                     outer.push(p);
                 }
             }

@@ -353,9 +353,7 @@ fn run_args(args: Args) -> Result<i32, Failure> {
 }
 
 fn is_wsl1() -> bool {
-    let version = std::fs::read_to_string("/proc/version").unwrap_or_default();
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    crate::sandbox::probe::detect_wsl(&version, &release) == crate::sandbox::probe::Wsl::Wsl1
+    crate::sandbox::probe::host_wsl() == crate::sandbox::probe::Wsl::Wsl1
 }
 
 fn net_name(n: NetworkSandboxPolicy) -> &'static str {
@@ -439,12 +437,8 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
     run::cloexec_inherited_fds();
     let state_dir = state::state_dir().map_err(fail)?;
     state::tidy(&state_dir);
-    let writable: Vec<PathBuf> = prepared
-        .resolved
-        .writable_roots()
-        .iter()
-        .map(|w| w.root.clone())
-        .collect();
+    let writable_roots = prepared.resolved.writable_roots();
+    let writable: Vec<PathBuf> = writable_roots.iter().map(|w| w.root.clone()).collect();
     let choice = launcher::select_excluding(&prepared.policy_cwd, &writable, Some(&state_dir))
         .map_err(fail)?;
     let exe =
@@ -467,9 +461,7 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
         glob_matches = expansion.paths;
     }
 
-    let protected_paths: Vec<PathBuf> = prepared
-        .resolved
-        .writable_roots()
+    let protected_paths: Vec<PathBuf> = writable_roots
         .iter()
         .flat_map(|w| w.protected_metadata_names.iter().map(|n| w.root.join(n)))
         .collect();

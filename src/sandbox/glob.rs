@@ -60,22 +60,14 @@ pub enum Scanner {
 }
 
 impl Scanner {
-    /// ripgrep from PATH (never one under `cwd`), else the built-in walker.
+    /// ripgrep from PATH, looked up as the system bwrap is (absolute
+    /// entries only, never one under `cwd`), else the built-in walker.
     pub fn detect(cwd: &Path) -> Scanner {
-        let cwd = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
         let path = std::env::var_os("PATH").unwrap_or_default();
-        if let Ok(found) = which::which_in_all("rg", Some(path), &cwd) {
-            for candidate in found {
-                let Ok(real) = candidate.canonicalize() else {
-                    continue;
-                };
-                if cwd != Path::new("/") && real.starts_with(&cwd) {
-                    continue;
-                }
-                return Scanner::Ripgrep(real);
-            }
+        match crate::sandbox::launcher::find_in_search_path("rg", &path, cwd) {
+            Some(real) => Scanner::Ripgrep(real),
+            None => Scanner::BuiltIn,
         }
-        Scanner::BuiltIn
     }
 }
 

@@ -218,16 +218,19 @@ pub fn plan(resolved: &ResolvedPolicy, kernel_abi: u32) -> Result<Plan, Landlock
         })
         .collect();
     // Deny globs become the paths matching at start, as with bubblewrap.
-    let scanner = Scanner::detect(&resolved.cwd);
-    let depth = resolved.glob_scan_max_depth.map(|d| d.get());
-    for pattern in resolved.unreadable_globs() {
-        let expansion = glob::expand(std::slice::from_ref(pattern), depth, &scanner)?;
-        for skipped in expansion.skipped {
-            plan.unenforced
-                .push(format!("deny glob {skipped} (would scan from /)"));
-        }
-        for path in expansion.paths {
-            denies.push((path, format!("deny glob {pattern}")));
+    let globs = resolved.unreadable_globs();
+    if !globs.is_empty() {
+        let scanner = Scanner::detect(&resolved.cwd);
+        let depth = resolved.glob_scan_max_depth.map(|d| d.get());
+        for pattern in globs {
+            let expansion = glob::expand(std::slice::from_ref(pattern), depth, &scanner)?;
+            for skipped in expansion.skipped {
+                plan.unenforced
+                    .push(format!("deny glob {skipped} (would scan from /)"));
+            }
+            for path in expansion.paths {
+                denies.push((path, format!("deny glob {pattern}")));
+            }
         }
     }
     // A carve-out reached through a symlink (`.codex -> decoy`) protects

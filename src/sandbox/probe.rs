@@ -198,6 +198,14 @@ fn run_probe() -> HostProbe {
     }
 }
 
+/// This host's WSL generation, from /proc alone (no other probing).
+pub fn host_wsl() -> Wsl {
+    detect_wsl(
+        &read_trimmed("/proc/version"),
+        &read_trimmed("/proc/sys/kernel/osrelease"),
+    )
+}
+
 fn read_trimmed(path: &str) -> String {
     std::fs::read_to_string(path)
         .map(|s| s.trim().to_owned())

@@ -143,29 +143,7 @@ fn forwarded() -> SigSet {
 /// Marks every fd ≥ 3 close-on-exec (so nothing of the caller leaks into
 /// the sandbox except what a run passes on purpose).
 pub fn cloexec_inherited_fds() {
-    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only flags fds.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            3u32,
-            u32::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
-        )
-    };
-    if rc == 0 {
-        return;
-    }
-    if let Ok(rd) = std::fs::read_dir("/proc/self/fd") {
-        let fds: Vec<RawFd> = rd
-            .flatten()
-            .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
-            .filter(|fd| *fd >= 3)
-            .collect();
-        for fd in fds {
-            // SAFETY: flags an fd; a stale number fails harmlessly with EBADF.
-            unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
-        }
-    }
+    crate::bwrap::fds::cloexec_from_3();
 }
 
 /// Runs `launcher` with `argv` (after `bwrap`), passing `fds`.
