@@ -97,28 +97,30 @@ pub fn not_a_file(path: &Path) -> FsError {
 }
 
 /// Opens a regular file for reading without ever blocking on a FIFO
-/// (`O_NONBLOCK`), refusing anything that is not a regular file.
-pub fn open_regular_file(path: &Path) -> Result<File> {
+/// (`O_NONBLOCK`), refusing anything that is not a regular file. Returns the
+/// file with its metadata.
+pub fn open_regular_file(path: &Path) -> Result<(File, Metadata)> {
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)?;
-    if !file.metadata()?.is_file() {
+    let meta = file.metadata()?;
+    if !meta.is_file() {
         return Err(not_a_file(path));
     }
-    Ok(file)
+    Ok((file, meta))
 }
 
 /// `fs/readFile`: the whole regular file, at most 512 MiB.
 pub fn read_file(params: &ReadFileParams) -> Result<ReadFileResponse> {
     let path = params.path.path();
-    let file = open_regular_file(path)?;
+    let (file, meta) = open_regular_file(path)?;
     let too_large = || {
         FsError::InvalidRequest(format!(
             "file is too large to read: limit is {READ_FILE_MAX_BYTES} bytes"
         ))
     };
-    let size = file.metadata()?.len();
+    let size = meta.len();
     if size > READ_FILE_MAX_BYTES {
         return Err(too_large());
     }
