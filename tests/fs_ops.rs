@@ -331,13 +331,14 @@ async fn walk_is_bounded_breadth_first_and_sorted() {
     std::fs::write(root.join("b/deep/deeper/y"), b"").unwrap();
     mkfifo(&root.join("fifo"));
     let options = |depth: usize, dirs: usize, entries: usize| json!({"maxDepth": depth, "maxDirectories": dirs, "maxEntries": entries, "followDirectorySymlinks": false});
+    let walk = |path: String, depth, dirs, entries| {
+        client.ok(
+            "fs/walk",
+            json!({"path": path, "options": options(depth, dirs, entries)}),
+        )
+    };
     for d in DIALECTS {
-        let answer = client
-            .ok(
-                "fs/walk",
-                json!({"path": d.path(&root), "options": options(64, 100, 100)}),
-            )
-            .await;
+        let answer = walk(d.path(&root), 64, 100, 100).await;
         let p = |rel: &str| d.path(&root.join(rel));
         assert_eq!(
             walk_paths(&answer),
@@ -354,36 +355,16 @@ async fn walk_is_bounded_breadth_first_and_sorted() {
         assert_eq!(answer["errors"], json!([]));
         assert_eq!(answer["truncated"], false);
 
-        let answer = client
-            .ok(
-                "fs/walk",
-                json!({"path": d.path(&root), "options": options(0, 100, 100)}),
-            )
-            .await;
+        let answer = walk(d.path(&root), 0, 100, 100).await;
         assert_eq!(walk_paths(&answer).len(), 3);
-        let answer = client
-            .ok(
-                "fs/walk",
-                json!({"path": d.path(&root), "options": options(64, 100, 2)}),
-            )
-            .await;
+        let answer = walk(d.path(&root), 64, 100, 2).await;
         assert_eq!(walk_paths(&answer).len(), 2);
         assert_eq!(answer["truncated"], true);
-        let answer = client
-            .ok(
-                "fs/walk",
-                json!({"path": d.path(&root), "options": options(64, 1, 100)}),
-            )
-            .await;
+        let answer = walk(d.path(&root), 64, 1, 100).await;
         assert_eq!(walk_paths(&answer).len(), 3);
         assert_eq!(answer["truncated"], true);
         // A file root is an empty outcome.
-        let answer = client
-            .ok(
-                "fs/walk",
-                json!({"path": d.path(&root.join("c")), "options": options(3, 3, 3)}),
-            )
-            .await;
+        let answer = walk(d.path(&root.join("c")), 3, 3, 3).await;
         assert_eq!(
             answer,
             json!({"entries": [], "errors": [], "truncated": false})

@@ -174,38 +174,28 @@ fn usage_errors_exit_2_with_one_line() {
 fn inner_stage_flags_are_refused_outside_the_sandbox() {
     let w = Ws::new();
     let marker = w.ws.join("ran");
-    let out = Command::new(BIN)
-        .arg("linux-sandbox")
-        .arg("--sandbox-policy-cwd")
-        .arg(&w.ws)
-        .args([
-            "--permission-profile",
-            "read-only",
-            "--apply-seccomp-then-exec",
-            "--",
-        ])
-        .arg("touch")
-        .arg(&marker)
-        .output()
-        .unwrap();
+    // `… --apply-seccomp-then-exec -- touch MARKER` through `front`.
+    let run = |front: &mut Command| {
+        front
+            .arg("--sandbox-policy-cwd")
+            .arg(&w.ws)
+            .args([
+                "--permission-profile",
+                "read-only",
+                "--apply-seccomp-then-exec",
+                "--",
+            ])
+            .arg("touch")
+            .arg(&marker)
+            .output()
+            .unwrap()
+    };
+    let out = run(Command::new(BIN).arg("linux-sandbox"));
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("refused"), "{}", stderr(&out));
     assert!(!marker.exists(), "the command must not run");
     // Same through argv[0] `codex-linux-sandbox`.
-    let out = Command::new(BIN)
-        .arg0("codex-linux-sandbox")
-        .arg("--sandbox-policy-cwd")
-        .arg(&w.ws)
-        .args([
-            "--permission-profile",
-            "read-only",
-            "--apply-seccomp-then-exec",
-            "--",
-        ])
-        .arg("touch")
-        .arg(&marker)
-        .output()
-        .unwrap();
+    let out = run(Command::new(BIN).arg0("codex-linux-sandbox"));
     assert_eq!(out.status.code(), Some(1));
     assert!(!marker.exists());
 }

@@ -23,22 +23,28 @@ use crate::protocol::fs::{
     READ_FILE_MAX_BYTES,
 };
 
-/// Decodes fs params: a bad wire path is ‑32600 naming the path (SPEC §2.4),
-/// any other shape problem ‑32602.
-pub fn decode_params<T: DeserializeOwned>(params: Value) -> Result<T> {
+/// Null params as `{}`, refusing a bad wire path with ‑32600 naming the
+/// path (SPEC §2.4). The probe only looks at the path fields, so a large
+/// `dataBase64` is not copied.
+pub fn check_paths(params: Value) -> Result<Value> {
     let params = if params.is_null() {
         Value::Object(Default::default())
     } else {
         params
     };
-    // The probe only looks at the path fields, so a large `dataBase64` is
-    // not copied; the params are then consumed without cloning.
     if let Some(path_err) = PathFieldsProbe::deserialize(&params)
         .ok()
         .and_then(|probe| probe.first_invalid())
     {
         return Err(FsError::InvalidRequest(path_err.to_string()));
     }
+    Ok(params)
+}
+
+/// Decodes fs params: a bad wire path is ‑32600 naming the path (SPEC §2.4),
+/// any other shape problem ‑32602.
+pub fn decode_params<T: DeserializeOwned>(params: Value) -> Result<T> {
+    let params = check_paths(params)?;
     serde_json::from_value(params).map_err(|err| FsError::InvalidParams(err.to_string()))
 }
 
@@ -46,11 +52,14 @@ fn to_value<T: Serialize>(value: T) -> Result<Value> {
     serde_json::to_value(value).map_err(|err| FsError::Internal(err.to_string()))
 }
 
-/// Checks that `params` decode for `operation`, without running it (the
-/// server does this before handing a request to a helper).
+/// Checks that `params`, already passed through [`check_paths`], decode for
+/// `operation`, without running or copying them (the server does this
+/// before handing a request to a helper).
 pub fn validate(operation: &str, params: &Value) -> Result<()> {
     fn check<T: DeserializeOwned>(params: &Value) -> Result<()> {
-        decode_params::<T>(params.clone()).map(drop)
+        T::deserialize(params)
+            .map(drop)
+            .map_err(|err| FsError::InvalidParams(err.to_string()))
     }
     match operation {
         method::READ_FILE => check::<ReadFileParams>(params),
@@ -97,28 +106,30 @@ pub fn not_a_file(path: &Path) -> FsError {
 }
 
 /// Opens a regular file for reading without ever blocking on a FIFO
-/// (`O_NONBLOCK`), refusing anything that is not a regular file.
-pub fn open_regular_file(path: &Path) -> Result<File> {
+/// (`O_NONBLOCK`), refusing anything that is not a regular file. Returns the
+/// file with its metadata.
+pub fn open_regular_file(path: &Path) -> Result<(File, Metadata)> {
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)?;
-    if !file.metadata()?.is_file() {
+    let meta = file.metadata()?;
+    if !meta.is_file() {
         return Err(not_a_file(path));
     }
-    Ok(file)
+    Ok((file, meta))
 }
 
 /// `fs/readFile`: the whole regular file, at most 512 MiB.
 pub fn read_file(params: &ReadFileParams) -> Result<ReadFileResponse> {
     let path = params.path.path();
-    let file = open_regular_file(path)?;
+    let (file, meta) = open_regular_file(path)?;
     let too_large = || {
         FsError::InvalidRequest(format!(
             "file is too large to read: limit is {READ_FILE_MAX_BYTES} bytes"
         ))
     };
-    let size = file.metadata()?.len();
+    let size = meta.len();
     if size > READ_FILE_MAX_BYTES {
         return Err(too_large());
     }

@@ -66,7 +66,7 @@ impl FileStreams {
         if sandboxed {
             return Err(FsError::InvalidRequest(SANDBOXED_STREAM_MESSAGE.into()));
         }
-        let file = open_regular_file(params.path.path())?;
+        let (file, _) = open_regular_file(params.path.path())?;
         let mut table = self.table();
         // Checked again: another request may have raced us while opening.
         can_add(&table, id)?;

@@ -20,7 +20,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::fs::error::INVALID_REQUEST;
-use crate::fs::FsError;
 
 /// Why the helper itself failed.
 #[derive(Debug, thiserror::Error)]
@@ -182,10 +181,7 @@ fn serve_loop() -> Result<(), HelperError> {
                     .unwrap_or(Value::Null),
                 response: HelperResponse::Error(ErrorPayload {
                     code: INVALID_REQUEST,
-                    message: FsError::InvalidRequest(format!(
-                        "failed to decode fs helper request: {err}"
-                    ))
-                    .to_string(),
+                    message: format!("failed to decode fs helper request: {err}"),
                 }),
             },
         };

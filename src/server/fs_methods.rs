@@ -17,7 +17,7 @@ use serde_json::Value;
 use super::fs_helper_pool::{HelperKey, HelperPool};
 use super::process_sandbox::SandboxGuard;
 use crate::fs::{ops, FileStreams, FsError};
-use crate::protocol::fs::{method, CloseParams, OpenParams, PathFieldsProbe, ReadBlockParams};
+use crate::protocol::fs::{method, CloseParams, OpenParams, ReadBlockParams};
 use crate::protocol::sandbox::{to_policy_profile, FileSystemSandboxContext, ResolvedSandbox};
 use crate::protocol::RpcError;
 use crate::runtime_paths::ExecServerRuntimePaths;
@@ -189,17 +189,7 @@ pub async fn dispatch(ctx: &FsContext, method: &str, params: Value) -> Result<Va
 }
 
 async fn run_one_shot(ctx: &FsContext, method: &str, params: Value) -> Result<Value, RpcError> {
-    let params = if params.is_null() {
-        Value::Object(Default::default())
-    } else {
-        params
-    };
-    if let Some(err) = PathFieldsProbe::deserialize(&params)
-        .ok()
-        .and_then(|probe| probe.first_invalid())
-    {
-        return Err(RpcError::invalid_request(err.to_string()));
-    }
+    let params = ops::check_paths(params).map_err(rpc)?;
     let sandbox = SandboxField::deserialize(&params)
         .map_err(|err| RpcError::invalid_params(err.to_string()))?
         .sandbox;
@@ -209,11 +199,13 @@ async fn run_one_shot(ctx: &FsContext, method: &str, params: Value) -> Result<Va
             blocking(move || ops::run(&method, params)).await
         }
         Placement::Helper(key) => {
-            ops::validate(method, &params).map_err(rpc)?;
+            // The helper runs where the sandbox already put it; nulled first
+            // so the context is not decoded again below.
             let mut params = params;
             if let Some(object) = params.as_object_mut() {
                 object.insert("sandbox".into(), Value::Null);
             }
+            ops::validate(method, &params).map_err(rpc)?;
             HelperPool::global()
                 .call(&ctx.paths, &key, method, params)
                 .await
