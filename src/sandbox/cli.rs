@@ -145,6 +145,29 @@ pub(crate) fn parse_args<A: Parser>(argv: &[OsString], prefix: &str) -> Result<A
 }
 
 /// Entry point of this mode.
+/// The leading flags of a `codex-linux-sandbox` command line, as every caller
+/// builds it: where the policy is resolved, where the command runs, the
+/// profile JSON, and the Landlock backend when asked for.
+pub fn helper_args(
+    policy_cwd: &Path,
+    command_cwd: &Path,
+    profile_json: &str,
+    use_legacy_landlock: bool,
+) -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec![
+        "--sandbox-policy-cwd".into(),
+        policy_cwd.into(),
+        "--command-cwd".into(),
+        command_cwd.into(),
+        "--permission-profile".into(),
+        profile_json.into(),
+    ];
+    if use_legacy_landlock {
+        args.push("--use-legacy-landlock".into());
+    }
+    args
+}
+
 pub fn main(argv: Vec<OsString>) -> i32 {
     let args = match parse_args::<Args>(&argv, PREFIX) {
         Ok(a) => a,
@@ -471,15 +494,13 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
     loop {
         attempt += 1;
         let fds = run::RunFds::open(0).map_err(fail)?;
-        let mut flags: Vec<OsString> = vec![
-            "--sandbox-policy-cwd".into(),
-            prepared.policy_cwd.clone().into(),
-            "--command-cwd".into(),
-            prepared.command_cwd.clone().into(),
-            "--permission-profile".into(),
-            inner_profile.to_json().into(),
-            "--apply-seccomp-then-exec".into(),
-        ];
+        let mut flags = helper_args(
+            &prepared.policy_cwd,
+            &prepared.command_cwd,
+            &inner_profile.to_json(),
+            false,
+        );
+        flags.push("--apply-seccomp-then-exec".into());
         if !args.explain {
             flags.push("--restore-stderr-fd".into());
             flags.push(

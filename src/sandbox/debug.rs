@@ -113,18 +113,18 @@ fn run(args: Args) -> Result<i32, (i32, String)> {
             let paths = ExecServerRuntimePaths::current()
                 .map_err(|e| (1, format!("cannot locate this executable: {e}")))?;
             let mut cmd = paths.linux_sandbox_command();
-            cmd.arg("--sandbox-policy-cwd")
-                .arg(&cwd)
-                .arg("--command-cwd")
-                .arg(&cwd)
-                .arg("--permission-profile")
-                .arg(profile.to_json())
-                .arg("--backend")
-                .arg(match args.backend {
-                    Backend::Auto => "auto",
-                    Backend::Bwrap => "bwrap",
-                    Backend::Landlock => "landlock",
-                });
+            cmd.args(super::cli::helper_args(
+                &cwd,
+                &cwd,
+                &profile.to_json(),
+                false,
+            ))
+            .arg("--backend")
+            .arg(match args.backend {
+                Backend::Auto => "auto",
+                Backend::Bwrap => "bwrap",
+                Backend::Landlock => "landlock",
+            });
             if args.no_proc {
                 cmd.arg("--no-proc");
             }

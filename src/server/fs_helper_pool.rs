@@ -11,7 +11,7 @@
 //! ‑32603 and the next request gets a fresh helper.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -25,6 +25,7 @@ use crate::arg0::FS_HELPER_ARG1;
 use crate::fs_helper::{HelperResponse, ServeResponse};
 use crate::protocol::RpcError;
 use crate::runtime_paths::ExecServerRuntimePaths;
+use crate::sandbox::cli::helper_args;
 
 /// Busy helpers per distinct sandbox.
 pub const MAX_HELPERS_PER_KEY: usize = 4;
@@ -372,16 +373,12 @@ impl Helper {
 
 fn spawn_helper(paths: &ExecServerRuntimePaths, key: &HelperKey) -> Result<Helper, RpcError> {
     let mut command = paths.linux_sandbox_command();
-    command
-        .arg("--sandbox-policy-cwd")
-        .arg(&key.cwd)
-        .arg("--command-cwd")
-        .arg("/")
-        .arg("--permission-profile")
-        .arg(&key.profile_json);
-    if key.use_legacy_landlock {
-        command.arg("--use-legacy-landlock");
-    }
+    command.args(helper_args(
+        &key.cwd,
+        Path::new("/"),
+        &key.profile_json,
+        key.use_legacy_landlock,
+    ));
     command
         .arg("--")
         .arg(&paths.codex_self_exe)

@@ -24,6 +24,7 @@ use crate::protocol::sandbox::{
 };
 use crate::protocol::RpcError;
 use crate::runtime_paths::ExecServerRuntimePaths;
+use crate::sandbox::cli::helper_args;
 
 /// What the server adds to every sandbox it materializes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -149,18 +150,13 @@ pub fn prepare(
     let mut profile = resolved.process_profile(&exe_dirs(paths));
     guard.apply(&mut profile);
     let profile = to_policy_profile(&profile).map_err(context_error)?;
-    let mut argv: Vec<OsString> = vec![
-        paths.linux_sandbox_exe().as_os_str().to_owned(),
-        "--sandbox-policy-cwd".into(),
-        policy_cwd.into_os_string(),
-        "--command-cwd".into(),
-        spec.cwd.clone().into_os_string(),
-        "--permission-profile".into(),
-        profile.to_json().into(),
-    ];
-    if resolved.use_legacy_landlock {
-        argv.push("--use-legacy-landlock".into());
-    }
+    let mut argv: Vec<OsString> = vec![paths.linux_sandbox_exe().as_os_str().to_owned()];
+    argv.extend(helper_args(
+        &policy_cwd,
+        &spec.cwd,
+        &profile.to_json(),
+        resolved.use_legacy_landlock,
+    ));
     argv.push("--".into());
     argv.append(&mut spec.argv);
     spec.argv = argv;
