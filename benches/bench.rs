@@ -1,6 +1,7 @@
 //! The project's benchmark (`scripts/bench`, or `cargo bench --bench bench`):
 //! prints every SPEC §8 figure beside a baseline measured in the same run,
-//! one line each. Each area adds a module with a `run(&mut Report)`.
+//! one line each. Each area adds a module with a `run(&mut Report)`;
+//! `scripts/bench process sandbox` runs only the named areas.
 
 mod bwrap;
 mod common;
@@ -15,12 +16,30 @@ fn main() {
         println!("benchmark skipped: run scripts/bench (cargo bench --bench bench)");
         return;
     }
+    let areas: [(&str, fn(&mut common::Report)); 4] = [
+        ("process", process::run),
+        ("sandbox", sandbox::run),
+        ("bwrap", bwrap::run),
+        ("fs", fs::run),
+    ];
+    let chosen: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|arg| !arg.starts_with('-'))
+        .collect();
+    if let Some(unknown) = chosen
+        .iter()
+        .find(|name| !areas.iter().any(|(area, _)| area == name))
+    {
+        eprintln!("bench: unknown area {unknown:?} (process, sandbox, bwrap, fs)");
+        std::process::exit(2);
+    }
     let mut report = common::Report::default();
     println!("codexbox benchmark (release build, {} CPUs)", cpus());
-    process::run(&mut report);
-    sandbox::run(&mut report);
-    bwrap::run(&mut report);
-    fs::run(&mut report);
+    for (area, run) in areas {
+        if chosen.is_empty() || chosen.iter().any(|name| name == area) {
+            run(&mut report);
+        }
+    }
     if report.is_empty() {
         println!("no figures measured");
     } else {

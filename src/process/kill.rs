@@ -55,13 +55,17 @@ pub fn kill_tree(supervisor: Pid, group: Pid) {
 }
 
 /// Kills every live descendant of the `supervisors`, one `/proc` scan per
-/// round for all of them.
+/// round for all of them, and returns once none is left but zombies (or
+/// after [`KILL_SETTLE_LIMIT`], for a descendant stuck in the kernel).
 fn kill_subtrees(supervisors: &[Pid]) {
     // Each round stops then kills what it sees, so a process forking between
-    // the scan and the kill is found by the next round.
-    for _ in 0..64 {
+    // the scan and the kill is found by the next round. A killed process
+    // stays "live" until it has released its resources, so later rounds
+    // also wait for the dying to finish.
+    let deadline = Instant::now() + KILL_SETTLE_LIMIT;
+    for round in 0.. {
         let victims = live_descendants(supervisors);
-        if victims.is_empty() {
+        if victims.is_empty() || Instant::now() >= deadline {
             return;
         }
         for &pid in &victims {
@@ -70,8 +74,16 @@ fn kill_subtrees(supervisors: &[Pid]) {
         for &pid in &victims {
             let _ = kill(pid, Signal::SIGKILL);
         }
+        if round > 0 {
+            std::thread::sleep(KILL_SETTLE_POLL);
+        }
     }
 }
+
+/// The longest [`kill_subtrees`] waits for killed descendants to finish dying.
+const KILL_SETTLE_LIMIT: Duration = Duration::from_secs(2);
+/// Pause between rounds once the first two found victims.
+const KILL_SETTLE_POLL: Duration = Duration::from_millis(1);
 
 /// How long a sandbox helper gets to remove its mount points after SIGTERM.
 pub const SANDBOX_CLEANUP_GRACE: Duration = Duration::from_millis(200);

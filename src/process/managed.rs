@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tokio::io::unix::AsyncFd;
-use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::kill;
 use super::pty;
@@ -122,7 +122,30 @@ pub struct ManagedProcess {
     stdin: Mutex<StdinState>,
     stdin_budget: Arc<Semaphore>,
     terminated: AtomicBool,
+    /// Tree kills under way; `closed` waits until none is, so a client that
+    /// sees `closed` after a terminate never sees a descendant still dying.
+    tree_kills: Arc<watch::Sender<usize>>,
 }
+
+/// Counts one tree kill as under way until dropped.
+struct TreeKillGuard(Arc<watch::Sender<usize>>);
+
+impl TreeKillGuard {
+    fn new(kills: &Arc<watch::Sender<usize>>) -> Self {
+        kills.send_modify(|n| *n += 1);
+        Self(kills.clone())
+    }
+}
+
+impl Drop for TreeKillGuard {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+/// The longest `closed` waits for a tree kill to finish (a descendant stuck
+/// in uninterruptible sleep must not hold the process open forever).
+const TREE_KILL_SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Supervisor pids of the live sandboxed processes: the roots of the
 /// subtrees whose connections the server refuses.
@@ -247,6 +270,7 @@ impl ManagedProcess {
             }),
             stdin_budget: Arc::new(Semaphore::new(STDIN_QUEUE_BYTES)),
             terminated: AtomicBool::new(false),
+            tree_kills: Arc::new(watch::Sender::new(0)),
         });
         if let Some(writer) = writer {
             tokio::spawn(writer.run());
@@ -302,6 +326,13 @@ impl ManagedProcess {
     /// Whether `process/terminate` (or a session kill) hit this process.
     pub fn was_terminated(&self) -> bool {
         self.terminated.load(Ordering::Relaxed)
+    }
+
+    /// Waits (bounded) until no tree kill of this process is under way, so
+    /// every descendant it found has finished dying.
+    pub(crate) async fn tree_kills_settled(&self) {
+        let mut kills = self.tree_kills.subscribe();
+        let _ = tokio::time::timeout(TREE_KILL_SETTLE_LIMIT, kills.wait_for(|n| *n == 0)).await;
     }
 
     /// The `process/read` answer for the current state, and whether a long
@@ -433,7 +464,9 @@ impl ManagedProcess {
         if !sandboxed {
             let _ = kill::signal_group(group, Signal::SIGKILL);
         }
+        let guard = TreeKillGuard::new(&self.tree_kills);
         let work = move || {
+            let _guard = guard;
             if sandboxed {
                 kill::terminate_sandboxed_tree(supervisor, group);
             } else {
@@ -456,6 +489,10 @@ impl ManagedProcess {
     /// Kills the trees of `processes` together: the sandboxed ones' helpers
     /// share one cleanup grace ([`kill::kill_trees`]). Blocking.
     pub fn kill_trees_blocking(processes: &[&Self]) {
+        let _guards: Vec<TreeKillGuard> = processes
+            .iter()
+            .map(|process| TreeKillGuard::new(&process.tree_kills))
+            .collect();
         let trees: Vec<_> = processes
             .iter()
             .map(|process| {

@@ -163,6 +163,7 @@ pub(crate) async fn pump(
             }
         }
     }
+    process.tree_kills_settled().await;
     emit_closed(&process, &route).await;
     process.release_io();
     if release_on_close {
