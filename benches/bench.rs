@@ -9,6 +9,9 @@ mod fs;
 mod process;
 mod sandbox;
 
+/// One benchmark area: it adds its figures to the report.
+type Area = fn(&mut common::Report);
+
 fn main() {
     // `cargo test --all-targets` runs this binary too, without `--bench`:
     // measuring a debug build there would only cost time.
@@ -16,7 +19,7 @@ fn main() {
         println!("benchmark skipped: run scripts/bench (cargo bench --bench bench)");
         return;
     }
-    let areas: [(&str, fn(&mut common::Report)); 4] = [
+    let areas: [(&str, Area); 4] = [
         ("process", process::run),
         ("sandbox", sandbox::run),
         ("bwrap", bwrap::run),

@@ -18,8 +18,11 @@ use crate::common::{
 
 pub type BenchResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
-const LATENCY_WARMUP: usize = 20;
+/// Unmeasured runs at the start of each block.
+const LATENCY_WARMUP: usize = 5;
 const LATENCY_RUNS: usize = 300;
+/// Runs per block; blocks of the two sides alternate.
+const LATENCY_BLOCK: usize = 30;
 const PIPE_BYTES: u64 = 512 << 20;
 const PTY_BYTES: u64 = 128 << 20;
 const ONE_CONNECTION_PROCESSES: usize = 500;
@@ -158,45 +161,51 @@ async fn round_trip(report: &mut Report, url: &str) -> BenchResult {
     Ok(())
 }
 
+/// start->closed of `true` through the server beside a bare spawn+wait.
+/// Each side runs back to back in blocks of [`LATENCY_BLOCK`], the blocks
+/// alternating, so machine load drifts over both alike while each side
+/// keeps its own steady state (interleaving single runs would put one
+/// side's leftover work on the other's clock).
 async fn latency(report: &mut Report, url: &str) -> BenchResult {
     let (client, mut events) = connect(url).await?;
     let true_path = program("true")?;
     let mut samples = Vec::with_capacity(LATENCY_RUNS);
     let mut responses = Vec::with_capacity(LATENCY_RUNS);
-    for i in 0..LATENCY_WARMUP + LATENCY_RUNS {
-        let id = format!("lat{i}");
-        let started = Instant::now();
-        client
-            .process_start(&StartParams::new(id.as_str(), [true_path.as_str()]))
-            .await?;
-        if i >= LATENCY_WARMUP {
-            responses.push(started.elapsed());
-        }
-        loop {
-            if let ProcessEvent::Closed { process_id, .. } = next_event(&mut events).await? {
-                if process_id == id {
-                    break;
-                }
-            }
-        }
-        if i >= LATENCY_WARMUP {
-            samples.push(started.elapsed());
-        }
-    }
     let mut baseline = Vec::with_capacity(LATENCY_RUNS);
     let mut spawns = Vec::with_capacity(LATENCY_RUNS);
-    for i in 0..LATENCY_WARMUP + LATENCY_RUNS {
-        let started = Instant::now();
-        let mut child = Command::new(&true_path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
-        let spawned = started.elapsed();
-        child.wait()?;
-        if i >= LATENCY_WARMUP {
-            spawns.push(spawned);
-            baseline.push(started.elapsed());
+    for block in 0..LATENCY_RUNS / LATENCY_BLOCK {
+        for i in 0..LATENCY_WARMUP + LATENCY_BLOCK {
+            let id = format!("lat{block}-{i}");
+            let started = Instant::now();
+            client
+                .process_start(&StartParams::new(id.as_str(), [true_path.as_str()]))
+                .await?;
+            let answered = started.elapsed();
+            loop {
+                if let ProcessEvent::Closed { process_id, .. } = next_event(&mut events).await? {
+                    if process_id == id {
+                        break;
+                    }
+                }
+            }
+            if i >= LATENCY_WARMUP {
+                responses.push(answered);
+                samples.push(started.elapsed());
+            }
+        }
+        for i in 0..LATENCY_WARMUP + LATENCY_BLOCK {
+            let started = Instant::now();
+            let mut child = Command::new(&true_path)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()?;
+            let spawned = started.elapsed();
+            child.wait()?;
+            if i >= LATENCY_WARMUP {
+                spawns.push(spawned);
+                baseline.push(started.elapsed());
+            }
         }
     }
     for (label, q) in [("p50", 0.5), ("p90", 0.9)] {

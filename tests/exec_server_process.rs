@@ -463,6 +463,33 @@ async fn signals_reach_the_group_and_exit_codes_are_128_plus_signal() {
     assert_no_children(server.pid()).await;
 }
 
+/// A server started by `nohup` or as `cmd &` in a script has SIGHUP, SIGINT
+/// and SIGQUIT ignored; its commands must still start with default actions,
+/// through the spawn helper and through the direct fork alike.
+#[tokio::test]
+async fn commands_start_with_default_signal_actions_whatever_the_server_ignores() {
+    for envs in [&[][..], &[("CODEXBOX_SPAWN", "direct")][..]] {
+        let server = Server::start_with_ignored_signals(envs);
+        let (mut ws, _) = server.session().await;
+        let cases = [("hangup", 129), ("interrupt", 130), ("quit", 131)];
+        for (id, _) in cases {
+            ws.call("process/start", sh(id, "echo ready; exec sleep 1000"))
+                .await;
+        }
+        for (id, _) in cases {
+            ws.output_until(id, "ready").await;
+            let result = ws
+                .call("process/signal", json!({"processId": id, "signal": id}))
+                .await;
+            assert_eq!(result, json!({}), "{id}");
+        }
+        for (id, code) in cases {
+            let events = ws.events_until_closed(id).await;
+            assert_eq!(exited_of(&events).exit_code, Some(code), "{id} {envs:?}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn terminate_kills_a_setsid_grandchild_holding_the_pipe() {
     let server = Server::start(&[]);

@@ -10,6 +10,7 @@ pub mod reaper;
 pub mod retention;
 pub mod spawn;
 pub mod supervisor;
+pub mod vfork;
 pub mod zygote;
 
 pub use managed::{EventRoute, ManagedProcess, ProcessOptions, WriteOutcome};

@@ -106,17 +106,6 @@ pub unsafe fn enter(config: SupervisorConfig<'_>) -> io::Result<()> {
     unsafe { supervise(pid, config) }
 }
 
-/// [`prepare_command`] for a `pre_exec` hook outside the forked-server path
-/// (the zygote's supervisors).
-pub fn prepare_command_hook(controlling_tty: bool) -> io::Result<()> {
-    prepare_command(SupervisorConfig {
-        reaper: None,
-        status_fd: -1,
-        server_pid: 0,
-        controlling_tty,
-    })
-}
-
 /// Reports `command`'s wait status on `status_fd`, reaps every descendant
 /// and exits (for the zygote's supervisors).
 pub fn reap_forever(command: libc::pid_t, status_fd: RawFd) -> ! {
@@ -135,8 +124,32 @@ fn prepare_command(config: SupervisorConfig<'_>) -> io::Result<()> {
     }
     // SAFETY: prctl with integer arguments only.
     check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) })?;
+    reset_signal_dispositions(false);
     mark_cloexec_from(3);
     Ok(())
+}
+
+/// Sets every catchable signal back to its default action (SIGPIPE stays
+/// ignored when `keep_sigpipe_ignored`) and empties the signal mask. An
+/// ignored signal stays ignored across exec, so a server started by `nohup`
+/// or as `cmd &` in a script would otherwise hand commands that never die
+/// of `process/signal hangup` or `interrupt`. Async-signal-safe.
+pub fn reset_signal_dispositions(keep_sigpipe_ignored: bool) {
+    for signo in 1..=libc::SIGRTMAX() {
+        if matches!(signo, libc::SIGKILL | libc::SIGSTOP)
+            || (keep_sigpipe_ignored && signo == libc::SIGPIPE)
+        {
+            continue;
+        }
+        // SAFETY: setting a disposition; numbers glibc reserves fail harmlessly.
+        unsafe { libc::signal(signo, libc::SIG_DFL) };
+    }
+    // SAFETY: an empty set, then installing it as the mask.
+    unsafe {
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+    }
 }
 
 /// Marks every descriptor >= `first` close-on-exec (std's own exec-error pipe
@@ -285,8 +298,13 @@ fn wait_briefly(command: libc::pid_t) {
 fn report(status_fd: RawFd, status: libc::c_int) -> RawFd {
     if status_fd >= 0 {
         write_record(status_fd, status);
-        // SAFETY: closing our own descriptor.
-        unsafe { libc::close(status_fd) };
+        // SAFETY: closing our own descriptor; then lowering our own priority
+        // so the rest of our life (reaping, exit) yields the CPU to the
+        // server delivering the exit.
+        unsafe {
+            libc::close(status_fd);
+            libc::setpriority(libc::PRIO_PROCESS, 0, 19);
+        }
     }
     -1
 }

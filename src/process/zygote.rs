@@ -26,6 +26,7 @@ use std::sync::Mutex;
 
 use super::spawn::LaunchSpec;
 use super::supervisor;
+use super::vfork::{ChildStack, Launch};
 
 /// argv[1] that turns the binary into the spawn zygote (stdin is its socket).
 pub const ZYGOTE_ARG1: &str = "--codexbox-zygote";
@@ -52,6 +53,15 @@ struct Live {
 
 /// Supervisors kept forked and waiting for a job.
 const WARM_SUPERVISORS: usize = 2;
+
+/// How long replacing a taken supervisor waits while another is still warm:
+/// the fork then runs after the launch has been answered, not beside it on
+/// a busy CPU.
+const REPLENISH_DELAY: std::time::Duration = std::time::Duration::from_micros(150);
+/// The kernel's default timer slack (50 us), restored for supervisors.
+const DEFAULT_TIMER_SLACK_NS: libc::c_ulong = 50_000;
+/// The zygote's poll period while nothing is due (under one second).
+const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// How long an idle zygote waits for work before exiting.
 pub const IDLE_EXIT: std::time::Duration = std::time::Duration::from_millis(500);
@@ -374,6 +384,12 @@ fn recv_with_fds(socket: RawFd, buf: &mut [u8]) -> io::Result<Option<(usize, Vec
 /// and, when idle for [`IDLE_EXIT`] or when the server hangs up, stops taking
 /// jobs, waits for its supervisors and exits.
 pub fn main(_argv: &[OsString]) -> i32 {
+    // Supervisors and commands inherit these; the command resets SIGPIPE.
+    supervisor::reset_signal_dispositions(true);
+    // Wake for a due replacement on time, not up to 50 us late (the
+    // default slack); the supervisors reset it.
+    // SAFETY: prctl with integer arguments only.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
     let mut taken = [0 as RawFd; 2];
     // SAFETY: pipe2 writes two descriptors into the array.
     if unsafe { libc::pipe2(taken.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
@@ -383,6 +399,9 @@ pub fn main(_argv: &[OsString]) -> i32 {
     let mut warm: std::collections::HashSet<libc::pid_t> = Default::default();
     let mut active: std::collections::HashSet<libc::pid_t> = Default::default();
     let mut idle_since = std::time::Instant::now();
+    // When the last warm supervisor was taken: replacing it waits a little
+    // (see REPLENISH_DELAY) unless none is left.
+    let mut last_take: Option<std::time::Instant> = None;
     loop {
         loop {
             // SAFETY: waitpid with a null status pointer.
@@ -401,13 +420,17 @@ pub fn main(_argv: &[OsString]) -> i32 {
                 active.insert(pid);
             }
             idle_since = std::time::Instant::now();
+            last_take = Some(idle_since);
         }
         if !active.is_empty() {
             idle_since = std::time::Instant::now();
         } else if idle_since.elapsed() >= IDLE_EXIT {
             return stop_taking_jobs();
         }
-        while warm.len() < WARM_SUPERVISORS {
+        let replenish_in = last_take
+            .map(|taken| REPLENISH_DELAY.saturating_sub(taken.elapsed()))
+            .filter(|wait| !wait.is_zero() && !warm.is_empty());
+        while replenish_in.is_none() && warm.len() < WARM_SUPERVISORS {
             // SAFETY: the zygote is single-threaded, so the child may run
             // ordinary code after fork.
             match unsafe { libc::fork() } {
@@ -435,8 +458,13 @@ pub fn main(_argv: &[OsString]) -> i32 {
                 revents: 0,
             },
         ];
-        // SAFETY: two valid pollfds.
-        unsafe { libc::poll(polls.as_mut_ptr(), 2, 100) };
+        let wait = replenish_in.unwrap_or(POLL_INTERVAL);
+        let timeout = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: wait.subsec_nanos().into(),
+        };
+        // SAFETY: two valid pollfds, a valid timeout, no signal mask.
+        unsafe { libc::ppoll(polls.as_mut_ptr(), 2, &timeout, std::ptr::null()) };
         if polls[0].revents & (libc::POLLHUP | libc::POLLERR) != 0 {
             return stop_taking_jobs();
         }
@@ -465,16 +493,24 @@ fn warm_supervisor(taken_write: RawFd) -> ! {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
         libc::setsid();
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        // Back to the kernel's default timer slack, which commands inherit.
+        libc::prctl(libc::PR_SET_TIMERSLACK, DEFAULT_TIMER_SLACK_NS, 0, 0, 0);
     }
+    // Everything a launch touches is allocated and faulted in now, while
+    // nobody waits: the job buffer's first pages, the child's stack, and
+    // heap pages for the decoded job (a fork shares every page until written).
     let mut buf = vec![0u8; MAX_JOB_BYTES];
+    prefault(&mut buf[..8192]);
+    let mut stack = ChildStack::new();
+    prefault(&mut std::hint::black_box(vec![0u8; 64 * 1024]));
     let Ok(Some((len, fds))) = recv_with_fds(0, &mut buf) else {
         // SAFETY: _exit skips atexit handlers.
         unsafe { libc::_exit(0) }
     };
+    // `buf` lives on: unmapping it would cost a TLB flush on the launch path.
     let job = buf.get(..len).and_then(decode_job);
-    drop(buf);
     match (job, <[OwnedFd; JOB_FDS]>::try_from(fds)) {
-        (Some(job), Ok(fds)) => supervise(job, fds, taken_write),
+        (Some(job), Ok(fds)) => supervise(job, fds, &mut stack, taken_write),
         // A malformed job: dropping its descriptors tells the server.
         _ => {
             announce_taken(taken_write);
@@ -484,11 +520,30 @@ fn warm_supervisor(taken_write: RawFd) -> ! {
     }
 }
 
+/// Writes to every page of `bytes` so later writes do not fault.
+fn prefault(bytes: &mut [u8]) {
+    for page in bytes.chunks_mut(4096) {
+        // SAFETY: a volatile write into our own buffer, so it is not elided.
+        unsafe { std::ptr::write_volatile(page.as_mut_ptr(), 0) };
+    }
+}
+
 /// Writes a record, ignoring a vanished reader.
 fn record(fd: RawFd, value: i32) {
-    let bytes = value.to_ne_bytes();
-    // SAFETY: writes 4 bytes from a live buffer (atomic on a pipe).
-    unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+    records(fd, &[value]);
+}
+
+/// Writes up to two records in one write (atomic on a pipe), ignoring a
+/// vanished reader.
+fn records(fd: RawFd, values: &[i32]) {
+    let mut bytes = [0u8; 2 * supervisor::RECORD_LEN];
+    let mut len = 0;
+    for (slot, value) in bytes.chunks_exact_mut(supervisor::RECORD_LEN).zip(values) {
+        slot.copy_from_slice(&value.to_ne_bytes());
+        len += supervisor::RECORD_LEN;
+    }
+    // SAFETY: writes `len` bytes from a live buffer.
+    unsafe { libc::write(fd, bytes.as_ptr().cast(), len) };
 }
 
 /// Tells the zygote this supervisor is busy, so it forks the next warm one.
@@ -502,7 +557,7 @@ fn announce_taken(taken_write: RawFd) {
 
 /// Runs one job in a warm supervisor; announces itself busy once the command
 /// runs (so forking the next warm supervisor stays off the launch's path).
-fn supervise(job: Job, fds: [OwnedFd; JOB_FDS], taken_write: RawFd) -> ! {
+fn supervise(job: Job, fds: [OwnedFd; JOB_FDS], stack: &mut ChildStack, taken_write: RawFd) -> ! {
     let [stdin, stdout, stderr, status] = fds;
     let status_fd = status.as_raw_fd();
     // SAFETY: plain system calls on our own descriptors; dup2 onto 0 also
@@ -513,32 +568,19 @@ fn supervise(job: Job, fds: [OwnedFd; JOB_FDS], taken_write: RawFd) -> ! {
         libc::dup2(stderr.as_raw_fd(), 2);
     }
     drop((stdin, stdout, stderr));
+    let outcome = Launch::new(&job.argv, job.arg0.as_deref(), &job.env, &job.cwd, job.tty)
+        .and_then(|mut launch| launch.spawn(stack));
     // SAFETY: getpid has no preconditions.
-    record(status_fd, unsafe { libc::getpid() });
-    let outcome = match job.argv.split_first() {
-        Some((program, args)) => {
-            let mut cmd = Command::new(program);
-            cmd.args(args)
-                .env_clear()
-                .envs(job.env.iter().map(|(k, v)| (k, v)))
-                .current_dir(&job.cwd);
-            if let Some(arg0) = &job.arg0 {
-                cmd.arg0(arg0);
-            }
-            let tty = job.tty;
-            // SAFETY: async-signal-safe calls only (see supervisor.rs).
-            unsafe {
-                cmd.pre_exec(move || supervisor::prepare_command_hook(tty));
-            }
-            cmd.spawn()
-        }
-        None => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+    let supervisor_pid = unsafe { libc::getpid() };
+    // Both records in one write: the server wakes once.
+    let command_record = match outcome {
+        Ok(pid) => pid,
+        Err(ref err) => -err.raw_os_error().unwrap_or(libc::EIO),
     };
+    records(status_fd, &[supervisor_pid, command_record]);
+    announce_taken(taken_write);
     match outcome {
-        Ok(child) => {
-            let pid = child.id() as i32;
-            record(status_fd, pid);
-            announce_taken(taken_write);
+        Ok(pid) => {
             // The supervisor holds none of the command's stdio.
             // SAFETY: closing our own descriptors.
             unsafe {
@@ -548,12 +590,8 @@ fn supervise(job: Job, fds: [OwnedFd; JOB_FDS], taken_write: RawFd) -> ! {
             }
             supervisor::reap_forever(pid, status_fd)
         }
-        Err(err) => {
-            record(status_fd, -err.raw_os_error().unwrap_or(libc::EIO));
-            announce_taken(taken_write);
-            // SAFETY: _exit skips atexit handlers.
-            unsafe { libc::_exit(0) }
-        }
+        // SAFETY: _exit skips atexit handlers.
+        Err(_) => unsafe { libc::_exit(0) },
     }
 }
 

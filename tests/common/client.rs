@@ -94,7 +94,31 @@ impl Server {
             .args(["exec-server", "--listen", listen])
             .args(extra)
             .env_remove("CODEXBOX_AUTH_TOKEN")
-            .envs(envs.iter().copied())
+            .envs(envs.iter().copied());
+        Self::launch(command, &format!("{listen} {extra:?}"))
+    }
+
+    /// Starts `exec-server` the way `nohup codexbox … &` in a script does:
+    /// with SIGHUP, SIGINT and SIGQUIT ignored, and `envs` set.
+    pub fn start_with_ignored_signals(envs: &[(&str, &str)]) -> Server {
+        let mut command = Command::new("sh");
+        command
+            .args([
+                "-c",
+                "trap '' HUP INT QUIT; exec \"$0\" exec-server --listen ws://127.0.0.1:0",
+                BIN,
+            ])
+            .env_remove("CODEXBOX_AUTH_TOKEN")
+            .envs(envs.iter().copied());
+        match Self::launch(command, "under sh with ignored signals") {
+            Ok(server) => server,
+            Err(failure) => panic!("exec-server did not start: {failure}"),
+        }
+    }
+
+    /// Runs `command` (which execs the server) and waits for its `ws://` line.
+    fn launch(mut command: Command, what: &str) -> Result<Server, String> {
+        command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -123,7 +147,7 @@ impl Server {
         }
         let status = wait_exit(&mut child);
         Err(format!(
-            "argv {listen} {extra:?}: first stdout line {line:?}, status {status:?}, stderr:\n{}",
+            "argv {what}: first stdout line {line:?}, status {status:?}, stderr:\n{}",
             stderr_text(&stderr)
         ))
     }
