@@ -7,6 +7,14 @@ use std::process::Command;
 
 use crate::arg0::{FS_HELPER_ARG0, LINUX_SANDBOX_ARG0};
 
+/// The running executable (`/proc/self/exe`, resolved once per process).
+pub fn self_exe() -> std::io::Result<&'static std::path::Path> {
+    static EXE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    EXE.get_or_init(|| std::env::current_exe().ok())
+        .as_deref()
+        .ok_or_else(|| std::io::Error::other("/proc/self/exe cannot be resolved"))
+}
+
 /// Paths the server needs to spawn its own helper modes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecServerRuntimePaths {
@@ -19,9 +27,8 @@ pub struct ExecServerRuntimePaths {
 impl ExecServerRuntimePaths {
     /// The paths of the running binary (`/proc/self/exe`, resolved).
     pub fn current() -> std::io::Result<Self> {
-        let exe = std::env::current_exe()?;
         Ok(Self {
-            codex_self_exe: exe,
+            codex_self_exe: self_exe()?.to_path_buf(),
             codex_linux_sandbox_exe: None,
         })
     }

@@ -277,8 +277,8 @@ fn prepare(args: &Args) -> Result<Prepared, Failure> {
     let mut resolved = fs.resolve(&policy_cwd);
     // The helper and its bundled launcher run outside the sandbox next
     // time: never writable from inside it.
-    if let Ok(exe) = std::env::current_exe() {
-        resolved.keep_read_only(&[launcher::bundled_path(&exe), exe]);
+    if let Ok(exe) = crate::runtime_paths::self_exe() {
+        resolved.keep_read_only(&[launcher::bundled_path(exe), exe.to_path_buf()]);
     }
     Ok(Prepared {
         profile,
@@ -464,8 +464,8 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
     let writable: Vec<PathBuf> = writable_roots.iter().map(|w| w.root.clone()).collect();
     let choice = launcher::select_excluding(&prepared.policy_cwd, &writable, Some(&state_dir))
         .map_err(fail)?;
-    let exe =
-        std::env::current_exe().map_err(|e| fail(format!("cannot locate this executable: {e}")))?;
+    let exe = crate::runtime_paths::self_exe()
+        .map_err(|e| fail(format!("cannot locate this executable: {e}")))?;
 
     // Deny globs, expanded now (a snapshot), fail closed.
     let globs = prepared.resolved.unreadable_globs();
@@ -527,9 +527,9 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
             } else {
                 Vec::new()
             },
-            extra_read: vec![exe.clone()],
+            extra_read: vec![exe.to_path_buf()],
             inner: InnerCommand {
-                exe: exe.clone(),
+                exe: exe.to_path_buf(),
                 flags,
                 command: args.command.clone(),
             },

@@ -118,7 +118,7 @@ pub fn select_excluding(
     cache_dir: Option<&Path>,
 ) -> Result<LauncherChoice, LauncherError> {
     let forced = std::env::var(FORCE_ENV).ok().filter(|v| !v.is_empty());
-    let exe = std::env::current_exe().map_err(LauncherError::CurrentExe)?;
+    let exe = crate::runtime_paths::self_exe().map_err(LauncherError::CurrentExe)?;
     let mut skipped = Vec::new();
     let want = |k: &str| forced.as_deref().map_or(true, |f| f == k);
     if let Some(f) = forced.as_deref() {
@@ -162,7 +162,7 @@ pub fn select_excluding(
         }
     }
     if want("bundled") {
-        let path = bundled_path(&exe);
+        let path = bundled_path(exe);
         // Without a digest to check, a bundled bwrap in a writable root may
         // have been planted by a sandboxed command: not trusted then.
         let planted_risk = expected_digest()?.is_none()
@@ -213,7 +213,7 @@ pub fn select_excluding(
         } else {
             format!("built-in bubblewrap ({})", skipped.join("; "))
         },
-        path: exe,
+        path: exe.to_path_buf(),
         caps: LauncherCaps::ALL,
         verified_fd: None,
     })
@@ -269,6 +269,11 @@ pub fn find_trusted_in_search_path(
             continue; // "" and relative entries mean the current directory
         }
         let candidate = dir.join(name);
+        // One stat rules out the usual miss before a component-by-component
+        // resolution.
+        if std::fs::metadata(&candidate).is_err() {
+            continue;
+        }
         let Ok(real) = candidate.canonicalize() else {
             continue;
         };
