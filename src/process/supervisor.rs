@@ -202,11 +202,22 @@ fn fd_limit() -> u32 {
 }
 
 fn write_record(fd: RawFd, value: i32) {
-    let bytes = value.to_ne_bytes();
+    write_records(fd, &[value]);
+}
+
+/// Writes up to two records in one write (atomic on a pipe), retrying on
+/// EINTR and ignoring a vanished reader: the server wakes once for both.
+pub fn write_records(fd: RawFd, values: &[i32]) {
+    let mut bytes = [0u8; 2 * RECORD_LEN];
+    let mut len = 0;
+    for (slot, value) in bytes.chunks_exact_mut(RECORD_LEN).zip(values) {
+        slot.copy_from_slice(&value.to_ne_bytes());
+        len += RECORD_LEN;
+    }
     loop {
-        // SAFETY: writes 4 bytes from a live stack buffer; a pipe write of
-        // less than PIPE_BUF bytes is atomic.
-        let ret = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        // SAFETY: writes `len` bytes from a live stack buffer; a pipe write
+        // of less than PIPE_BUF bytes is atomic.
+        let ret = unsafe { libc::write(fd, bytes.as_ptr().cast(), len) };
         if ret >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
             return;
         }

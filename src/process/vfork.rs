@@ -35,11 +35,19 @@ pub struct ChildStack(Box<[u128]>);
 impl ChildStack {
     pub fn new() -> ChildStack {
         let mut words = vec![0u128; CHILD_STACK_BYTES / std::mem::size_of::<u128>()];
-        for page in words.chunks_mut(4096 / std::mem::size_of::<u128>()) {
-            // SAFETY: a volatile write into our own buffer, so it is not elided.
-            unsafe { ptr::write_volatile(page.as_mut_ptr(), 0) };
-        }
+        prefault(&mut words);
         ChildStack(words.into_boxed_slice())
+    }
+}
+
+/// Writes to every page `items` spans, so later writes do not fault (after a
+/// fork every page is shared until written).
+pub fn prefault<T: Default + Copy>(items: &mut [T]) {
+    let per_page = (4096 / std::mem::size_of::<T>().max(1)).max(1);
+    for page in items.chunks_mut(per_page) {
+        // SAFETY: a volatile write of a valid value into our own buffer, so
+        // it is not elided.
+        unsafe { ptr::write_volatile(page.as_mut_ptr(), T::default()) };
     }
 }
 

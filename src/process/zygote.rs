@@ -26,7 +26,7 @@ use std::sync::Mutex;
 
 use super::spawn::LaunchSpec;
 use super::supervisor;
-use super::vfork::{ChildStack, Launch};
+use super::vfork::{prefault, ChildStack, Launch};
 
 /// argv[1] that turns the binary into the spawn zygote (stdin is its socket).
 pub const ZYGOTE_ARG1: &str = "--codexbox-zygote";
@@ -520,37 +520,11 @@ fn warm_supervisor(taken_write: RawFd) -> ! {
     }
 }
 
-/// Writes to every page of `bytes` so later writes do not fault.
-fn prefault(bytes: &mut [u8]) {
-    for page in bytes.chunks_mut(4096) {
-        // SAFETY: a volatile write into our own buffer, so it is not elided.
-        unsafe { std::ptr::write_volatile(page.as_mut_ptr(), 0) };
-    }
-}
-
-/// Writes a record, ignoring a vanished reader.
-fn record(fd: RawFd, value: i32) {
-    records(fd, &[value]);
-}
-
-/// Writes up to two records in one write (atomic on a pipe), ignoring a
-/// vanished reader.
-fn records(fd: RawFd, values: &[i32]) {
-    let mut bytes = [0u8; 2 * supervisor::RECORD_LEN];
-    let mut len = 0;
-    for (slot, value) in bytes.chunks_exact_mut(supervisor::RECORD_LEN).zip(values) {
-        slot.copy_from_slice(&value.to_ne_bytes());
-        len += supervisor::RECORD_LEN;
-    }
-    // SAFETY: writes `len` bytes from a live buffer.
-    unsafe { libc::write(fd, bytes.as_ptr().cast(), len) };
-}
-
 /// Tells the zygote this supervisor is busy, so it forks the next warm one.
 fn announce_taken(taken_write: RawFd) {
     // SAFETY: getpid has no preconditions; closing our own descriptor.
     unsafe {
-        record(taken_write, libc::getpid());
+        supervisor::write_records(taken_write, &[libc::getpid()]);
         libc::close(taken_write);
     }
 }
@@ -577,7 +551,7 @@ fn supervise(job: Job, fds: [OwnedFd; JOB_FDS], stack: &mut ChildStack, taken_wr
         Ok(pid) => pid,
         Err(ref err) => -err.raw_os_error().unwrap_or(libc::EIO),
     };
-    records(status_fd, &[supervisor_pid, command_record]);
+    supervisor::write_records(status_fd, &[supervisor_pid, command_record]);
     announce_taken(taken_write);
     match outcome {
         Ok(pid) => {
