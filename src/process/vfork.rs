@@ -248,26 +248,14 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
 /// Returns the errno of the step that failed (exec only returns on failure).
 fn setup_and_exec(context: &mut ChildContext<'_>) -> libc::c_int {
     let launch = &mut *context.launch;
-    // SAFETY: each call is a plain system call on our own process with
-    // arguments prepared before the clone.
+    // SAFETY: a plain system call; an ignored SIGPIPE would survive the exec.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    if let Err(errno) = enter_command_session(launch.controlling_tty, context.parent, &launch.cwd) {
+        return errno;
+    }
+    // SAFETY: plain system calls on our own process: descriptors above 2
+    // close at exec, then the caller's signal mask comes back.
     unsafe {
-        // An ignored SIGPIPE would survive the exec.
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        if libc::setsid() < 0 {
-            return errno();
-        }
-        if launch.controlling_tty && libc::ioctl(0, libc::TIOCSCTTY as _, 0) < 0 {
-            return errno();
-        }
-        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) < 0 {
-            return errno();
-        }
-        if libc::getppid() != context.parent {
-            return libc::ESRCH;
-        }
-        if libc::chdir(launch.cwd.as_ptr()) < 0 {
-            return errno();
-        }
         libc::syscall(
             libc::SYS_close_range,
             3u32,
@@ -277,6 +265,38 @@ fn setup_and_exec(context: &mut ChildContext<'_>) -> libc::c_int {
         libc::pthread_sigmask(libc::SIG_SETMASK, &context.old_mask, ptr::null_mut());
     }
     exec_first_found(launch)
+}
+
+/// The steps every command's first process takes in a child of its
+/// supervisor: its own session, the PTY on fd 0 as controlling terminal
+/// when asked, SIGKILL when the supervisor (`parent`) dies (checked after
+/// arming, so a supervisor that is already gone is noticed), and `cwd`.
+/// System calls only; `Err` holds the errno of the failed step.
+pub fn enter_command_session(
+    controlling_tty: bool,
+    parent: libc::pid_t,
+    cwd: &std::ffi::CStr,
+) -> Result<(), libc::c_int> {
+    // SAFETY: each call is a plain system call on our own process with
+    // arguments prepared by the caller.
+    unsafe {
+        if libc::setsid() < 0 {
+            return Err(errno());
+        }
+        if controlling_tty && libc::ioctl(0, libc::TIOCSCTTY as _, 0) < 0 {
+            return Err(errno());
+        }
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) < 0 {
+            return Err(errno());
+        }
+        if libc::getppid() != parent {
+            return Err(libc::ESRCH);
+        }
+        if libc::chdir(cwd.as_ptr()) < 0 {
+            return Err(errno());
+        }
+    }
+    Ok(())
 }
 
 /// Tries every candidate like `execvp`: a missing file moves on, a

@@ -351,7 +351,7 @@ pub async fn eventually(mut check: impl FnMut() -> bool) -> bool {
 }
 
 /// A recursive listing of `dir` (relative paths, sorted), to prove a denied
-/// operation changed nothing.
+/// operation changed nothing. Entries that vanish while it walks are left out.
 pub fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
     fn walk(base: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) {
         let Ok(entries) = std::fs::read_dir(dir) else {
@@ -363,9 +363,18 @@ pub fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
                 .strip_prefix(base)
                 .map(|p| p.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            let meta = std::fs::symlink_metadata(&path).expect("lstat");
+            // An entry gone since the listing (a sandbox helper's transient
+            // mask) is simply not in the snapshot; a comparison still sees it
+            // missing if it mattered.
+            let meta = match std::fs::symlink_metadata(&path) {
+                Ok(meta) => meta,
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(err) => panic!("lstat {}: {err}", path.display()),
+            };
             if meta.file_type().is_symlink() {
-                let target = std::fs::read_link(&path).expect("readlink");
+                let Ok(target) = std::fs::read_link(&path) else {
+                    continue;
+                };
                 out.push((format!("{rel} -> {}", target.display()), Vec::new()));
             } else if meta.is_dir() {
                 out.push((format!("{rel}/"), Vec::new()));
