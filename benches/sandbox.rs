@@ -1,8 +1,9 @@
-//! Sandboxed `true` (SPEC §8: at most the direct bubblewrap run with the same
-//! argv + 2 ms), measured two ways beside that baseline in the same run:
-//! through `codexbox linux-sandbox` and through the exec-server's sandboxed
-//! `process/start`. The baseline argv is the one `linux-sandbox --explain`
-//! prints for the read-only profile, run with the system bubblewrap.
+//! Sandboxed `true` (SPEC §8: through the server, at most the direct
+//! bubblewrap run with the same argv + 2 ms), measured beside that baseline
+//! in the same run through the exec-server's sandboxed `process/start`, and
+//! for reference through `codexbox linux-sandbox` run directly. The
+//! baseline argv is the one `linux-sandbox --explain` prints for the
+//! read-only profile, run with the system bubblewrap.
 //! Runs alternate so that machine load affects every variant alike.
 
 use std::process::{Command, Stdio};
@@ -14,7 +15,7 @@ use serde_json::json;
 use crate::common::{self, ms, quantile, Report, Server, Value};
 use crate::process::{connect, next_event, BenchResult};
 
-const RUNS: usize = 60;
+const RUNS: usize = 150;
 const WARM_UP_RUNS: usize = 5;
 /// SPEC §8: sandboxed `true` may cost at most this much over direct bwrap.
 const BUDGET_MS: f64 = 2.0;
@@ -84,24 +85,36 @@ fn measure(report: &mut Report) -> BenchResult {
         }
     }
     let base = ms(quantile(&mut baseline, 0.5));
-    for (name, samples) in [
-        ("sandboxed true via codex-linux-sandbox p50", &mut helper),
+    // SPEC §8's budget is for the server path; the helper run from a shell
+    // is shown beside it for reference.
+    for (name, samples, budgeted) in [
+        (
+            "sandboxed true via codex-linux-sandbox p50",
+            &mut helper,
+            false,
+        ),
         (
             "sandboxed true via exec-server (start->exited) p50",
             &mut served,
+            true,
         ),
     ] {
         let measured = ms(quantile(samples, 0.5));
         let overhead = measured - base;
-        let verdict = if overhead <= BUDGET_MS {
-            "ok"
+        let verdict = match (budgeted, overhead <= BUDGET_MS) {
+            (false, _) => "informational: the target is through the server",
+            (true, true) => "ok",
+            (true, false) => "MISSED",
+        };
+        let target = if budgeted {
+            format!(" (target <= +{BUDGET_MS} ms)")
         } else {
-            "MISSED"
+            String::new()
         };
         report.figure(
             Value::new(name, measured, "ms"),
             Value::new("direct bwrap, same argv, p50", base, "ms"),
-            &format!("overhead {overhead:+.2} ms (target <= +{BUDGET_MS} ms): {verdict}"),
+            &format!("overhead {overhead:+.2} ms{target}: {verdict}"),
         );
     }
     Ok(())
