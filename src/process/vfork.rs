@@ -137,15 +137,15 @@ impl Launch {
         })
     }
 
-    /// Starts the command as a child of the calling (single-threaded)
-    /// process: its own session, the PTY on fd 0 as controlling terminal
-    /// when asked, SIGKILL when the caller dies, descriptors above 2 closed
-    /// on exec, default SIGPIPE, the caller's signal mask. Returns once the
-    /// child has exec'd (its pid) or failed (the errno of the failed step;
-    /// the child is reaped).
+    /// Starts the command as a child of the calling process: its own
+    /// session, the PTY on fd 0 as controlling terminal when asked, SIGKILL
+    /// when the calling thread dies (PR_SET_PDEATHSIG follows the thread),
+    /// descriptors above 2 closed on exec, default SIGPIPE, the caller's
+    /// signal mask. Returns once the child has exec'd (its pid) or failed
+    /// (the errno of the failed step; the child is reaped).
     ///
-    /// Only for a single-threaded process: another thread would run on the
-    /// memory the child borrows.
+    /// The child only touches `self`, `stack` and its own context, so other
+    /// threads of the caller may keep running (the supervisors have none).
     pub fn spawn(&mut self, stack: &mut ChildStack) -> io::Result<libc::pid_t> {
         // SAFETY: sigset_t is plain data; sigemptyset initializes it below.
         let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
