@@ -389,6 +389,38 @@ async fn server_environment_is_out_of_reach() {
     assert!(String::from_utf8_lossy(&environ).contains("T0KEN-4f3a"));
 }
 
+/// Starts `echo started; exec sleep 60` as process `long` in `sandbox` (cwd
+/// `ws`) through `call` (method, params -> result), and reads its output
+/// until `started` shows: from then on its mount points exist. Returns the
+/// `afterSeq` to read on from.
+async fn start_sleeper_in_sandbox(
+    mut call: impl AsyncFnMut(&'static str, Value) -> Value,
+    sandbox: Value,
+    ws: &Path,
+) -> Option<u64> {
+    call(
+        "process/start",
+        json!({"processId": "long", "argv": ["sh", "-c", "echo started; exec sleep 60"], "cwd": ws,
+               "env": {"PATH": "/usr/bin:/bin"}, "tty": false, "sandbox": sandbox}),
+    )
+    .await;
+    let mut after: Option<u64> = None;
+    let mut output = String::new();
+    while !output.contains("started") {
+        let read = call(
+            "process/read",
+            json!({"processId": "long", "afterSeq": after, "waitMs": 1000}),
+        )
+        .await;
+        for chunk in read["chunks"].as_array().into_iter().flatten() {
+            output.push_str(&String::from_utf8_lossy(&unb64(&chunk["chunk"])));
+        }
+        after = read["nextSeq"].as_u64().map(|next| next.saturating_sub(1));
+        assert!(read["closed"] != true, "exited early: {output}");
+    }
+    after
+}
+
 /// SPEC §5.3 item 5 through the server: `process/terminate` of a sandboxed
 /// command leaves no mount points in the workspace.
 #[tokio::test]
@@ -401,27 +433,12 @@ async fn terminate_leaves_nothing_in_the_workspace() {
     let server = Server::start();
     let c = server.connect().await;
     let sandbox = ctx(workspace(vec![]), &t.ws);
-    c.ok(
-        "process/start",
-        json!({"processId": "long", "argv": ["sh", "-c", "echo started; exec sleep 60"], "cwd": t.ws,
-               "env": {"PATH": "/usr/bin:/bin"}, "tty": false, "sandbox": sandbox}),
+    let mut after = start_sleeper_in_sandbox(
+        async |method, params| c.ok(method, params).await,
+        sandbox,
+        &t.ws,
     )
     .await;
-    let mut after: Option<u64> = None;
-    let mut output = String::new();
-    while !output.contains("started") {
-        let read = c
-            .ok(
-                "process/read",
-                json!({"processId": "long", "afterSeq": after, "waitMs": 1000}),
-            )
-            .await;
-        for chunk in read["chunks"].as_array().into_iter().flatten() {
-            output.push_str(&String::from_utf8_lossy(&unb64(&chunk["chunk"])));
-        }
-        after = read["nextSeq"].as_u64().map(|next| next.saturating_sub(1));
-        assert!(read["closed"] != true, "exited early: {output}");
-    }
     assert!(
         t.names("ws").len() > 1,
         "mount points expected while running"
@@ -899,27 +916,12 @@ async fn session_expiry_leaves_nothing_in_the_workspace() {
     let server = common::client::Server::start(&["--session-grace-secs", "0"]);
     let (mut raw, _) = server.session().await;
     let sandbox = ctx(workspace(vec![]), &t.ws);
-    raw.call(
-        "process/start",
-        json!({"processId": "long", "argv": ["sh", "-c", "echo started; exec sleep 60"], "cwd": t.ws,
-               "env": {"PATH": "/usr/bin:/bin"}, "tty": false, "sandbox": sandbox}),
+    start_sleeper_in_sandbox(
+        async |method, params| raw.call(method, params).await,
+        sandbox,
+        &t.ws,
     )
     .await;
-    let mut after: Option<u64> = None;
-    let mut output = String::new();
-    while !output.contains("started") {
-        let read = raw
-            .call(
-                "process/read",
-                json!({"processId": "long", "afterSeq": after, "waitMs": 1000}),
-            )
-            .await;
-        for chunk in read["chunks"].as_array().into_iter().flatten() {
-            output.push_str(&String::from_utf8_lossy(&unb64(&chunk["chunk"])));
-        }
-        after = read["nextSeq"].as_u64().map(|next| next.saturating_sub(1));
-        assert!(read["closed"] != true, "exited early: {output}");
-    }
     assert!(
         t.names("ws").len() > 1,
         "mount points expected while running"
