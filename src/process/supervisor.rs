@@ -96,11 +96,13 @@ pub unsafe fn enter(config: SupervisorConfig<'_>) -> io::Result<()> {
     check(unsafe { libc::setsid() })?;
     // SAFETY: prctl with integer arguments only.
     check(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) })?;
+    // SAFETY: getpid has no preconditions.
+    let supervisor = unsafe { libc::getpid() };
     // SAFETY: fork in a single-threaded child; both sides only make
     // async-signal-safe calls afterwards.
     let pid = check(unsafe { libc::fork() })?;
     if pid == 0 {
-        return prepare_command(config);
+        return prepare_command(config, supervisor);
     }
     // SAFETY: called once, in the supervisor, with the command's pid.
     unsafe { supervise(pid, config) }
@@ -112,18 +114,13 @@ pub fn reap_forever(command: libc::pid_t, status_fd: RawFd) -> ! {
     reap(command, status_fd)
 }
 
-/// The command's side: own session and process group (pgid = pid), the PTY
-/// as controlling terminal, death with the supervisor, and no inherited
-/// descriptor beyond stdio across exec.
-fn prepare_command(config: SupervisorConfig<'_>) -> io::Result<()> {
-    // SAFETY: no preconditions; the command becomes a session and group leader.
-    check(unsafe { libc::setsid() })?;
-    if config.controlling_tty {
-        // SAFETY: TIOCSCTTY on fd 0 (the PTY slave) with an integer argument.
-        check(unsafe { libc::ioctl(0, libc::TIOCSCTTY as _, 0) })?;
-    }
-    // SAFETY: prctl with integer arguments only.
-    check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) })?;
+/// The command's side: the steps every command's first process takes
+/// ([`super::vfork::enter_command_session`]; std already changed to its
+/// cwd), default signal actions, and no inherited descriptor beyond stdio
+/// across exec.
+fn prepare_command(config: SupervisorConfig<'_>, supervisor: libc::pid_t) -> io::Result<()> {
+    super::vfork::enter_command_session(config.controlling_tty, supervisor, c".")
+        .map_err(io::Error::from_raw_os_error)?;
     reset_signal_dispositions(false);
     mark_cloexec_from(3);
     Ok(())
