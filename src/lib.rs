@@ -38,6 +38,7 @@ pub mod client;
 pub mod fs;
 pub mod fs_helper;
 pub mod logging;
+pub mod mode;
 pub mod process;
 pub mod protocol;
 pub mod runtime_paths;

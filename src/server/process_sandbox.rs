@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::fs_methods::exe_dirs;
-use crate::arg0::LINUX_SANDBOX_ARG0;
+use crate::mode::LINUX_SANDBOX_ARG0;
 use crate::process::LaunchSpec;
 use crate::protocol::sandbox::{
     to_policy_profile, AccessMode, EntryPath, ExecPermissionProfile, FileSystemSandboxContext,
