@@ -9,6 +9,7 @@ pub mod pty;
 pub mod reaper;
 pub mod retention;
 pub mod spawn;
+pub mod subtree;
 pub mod supervisor;
 pub mod vfork;
 pub mod zygote;

@@ -30,6 +30,8 @@ pub fn main(_argv: &[OsString], sandbox_helper: SandboxHelper) -> i32 {
     // default slack); the supervisors reset it.
     // SAFETY: prctl with integer arguments only.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
+    // SAFETY: getpid has no preconditions.
+    let zygote = unsafe { libc::getpid() };
     let mut taken = [0 as RawFd; 2];
     // SAFETY: pipe2 writes two descriptors into the array.
     if unsafe { libc::pipe2(taken.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
@@ -77,7 +79,7 @@ pub fn main(_argv: &[OsString], sandbox_helper: SandboxHelper) -> i32 {
                 0 => {
                     // SAFETY: the child does not need the notice reader.
                     unsafe { libc::close(taken_read) };
-                    warm_supervisor(taken_write, sandbox_helper)
+                    warm_supervisor(zygote, taken_write, sandbox_helper)
                 }
                 pid if pid > 0 => {
                     warm.insert(pid);
@@ -127,14 +129,18 @@ fn stop_taking_jobs() -> i32 {
 /// A supervisor forked ahead of its job: its own session, a child subreaper,
 /// dying with the zygote; it waits for one job, reports that it took it, and
 /// runs it.
-fn warm_supervisor(taken_write: RawFd, sandbox_helper: SandboxHelper) -> ! {
-    // SAFETY: plain system calls on our own process.
-    unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-        libc::setsid();
-        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-        // Back to the kernel's default timer slack, which commands inherit.
-        libc::prctl(libc::PR_SET_TIMERSLACK, DEFAULT_TIMER_SLACK_NS, 0, 0, 0);
+fn warm_supervisor(zygote: libc::pid_t, taken_write: RawFd, sandbox_helper: SandboxHelper) -> ! {
+    // While idle, the parent-death signal's default action ends this
+    // supervisor with the zygote; once it holds a job it blocks the signal
+    // and kills its subtree on it instead.
+    if supervisor::arm_parent_death(zygote)
+        .and_then(|()| become_session_subreaper())
+        .is_err()
+    {
+        // Without its guarantees this supervisor must not take a job; the
+        // zygote forks another.
+        // SAFETY: _exit skips atexit handlers.
+        unsafe { libc::_exit(1) }
     }
     // Everything a launch touches is allocated and faulted in now, while
     // nobody waits: the job buffer's first pages, the child's stack, and
@@ -148,6 +154,13 @@ fn warm_supervisor(taken_write: RawFd, sandbox_helper: SandboxHelper) -> ! {
         unsafe { libc::_exit(0) }
     };
     // `buf` lives on: unmapping it would cost a TLB flush on the launch path.
+    // A supervisor whose zygote died meanwhile drops the job (the server
+    // then starts the command another way).
+    // SAFETY: getppid has no preconditions.
+    if supervisor::block_reaper_signals().is_err() || unsafe { libc::getppid() } != zygote {
+        // SAFETY: _exit skips atexit handlers.
+        unsafe { libc::_exit(1) }
+    }
     let job = buf.get(..len).and_then(job::decode);
     match (job, <[OwnedFd; JOB_FDS]>::try_from(fds)) {
         (Some(job), Ok(fds)) => supervise(job, fds, &mut stack, taken_write, sandbox_helper),
@@ -158,6 +171,20 @@ fn warm_supervisor(taken_write: RawFd, sandbox_helper: SandboxHelper) -> ! {
             unsafe { libc::_exit(0) }
         }
     }
+}
+
+/// Its own session (out of the zygote's) and a child subreaper, so every
+/// descendant of its command stays in its subtree; back to the kernel's
+/// default timer slack, which commands inherit.
+fn become_session_subreaper() -> std::io::Result<()> {
+    // SAFETY: plain system calls on our own process, integer arguments only.
+    unsafe {
+        if libc::setsid() < 0 || libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        libc::prctl(libc::PR_SET_TIMERSLACK, DEFAULT_TIMER_SLACK_NS, 0, 0, 0);
+    }
+    Ok(())
 }
 
 /// Tells the zygote this supervisor is busy, so it forks the next warm one.
