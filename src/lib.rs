@@ -44,3 +44,4 @@ pub mod protocol;
 pub mod runtime_paths;
 pub mod sandbox;
 pub mod server;
+pub mod sync;

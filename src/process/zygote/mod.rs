@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
-use super::spawn::LaunchSpec;
+use super::launch::LaunchSpec;
 pub use run::main;
 
 /// argv[1] that turns the binary into the spawn zygote (stdin is its socket).
@@ -156,7 +156,7 @@ impl Zygote {
         if job.len() > MAX_JOB_BYTES {
             return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
         }
-        let mut live = super::managed::lock(&self.live);
+        let mut live = crate::sync::lock(&self.live);
         for attempt in 0..2 {
             let socket = match live.as_ref() {
                 Some(current) => current.socket.as_raw_fd(),
@@ -179,7 +179,7 @@ impl Zygote {
     /// Stops the zygote (it waits for its supervisors first) and reaps it,
     /// waiting at most `timeout`.
     pub fn shutdown(&self, timeout: std::time::Duration) {
-        let live = super::managed::lock(&self.live).take();
+        let live = crate::sync::lock(&self.live).take();
         if let Some(Live { socket, waiter }) = live {
             drop(socket);
             let deadline = std::time::Instant::now() + timeout;
