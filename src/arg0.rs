@@ -3,7 +3,6 @@
 //! so the sandbox and helper paths stay fast and single-threaded.
 
 use std::ffi::OsString;
-use std::io::Write;
 use std::path::PathBuf;
 
 use crate::mode::{Mode, ALIASES, FS_HELPER_ARG1};
@@ -29,7 +28,7 @@ pub fn dispatch(argv: Vec<OsString>) -> i32 {
         return run(mode, argv);
     }
     let Some(first) = argv.get(1) else {
-        print_usage(&mut std::io::stderr());
+        eprint!("{}", usage());
         return 2;
     };
     if first == FS_HELPER_ARG1 {
@@ -39,17 +38,13 @@ pub fn dispatch(argv: Vec<OsString>) -> i32 {
         return run(mode, mode_argv(mode, &argv[2..]));
     }
     match first.to_str() {
-        Some("-h" | "--help" | "help") => {
-            print_usage(&mut std::io::stdout());
-            0
-        }
+        Some("-h" | "--help" | "help") => crate::stdout::print(&usage()),
         Some("-V" | "--version") => {
-            println!("codexbox {}", env!("CARGO_PKG_VERSION"));
-            0
+            crate::stdout::print(&format!("codexbox {}\n", env!("CARGO_PKG_VERSION")))
         }
         _ => {
             eprintln!("codexbox: unknown mode {:?}", first.to_string_lossy());
-            print_usage(&mut std::io::stderr());
+            eprint!("{}", usage());
             2
         }
     }
@@ -75,9 +70,8 @@ fn run(mode: Mode, argv: Vec<OsString>) -> i32 {
     }
 }
 
-fn print_usage(out: &mut dyn Write) {
-    let _ = write!(
-        out,
+fn usage() -> String {
+    format!(
         "\
 codexbox {version}: run commands and touch files on this machine, safely and remotely.
 
@@ -95,7 +89,7 @@ Modes:
 Run `codexbox <MODE> --help` for the options of a mode.
 ",
         version = env!("CARGO_PKG_VERSION")
-    );
+    )
 }
 
 /// `codexbox install-links [--force] DIR`: busybox `--install -s` style aliases.
@@ -105,13 +99,12 @@ fn install_links_main(argv: Vec<OsString>) -> i32 {
     for arg in argv.iter().skip(1) {
         match arg.to_str() {
             Some("-h" | "--help") => {
-                println!(
+                return crate::stdout::print(&format!(
                     "Usage: codexbox install-links [--force] DIR\n\n\
                      Creates the symlinks {} in DIR, pointing at this binary.\n\
-                     --force replaces existing entries of those names.",
+                     --force replaces existing entries of those names.\n",
                     ALIASES.join(", ")
-                );
-                return 0;
+                ));
             }
             Some("-f" | "--force") => force = true,
             _ if dir.is_none() => dir = Some(PathBuf::from(arg)),
@@ -162,7 +155,7 @@ fn install_links_main(argv: Vec<OsString>) -> i32 {
             );
             return 1;
         }
-        println!("{} -> {}", link.display(), exe.display());
+        crate::stdout::print(&format!("{} -> {}\n", link.display(), exe.display()));
     }
     0
 }

@@ -44,4 +44,5 @@ pub mod protocol;
 pub mod runtime_paths;
 pub mod sandbox;
 pub mod server;
+pub mod stdout;
 pub mod sync;
