@@ -13,6 +13,10 @@ use crate::protocol::path::WirePath;
 
 pub const PROTECTED_METADATA_NAMES: [&str; 3] = [".git", ".agents", ".codex"];
 
+/// Prefix of a glob pattern expanded once per project (workspace) root, as
+/// the Codex config writes `:workspace_roots` globs.
+pub const PROJECT_ROOTS_GLOB_PREFIX: &str = "codex-project-roots://";
+
 /// Directories made readable by a `:minimal` entry, when they exist.
 pub const PLATFORM_DEFAULT_READ_ROOTS: [&str; 8] = [
     "/bin",
@@ -235,7 +239,8 @@ pub mod abs_path {
 
     /// Parses one absolute wire path.
     pub fn parse(text: &str) -> Result<PathBuf, String> {
-        let wire = WirePath::parse(text).map_err(|e| e.to_string())?;
+        let wire = WirePath::parse(text)
+            .map_err(|e| format!("invalid sandbox permission path URI: {e}"))?;
         Ok(normalize(wire.path()))
     }
 

@@ -14,7 +14,7 @@ use super::legacy::SandboxPolicy;
 use super::model::{
     abs_path, join_pattern, normalize, FileSystemAccessMode, FileSystemPath,
     FileSystemSandboxEntry, FileSystemSandboxKind, FileSystemSpecialPath, NetworkSandboxPolicy,
-    PolicyError,
+    PolicyError, PROJECT_ROOTS_GLOB_PREFIX,
 };
 use super::resolve::default_read_only_subpaths;
 use super::runtime::FileSystemSandboxPolicy;
@@ -40,12 +40,18 @@ pub enum PermissionProfile {
     /// codexbox enforces the filesystem and network rules.
     Managed {
         file_system: ManagedFileSystemPermissions,
+        /// `restricted` when absent.
+        #[serde(default)]
         network: NetworkSandboxPolicy,
     },
     /// No sandbox at all (network enabled).
     Disabled,
     /// The caller provides filesystem isolation; only network is ours.
-    External { network: NetworkSandboxPolicy },
+    External {
+        /// `restricted` when absent.
+        #[serde(default)]
+        network: NetworkSandboxPolicy,
+    },
 }
 
 #[derive(Deserialize)]
@@ -296,8 +302,10 @@ impl PermissionProfile {
         self.to_runtime().0.depends_on_cwd()
     }
 
-    /// Replaces `project_roots` entries (and relative deny globs) with
-    /// absolute entries for each of `roots`. No roots: unchanged.
+    /// Replaces `project_roots` entries and `codex-project-roots://` globs
+    /// with absolute entries for each of `roots`; with no roots they grant
+    /// nothing (the exec-server's rule). Other entries, relative globs
+    /// included (resolved against the policy cwd), are kept.
     pub fn materialize_project_roots(&self, roots: &[PathBuf]) -> Self {
         match self {
             Self::Managed {
@@ -370,9 +378,6 @@ fn materialize_entries(
     entries: &[FileSystemSandboxEntry],
     roots: &[PathBuf],
 ) -> Vec<FileSystemSandboxEntry> {
-    if roots.is_empty() {
-        return entries.to_vec();
-    }
     let mut out: Vec<FileSystemSandboxEntry> = Vec::new();
     let mut push = |e: FileSystemSandboxEntry| {
         if !out.contains(&e) {
@@ -392,14 +397,19 @@ fn materialize_entries(
                     push(FileSystemSandboxEntry::path(p, entry.access));
                 }
             }
-            FileSystemPath::GlobPattern { pattern } if !pattern.starts_with('/') => {
-                for root in roots {
-                    push(FileSystemSandboxEntry::new(
-                        FileSystemPath::GlobPattern {
-                            pattern: join_pattern(root, pattern),
-                        },
-                        entry.access,
-                    ));
+            FileSystemPath::GlobPattern { pattern } => {
+                match pattern.strip_prefix(PROJECT_ROOTS_GLOB_PREFIX) {
+                    Some(below) => {
+                        for root in roots {
+                            push(FileSystemSandboxEntry::new(
+                                FileSystemPath::GlobPattern {
+                                    pattern: join_pattern(root, below.trim_start_matches('/')),
+                                },
+                                entry.access,
+                            ));
+                        }
+                    }
+                    None => push(entry.clone()),
                 }
             }
             _ => push(entry.clone()),

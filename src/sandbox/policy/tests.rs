@@ -449,7 +449,49 @@ fn materialize_project_roots_expands_each_root() {
     assert!(fs
         .entries
         .contains(&FileSystemSandboxEntry::path("/b/.codex", Read)));
-    assert_eq!(p.materialize_project_roots(&[]), p);
+    // No roots: project-root entries grant nothing (the exec-server's rule).
+    let none = p.materialize_project_roots(&[]);
+    assert!(!none.depends_on_cwd());
+    let (fs, _) = none.to_runtime();
+    assert!(fs.entries.iter().all(|e| !matches!(
+        e.path,
+        FileSystemPath::Special {
+            value: FileSystemSpecialPath::ProjectRoots { .. }
+        }
+    )));
+    // `codex-project-roots://` globs expand per root; other relative globs stay.
+    let globs = PermissionProfile::Managed {
+        file_system: ManagedFileSystemPermissions::Restricted {
+            entries: vec![
+                FileSystemSandboxEntry::new(
+                    FileSystemPath::GlobPattern {
+                        pattern: "codex-project-roots://**/*.pem".into(),
+                    },
+                    Deny,
+                ),
+                FileSystemSandboxEntry::new(
+                    FileSystemPath::GlobPattern {
+                        pattern: "*.key".into(),
+                    },
+                    Deny,
+                ),
+            ],
+            glob_scan_max_depth: None,
+        },
+        network: NetworkSandboxPolicy::Restricted,
+    };
+    let (fs, _) = globs
+        .materialize_project_roots(&[PathBuf::from("/a"), PathBuf::from("/b/")])
+        .to_runtime();
+    let patterns: Vec<&str> = fs
+        .entries
+        .iter()
+        .filter_map(|e| match &e.path {
+            FileSystemPath::GlobPattern { pattern } => Some(pattern.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(patterns, ["/a/**/*.pem", "/b/**/*.pem", "*.key"]);
 }
 
 #[test]
