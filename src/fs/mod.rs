@@ -2,8 +2,8 @@
 //! path and the fs-helper (SPEC §4, reference notes §8): the one-shot
 //! operations ([`ops::run`]), the entry-changing `fs/remove` ([`remove`])
 //! and `fs/copy` ([`copy`]) that reach entries through their parent
-//! directory's descriptor ([`entry`]), `fs/walk` ([`walk`]), the per-connection
-//! streaming reads ([`stream::FileStreams`]) and the error-to-code mapping
+//! directory's descriptor ([`entry`]), `fs/walk` ([`walk`]), the tables of
+//! streaming reads and writes ([`stream::FileStreams`]) and the error-to-code mapping
 //! ([`error::FsError`]). Where an operation runs (directly or in a sandboxed
 //! helper) is decided by the server, not here.
 
