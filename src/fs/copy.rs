@@ -33,7 +33,7 @@ use nix::fcntl::{openat, readlinkat, OFlag, AT_FDCWD};
 use nix::sys::stat::{fstat, mkdirat, Mode};
 use nix::unistd::symlinkat;
 
-use super::entry::{identity, lstat_at, open_directory_path, EntryKind, EntryPath};
+use super::entry::{identity, lstat_at, open_child_dir, open_directory_path, EntryKind, EntryPath};
 use super::error::{FsError, Result};
 use crate::protocol::fs::{CopyParams, EmptyResponse};
 
@@ -106,14 +106,9 @@ fn symlink_in_the_way(path: &Path) -> FsError {
     }
 }
 
-/// Opens directory `name` of `dir` for reading without following a symlink.
+/// [`open_child_dir`] with an I/O error.
 fn open_dir<Fd: AsFd, P: ?Sized + nix::NixPath>(dir: Fd, name: &P) -> io::Result<Dir> {
-    Ok(Dir::openat(
-        dir,
-        name,
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?)
+    Ok(open_child_dir(dir, name)?)
 }
 
 /// Opens regular file `name` of `dir` for reading without following a

@@ -17,6 +17,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use nix::dir::Dir;
 use nix::fcntl::{openat, AtFlags, OFlag, AT_FDCWD};
 use nix::sys::stat::{fstatat, FileStat, Mode, SFlag};
 
@@ -118,6 +119,17 @@ pub fn open_directory_path(path: &Path) -> io::Result<OwnedFd> {
         OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
         Mode::empty(),
     )?)
+}
+
+/// Opens directory `name` of `dir` for reading its entries, never following
+/// a symlink (`ELOOP` or `ENOTDIR` when `name` is not a directory).
+pub fn open_child_dir<Fd: AsFd, P: ?Sized + nix::NixPath>(dir: Fd, name: &P) -> nix::Result<Dir> {
+    Dir::openat(
+        dir,
+        name,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
 }
 
 /// `lstat` of `name` in `dir`.

@@ -19,11 +19,10 @@ use std::os::unix::ffi::OsStrExt;
 
 use nix::dir::{Dir, Type};
 use nix::errno::Errno;
-use nix::fcntl::OFlag;
-use nix::sys::stat::{fstat, Mode};
+use nix::sys::stat::fstat;
 use nix::unistd::{unlinkat, UnlinkatFlags};
 
-use super::entry::{lstat_at, EntryKind, EntryPath};
+use super::entry::{lstat_at, open_child_dir, EntryKind, EntryPath};
 use super::error::{FsError, Result};
 use crate::protocol::fs::{EmptyResponse, RemoveParams};
 
@@ -68,16 +67,6 @@ fn remove_path(entry: &EntryPath, recursive: bool) -> Result<()> {
 struct Level {
     dir: Dir,
     name: CString,
-}
-
-/// Opens directory `name` in `parent` for reading, never following a symlink.
-fn open_child_dir<Fd: AsFd, P: ?Sized + nix::NixPath>(parent: Fd, name: &P) -> nix::Result<Dir> {
-    Dir::openat(
-        parent,
-        name,
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
 }
 
 /// Removes directory `name` of `parent` and everything below it.
