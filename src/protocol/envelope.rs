@@ -156,11 +156,23 @@ pub fn decode(bytes: &[u8], max_bytes: usize) -> Result<Incoming, EnvelopeError>
     classify(value)
 }
 
+/// The id the error about an undecodable message carries (SPEC §2.2): the
+/// request's own id when the message was refused only for its size and a
+/// scan finds one ([`scan_request_id`]), else [`RequestId::MALFORMED`].
+pub fn error_id(bytes: &[u8], err: &EnvelopeError) -> RequestId {
+    match err {
+        EnvelopeError::TooLarge { .. } => scan_request_id(bytes).unwrap_or(RequestId::MALFORMED),
+        _ => RequestId::MALFORMED,
+    }
+}
+
 /// The `id` of a request that is not decoded in full (it is over the size
 /// limit), so that its error can carry it. A single pass over the text that
 /// builds nothing: every value but the top-level `id` and `method` is
 /// skipped as it is read. `None` unless the text is one JSON object with a
-/// string `method` and exactly one `id` that is a string or a 64-bit integer.
+/// string `method` and exactly one `id` that is a string or a 64-bit integer
+/// (the strings it skips are not checked for valid UTF-8: the message is
+/// refused all the same, only its id is wanted).
 pub fn scan_request_id(bytes: &[u8]) -> Option<RequestId> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let id = de::Deserializer::deserialize_map(&mut de, RequestScan).ok()?;

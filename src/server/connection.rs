@@ -81,16 +81,12 @@ impl Connection {
             }
             Ok(Incoming::Notification { method, .. }) => self.notification(&method).await,
             Ok(Incoming::Response) => {}
-            // Too large to decode, but its sender waits on its id.
-            Err(err @ envelope::EnvelopeError::TooLarge { .. }) => {
-                let id = envelope::scan_request_id(bytes).unwrap_or(RequestId::MALFORMED);
+            // A message too large to decode still answers its sender's id.
+            Err(err) => {
+                let id = envelope::error_id(bytes, &err);
                 let error =
                     RpcError::invalid_request(format!("{}: {err}", self.parse_error_prefix));
                 self.send(encode_error(&id, &error)).await;
-            }
-            Err(err) => {
-                self.malformed(format!("{}: {err}", self.parse_error_prefix))
-                    .await
             }
         }
     }
