@@ -22,3 +22,5 @@ mod common;
 mod envelope;
 #[path = "fuzz/gen.rs"]
 mod gen;
+#[path = "fuzz/path.rs"]
+mod path;
