@@ -1,7 +1,7 @@
 //! Test utilities for the shipped JSON Schemas (`tests/schema.rs`): loading
 //! `resources/schema/*.json` and a small validator for the subset of JSON
 //! Schema the generated files use (type, properties, required,
-//! additionalProperties, items, enum, const, oneOf/anyOf/allOf, $ref into
+//! additionalProperties, items, enum, const, oneOf/anyOf/allOf/not, $ref into
 //! the same document, minimum/maximum, minItems). A keyword outside that subset is a
 //! test failure, so the validator never silently accepts what it cannot check.
 #![allow(dead_code)]
@@ -159,6 +159,11 @@ fn check(root: &Value, schema: &Value, value: &Value, at: &str) -> Result<(), St
                     ));
                 }
             }
+            "not" => {
+                if check(root, arg, value, at).is_ok() {
+                    return Err(format!("{at}: {value} matches the `not` schema {arg}"));
+                }
+            }
             "allOf" => {
                 for branch in arg.as_array().into_iter().flatten() {
                     check(root, branch, value, at)?;
@@ -219,7 +224,7 @@ pub fn assert_supported(schema: &Value) {
                 .into_iter()
                 .flatten()
                 .for_each(|(_, sub)| assert_supported(sub)),
-            "items" | "additionalProperties" => assert_supported(arg),
+            "items" | "additionalProperties" | "not" => assert_supported(arg),
             "oneOf" | "anyOf" | "allOf" => arg
                 .as_array()
                 .into_iter()
