@@ -24,3 +24,5 @@ mod envelope;
 mod gen;
 #[path = "fuzz/path.rs"]
 mod path;
+#[path = "fuzz/policy.rs"]
+mod policy;
