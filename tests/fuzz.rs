@@ -22,6 +22,8 @@ mod common;
 mod envelope;
 #[path = "fuzz/gen.rs"]
 mod gen;
+#[path = "fuzz/params.rs"]
+mod params;
 #[path = "fuzz/path.rs"]
 mod path;
 #[path = "fuzz/policy.rs"]

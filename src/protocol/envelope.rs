@@ -11,6 +11,9 @@ use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+/// The error of params given by position (an array).
+pub const POSITIONAL_PARAMS: &str = "invalid type: sequence, expected params as an object";
+
 /// At most this many JSON values in one inbound message.
 pub const MAX_JSON_VALUES: usize = 256 * 1024;
 
@@ -487,8 +490,13 @@ fn to_text<T: Serialize>(value: &T) -> String {
 
 /// Decodes request params: absent means `null`, and a failure on exactly `{}`
 /// is retried as `null`, so unit-param methods accept absent, `null` and `{}`.
+/// Params by position (an array) are refused: every method's params are an
+/// object, as the schemas say (serde's derived structs would take them).
 pub fn decode_params<T: serde::de::DeserializeOwned>(params: Option<Value>) -> Result<T, RpcError> {
     let params = params.unwrap_or(Value::Null);
+    if params.is_array() {
+        return Err(RpcError::invalid_params(POSITIONAL_PARAMS));
+    }
     let is_empty_object = matches!(&params, Value::Object(o) if o.is_empty());
     match serde_json::from_value::<T>(params) {
         Ok(value) => Ok(value),

@@ -81,12 +81,7 @@ pub struct OutputNotification {
     pub chunk: String,
 }
 
-/// Params of a method or notification that takes none: absent, `null` or
-/// an object whose keys are ignored.
-#[derive(Debug, Clone, Copy)]
-pub struct NoParams;
-
-impl JsonSchema for NoParams {
+impl JsonSchema for super::NoParams {
     fn schema_name() -> Cow<'static, str> {
         "NoParams".into()
     }
@@ -94,6 +89,22 @@ impl JsonSchema for NoParams {
         json_schema!({
             "description": "No params: absent, null or {} (unknown keys are ignored).",
             "type": ["object", "null"]
+        })
+    }
+}
+
+/// Params the receiver ignores whatever they are (the `initialized`
+/// notification).
+#[derive(Debug, Clone, Copy)]
+pub struct IgnoredParams;
+
+impl JsonSchema for IgnoredParams {
+    fn schema_name() -> Cow<'static, str> {
+        "IgnoredParams".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "Ignored: any value, or none."
         })
     }
 }
@@ -324,12 +335,12 @@ pub fn files() -> BTreeMap<String, Value> {
         ),
         (
             env::METHOD_INFO,
-            inbound::<NoParams>(),
+            inbound::<super::NoParams>(),
             outbound::<env::EnvironmentInfo>(),
         ),
         (
             env::METHOD_STATUS,
-            inbound::<NoParams>(),
+            inbound::<super::NoParams>(),
             outbound::<env::EnvironmentStatus>(),
         ),
         (
@@ -399,7 +410,7 @@ pub fn files() -> BTreeMap<String, Value> {
         ),
     ];
     let notifications: Vec<(&str, Value)> = vec![
-        (super::NOTIFY_INITIALIZED, inbound::<NoParams>()),
+        (super::NOTIFY_INITIALIZED, inbound::<IgnoredParams>()),
         (proc::NOTIFY_OUTPUT, outbound::<OutputNotification>()),
         (proc::NOTIFY_EXITED, outbound::<proc::ExitedNotification>()),
         (proc::NOTIFY_CLOSED, outbound::<proc::ClosedNotification>()),
