@@ -28,3 +28,5 @@ mod params;
 mod path;
 #[path = "fuzz/policy.rs"]
 mod policy;
+#[path = "fuzz/server.rs"]
+mod server;

@@ -131,7 +131,9 @@ pub fn decode(method: &str, params: &Value) -> Result<(), RpcError> {
                 .filter(|s| !s.is_null() && !start.argv.is_empty())
             {
                 FileSystemSandboxContext::deserialize_value(&sandbox)
-                    .map_err(|err| RpcError::invalid_params(format!("invalid sandbox: {err}")))?;
+                    .map_err(|err| RpcError::invalid_params(format!("invalid sandbox: {err}")))?
+                    .resolve()
+                    .map_err(|err| RpcError::invalid_params(err.to_string()))?;
             }
             Ok(())
         }
@@ -143,9 +145,14 @@ pub fn decode(method: &str, params: &Value) -> Result<(), RpcError> {
         method::OPEN => {
             let checked = ops::check_paths(params.clone())
                 .map_err(|err| RpcError::new(err.code(), err.to_string()))?;
-            OpenParams::deserialize(&checked)
-                .map(drop)
-                .map_err(|err| RpcError::invalid_params(err.to_string()))
+            let open = OpenParams::deserialize(&checked)
+                .map_err(|err| RpcError::invalid_params(err.to_string()))?;
+            if let Some(sandbox) = open.sandbox {
+                sandbox
+                    .resolve()
+                    .map_err(|err| RpcError::invalid_request(err.to_string()))?;
+            }
+            Ok(())
         }
         method::READ_BLOCK => fs::<ReadBlockParams>(params),
         method::WRITE_BLOCK => fs::<WriteBlockParams>(params),
@@ -155,7 +162,11 @@ pub fn decode(method: &str, params: &Value) -> Result<(), RpcError> {
                 .map_err(|err| RpcError::new(err.code(), err.to_string()))?;
             let field = SandboxField::deserialize(&checked)
                 .map_err(|err| RpcError::invalid_params(err.to_string()))?;
-            drop(field.sandbox);
+            if let Some(sandbox) = field.sandbox {
+                sandbox
+                    .resolve()
+                    .map_err(|err| RpcError::invalid_request(err.to_string()))?;
+            }
             ops::validate(one_shot, &checked)
                 .map_err(|err| RpcError::new(err.code(), err.to_string()))
         }

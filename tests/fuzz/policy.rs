@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use codexbox::protocol::sandbox::FileSystemSandboxContext;
+use codexbox::protocol::sandbox::{FileSystemSandboxContext, SandboxContextError};
 use codexbox::sandbox::glob::glob_match;
 use codexbox::sandbox::policy::{FileSystemSandboxPolicy, PermissionProfile, SandboxPolicy};
 use proptest::prelude::*;
@@ -71,10 +71,13 @@ fn accepted_round_trips<T>(
     (document, mutated): &(Value, bool),
 ) -> Result<Option<T>, TestCaseError>
 where
-    T: DeserializeOwned + Serialize + PartialEq + std::fmt::Debug,
+    T: DeserializeOwned + Serialize + PartialEq + std::fmt::Debug + Accept,
 {
     let valid = validate(schema, document);
-    let value = match serde_json::from_value::<T>(document.clone()) {
+    let decoded = serde_json::from_value::<T>(document.clone())
+        .map_err(|err| err.to_string())
+        .and_then(|value| value.accept().map(|()| value));
+    let value = match decoded {
         Ok(value) => value,
         Err(err) if !mutated && valid.is_ok() => {
             return Err(TestCaseError::fail(format!(
@@ -95,6 +98,29 @@ where
         .map_err(|e| TestCaseError::fail(format!("{text} does not decode back: {e}")))?;
     prop_assert_eq!(&back, &value, "{}", text);
     Ok(Some(value))
+}
+
+/// The checks a receiver makes after decoding, before it uses the value.
+trait Accept {
+    fn accept(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+impl Accept for PermissionProfile {}
+impl Accept for SandboxPolicy {}
+impl Accept for FileSystemSandboxPolicy {}
+
+/// A context needs `permissions` or `sandboxPolicy` (checked when resolved).
+impl Accept for FileSystemSandboxContext {
+    fn accept(&self) -> Result<(), String> {
+        match self.resolve() {
+            Err(SandboxContextError::MissingPermissions) => {
+                Err(SandboxContextError::MissingPermissions.to_string())
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 #[test]
