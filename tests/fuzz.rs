@@ -18,6 +18,8 @@
 
 mod common;
 
+#[path = "fuzz/cli.rs"]
+mod cli;
 #[path = "fuzz/envelope.rs"]
 mod envelope;
 #[path = "fuzz/gen.rs"]

@@ -216,7 +216,7 @@ pub fn parse(args: &[OsString], caller_is_root: bool) -> Result<Parsed, CliError
             "--args" => {
                 let fd = parse_fd(&take_one("--args")?)?;
                 let data = fds::read_all(fd).map_err(|err| CliError::ArgsRead(fds::desc(&err)))?;
-                fds::close(fd);
+                fds::retire(fd);
                 let mut injected: Vec<OsString> = data
                     .split(|byte| *byte == 0)
                     .map(|chunk| OsStr::from_bytes(chunk).to_owned())

@@ -52,6 +52,27 @@ pub fn close(fd: RawFd) {
     unsafe { libc::close(fd) };
 }
 
+/// Closes an fd the command line named while parsing (`--args`), leaving
+/// `/dev/null` under its number: the number stays taken, so no descriptor
+/// the launcher opens later can get it and then be read or closed by an
+/// option that names the same number (`--args 0 --file 0 /x`).
+pub fn retire(fd: RawFd) {
+    // SAFETY: the path is a NUL-terminated literal; flags take no pointer.
+    let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if null < 0 {
+        close(fd);
+        return;
+    }
+    if null != fd {
+        // SAFETY: dup3 takes two fd numbers; it atomically replaces `fd`
+        // (closing the caller's file) with the /dev/null just opened.
+        if unsafe { libc::dup3(null, fd, libc::O_CLOEXEC) } < 0 {
+            close(fd);
+        }
+        close(null);
+    }
+}
+
 /// `--block-fd`: waits until one byte (or EOF) can be read.
 pub fn block_on(fd: RawFd) {
     let mut byte = [0u8; 1];
