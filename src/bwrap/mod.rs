@@ -32,7 +32,7 @@ pub mod proc_pid1;
 pub mod seccomp_fd;
 
 use std::convert::Infallible;
-use std::ffi::{CString, OsString};
+use std::ffi::{CString, OsStr, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -84,6 +84,9 @@ pub enum BwrapError {
         #[source]
         source: io::Error,
     },
+    /// `setenv(3)` and `unsetenv(3)` refuse an empty name or one with `=`.
+    #[error("{op} failed: invalid variable name {:?}", .name.to_string_lossy())]
+    Env { op: &'static str, name: OsString },
     #[error(transparent)]
     Confine(#[from] confine::ConfineError),
     #[error("execvp {}: {}", .command.to_string_lossy(), fds::desc(.source))]
@@ -416,7 +419,7 @@ fn exec_command(
     if config.new_session {
         nix::unistd::setsid().map_err(|errno| BwrapError::Setsid(errno.into()))?;
     }
-    apply_env(&config.env);
+    apply_env(&config.env)?;
     change_dir(config, caller.cwd.clone())?;
     let keep = caps::requested_caps(caller.root_caps, uid, caller.last_cap, &config.cap_edits);
     // As bubblewrap: an edited set is also made ambient, for any uid.
@@ -456,19 +459,40 @@ fn exec_command(
 }
 
 /// `--setenv`/`--unsetenv`/`--clearenv`, in order, on this process's
-/// environment (single-threaded here), so execvp searches the new PATH.
-fn apply_env(ops: &[EnvOp]) {
+/// environment (single-threaded here), so execvp searches the new PATH. A
+/// name `setenv(3)` would refuse fails the launch as it does in bubblewrap
+/// (std's setters would panic on it).
+fn apply_env(ops: &[EnvOp]) -> Result<(), BwrapError> {
+    let is_name = |name: &OsStr| !name.is_empty() && !name.as_bytes().contains(&b'=');
     for op in ops {
         match op {
-            EnvOp::Set(key, value) => std::env::set_var(key, value),
-            EnvOp::Unset(key) => std::env::remove_var(key),
+            EnvOp::Set(key, value) if is_name(key) && !value.as_bytes().contains(&0) => {
+                std::env::set_var(key, value)
+            }
+            EnvOp::Set(key, _) => {
+                return Err(BwrapError::Env {
+                    op: "setenv",
+                    name: key.clone(),
+                })
+            }
+            EnvOp::Unset(key) if is_name(key) => std::env::remove_var(key),
+            EnvOp::Unset(key) => {
+                return Err(BwrapError::Env {
+                    op: "unsetenv",
+                    name: key.clone(),
+                })
+            }
             EnvOp::Clear => {
-                for (key, _) in std::env::vars_os() {
-                    std::env::remove_var(key);
-                }
+                // Also entries whose name std cannot remove (`=x` from a
+                // raw execve), as bubblewrap's clearenv(3) does.
+                // SAFETY: clearenv only empties this process's environment;
+                // the process is single-threaded here and holds no
+                // reference into it.
+                unsafe { libc::clearenv() };
             }
         }
     }
+    Ok(())
 }
 
 /// bubblewrap's cwd rule: `--chdir`, else the caller's cwd if it exists in
