@@ -22,6 +22,8 @@ mod common;
 mod cli;
 #[path = "fuzz/envelope.rs"]
 mod envelope;
+#[path = "fuzz/fs_helper.rs"]
+mod fs_helper;
 #[path = "fuzz/gen.rs"]
 mod gen;
 #[path = "fuzz/params.rs"]
