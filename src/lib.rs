@@ -43,3 +43,4 @@ pub mod protocol;
 pub mod runtime_paths;
 pub mod sandbox;
 pub mod server;
+pub mod sys;

@@ -8,10 +8,10 @@
 //! bounding set is cut down to it. Capabilities are only ever held in the
 //! sandbox's own user namespace, never on the host.
 //!
-//! The system calls are [`crate::sandbox::confine`]'s: this module only names
+//! The system calls are [`crate::sys::confine`]'s: this module only names
 //! capabilities and decides the set; [`apply`] hands it over.
 
-use crate::sandbox::confine::{self, ConfineError};
+use crate::sys::confine::{self, ConfineError};
 
 /// Capability names in kernel order (`CAP_CHOWN` = 0 …).
 const CAP_NAMES: [&str; 41] = [

@@ -12,8 +12,8 @@ use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
 
 use super::caps::{self, CapEdit};
-use super::fds;
 use super::ops::{EnvOp, SetupOp};
+use crate::sys::{errno_text, fds};
 
 /// Which namespaces the command line asked for. A user namespace is always
 /// created by the built-in mode; `user` records whether it was asked for,
@@ -215,7 +215,7 @@ pub fn parse(args: &[OsString], caller_is_root: bool) -> Result<Parsed, CliError
             "--version" => return Ok(Parsed::Version),
             "--args" => {
                 let fd = parse_fd(&take_one("--args")?)?;
-                let data = fds::read_all(fd).map_err(|err| CliError::ArgsRead(fds::desc(&err)))?;
+                let data = fds::read_all(fd).map_err(|err| CliError::ArgsRead(errno_text(&err)))?;
                 fds::close(fd);
                 let mut injected: Vec<OsString> = data
                     .split(|byte| *byte == 0)

@@ -24,12 +24,12 @@
 pub mod caps;
 pub mod cli;
 mod dev;
-pub mod fds;
 pub mod mounts;
 pub mod namespaces;
 pub mod ops;
 pub mod proc_pid1;
 pub mod seccomp_fd;
+pub mod status;
 
 use std::convert::Infallible;
 use std::ffi::{CString, OsString};
@@ -42,7 +42,7 @@ use cli::{CliError, Config, Parsed};
 use namespaces::Forked;
 use ops::EnvOp;
 
-use crate::sandbox::confine;
+use crate::sys::{confine, errno_text, fds};
 
 /// What bubblewrap prints for `--version`; the suffix says which one it is.
 pub const VERSION_LINE: &str = concat!(
@@ -60,25 +60,25 @@ pub enum BwrapError {
     Mount(#[from] mounts::MountError),
     #[error(transparent)]
     Seccomp(#[from] seccomp_fd::SeccompError),
-    #[error("Can't open /proc: {}", fds::desc(.0))]
+    #[error("Can't open /proc: {}", errno_text(.0))]
     OpenProc(#[source] io::Error),
-    #[error("pipe: {}", fds::desc(.0))]
+    #[error("pipe: {}", errno_text(.0))]
     Pipe(#[source] io::Error),
-    #[error("prctl(PR_SET_PDEATHSIG): {}", fds::desc(.0))]
+    #[error("prctl(PR_SET_PDEATHSIG): {}", errno_text(.0))]
     DeathSignal(#[source] io::Error),
-    #[error("prctl(PR_SET_DUMPABLE): {}", fds::desc(.0))]
+    #[error("prctl(PR_SET_DUMPABLE): {}", errno_text(.0))]
     Dumpable(#[source] io::Error),
-    #[error("Can't fork: {}", fds::desc(.0))]
+    #[error("Can't fork: {}", errno_text(.0))]
     Fork(#[source] io::Error),
-    #[error("setsid: {}", fds::desc(.0))]
+    #[error("setsid: {}", errno_text(.0))]
     Setsid(#[source] io::Error),
-    #[error("Can't chdir to {}: {}", .path.to_string_lossy(), fds::desc(.source))]
+    #[error("Can't chdir to {}: {}", .path.to_string_lossy(), errno_text(.source))]
     Chdir {
         path: OsString,
         #[source]
         source: io::Error,
     },
-    #[error("Write to {what}: {}", fds::desc(.source))]
+    #[error("Write to {what}: {}", errno_text(.source))]
     StatusWrite {
         what: &'static str,
         #[source]
@@ -86,7 +86,7 @@ pub enum BwrapError {
     },
     #[error(transparent)]
     Confine(#[from] confine::ConfineError),
-    #[error("execvp {}: {}", .command.to_string_lossy(), fds::desc(.source))]
+    #[error("execvp {}: {}", .command.to_string_lossy(), errno_text(.source))]
     Exec {
         command: OsString,
         #[source]
@@ -240,7 +240,7 @@ fn report_child(pid: libc::pid_t, config: &Config, flags: libc::c_int) -> Result
     if config.info_fd.is_none() && config.json_status_fd.is_none() {
         return Ok(());
     }
-    let namespaces = fds::namespace_ids(
+    let namespaces = status::namespace_ids(
         pid,
         &[
             ("cgroup", flags & libc::CLONE_NEWCGROUP != 0),
@@ -252,7 +252,7 @@ fn report_child(pid: libc::pid_t, config: &Config, flags: libc::c_int) -> Result
         ],
     );
     if let Some(fd) = config.info_fd {
-        let written = fds::write_all(fd, fds::info_json(pid, &namespaces).as_bytes());
+        let written = fds::write_all(fd, status::info_json(pid, &namespaces).as_bytes());
         fds::close(fd);
         written.map_err(|source| BwrapError::StatusWrite {
             what: "info_fd",
@@ -260,7 +260,7 @@ fn report_child(pid: libc::pid_t, config: &Config, flags: libc::c_int) -> Result
         })?;
     }
     if let Some(fd) = config.json_status_fd {
-        fds::write_all(fd, fds::status_child_json(pid, &namespaces).as_bytes()).map_err(
+        fds::write_all(fd, status::status_child_json(pid, &namespaces).as_bytes()).map_err(
             |source| BwrapError::StatusWrite {
                 what: "json_status_fd",
                 source,
@@ -363,7 +363,7 @@ fn sandbox_child(
     }
     drop(proc_fd);
     if let Some(fd) = config.block_fd {
-        fds::block_on(fd);
+        status::block_on(fd);
     }
 
     let needs_reaper = !config.as_pid_1 && (config.unshare.pid || config.sync_fd.is_some());

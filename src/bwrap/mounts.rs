@@ -22,76 +22,76 @@ use std::path::{Path, PathBuf};
 
 use nix::mount::{MntFlags, MsFlags};
 
-use super::fds::{self, desc};
 use super::ops::SetupOp;
+use crate::sys::{errno_text, fds};
 
 /// A mount step that failed; `Display` is bubblewrap's wording.
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
-    #[error("Can't find source path {}: {}", .path.to_string_lossy(), desc(.source))]
+    #[error("Can't find source path {}: {}", .path.to_string_lossy(), errno_text(.source))]
     Source {
         path: OsString,
         #[source]
         source: io::Error,
     },
-    #[error("Can't mkdir {}: {}", .path.to_string_lossy(), desc(.source))]
+    #[error("Can't mkdir {}: {}", .path.to_string_lossy(), errno_text(.source))]
     Mkdir {
         path: OsString,
         #[source]
         source: io::Error,
     },
-    #[error("Can't create file at {}: {}", .path.to_string_lossy(), desc(.source))]
+    #[error("Can't create file at {}: {}", .path.to_string_lossy(), errno_text(.source))]
     CreateFile {
         path: OsString,
         #[source]
         source: io::Error,
     },
-    #[error("Can't bind mount {} on {}: {}", .from.to_string_lossy(), .to.to_string_lossy(), desc(.source))]
+    #[error("Can't bind mount {} on {}: {}", .from.to_string_lossy(), .to.to_string_lossy(), errno_text(.source))]
     Bind {
         from: OsString,
         to: OsString,
         #[source]
         source: io::Error,
     },
-    #[error("Can't mount {kind} on {}: {}", .dest.display(), desc(.source))]
+    #[error("Can't mount {kind} on {}: {}", .dest.display(), errno_text(.source))]
     Mount {
         kind: &'static str,
         dest: PathBuf,
         #[source]
         source: io::Error,
     },
-    #[error("Can't make symlink at {}: {}", .path.to_string_lossy(), desc(.source))]
+    #[error("Can't make symlink at {}: {}", .path.to_string_lossy(), errno_text(.source))]
     Symlink {
         path: OsString,
         #[source]
         source: io::Error,
     },
-    #[error("Can't chmod 0{mode:o} {}: {}", .path.to_string_lossy(), desc(.source))]
+    #[error("Can't chmod 0{mode:o} {}: {}", .path.to_string_lossy(), errno_text(.source))]
     Chmod {
         mode: u32,
         path: OsString,
         #[source]
         source: io::Error,
     },
-    #[error("Can't remount readonly on {}: {}", .dest.display(), desc(.source))]
+    #[error("Can't remount readonly on {}: {}", .dest.display(), errno_text(.source))]
     RemountRo {
         dest: PathBuf,
         #[source]
         source: io::Error,
     },
-    #[error("Can't remount readonly on {}: realpath(destination): {}", .dest.display(), desc(.source))]
+    #[error("Can't remount readonly on {}: realpath(destination): {}", .dest.display(), errno_text(.source))]
     RemountRoMissing {
         dest: PathBuf,
         #[source]
         source: io::Error,
     },
-    #[error("Can't create file {}: {}", .path.to_string_lossy(), desc(.source))]
+    #[error("Can't create file {}: {}", .path.to_string_lossy(), errno_text(.source))]
     CreateDataFile {
         path: OsString,
         #[source]
         source: io::Error,
     },
-    #[error("Can't write data to file {}: {}", .path.to_string_lossy(), desc(.source))]
+    #[error("Can't write data to file {}: {}", .path.to_string_lossy(), errno_text(.source))]
     WriteData {
         path: OsString,
         #[source]
@@ -99,7 +99,7 @@ pub enum MountError {
     },
     #[error("Race while binding fd {fd} on {}: the mount is not what the fd refers to", .path.to_string_lossy())]
     BindFdRace { fd: RawFd, path: OsString },
-    #[error("{step}: {}", desc(.source))]
+    #[error("{step}: {}", errno_text(.source))]
     Root {
         step: &'static str,
         #[source]

@@ -11,23 +11,24 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 
 use super::cli::Unshare;
+use crate::sys::errno_text;
 
 /// A namespace step that failed; `Display` is bubblewrap's wording.
 #[derive(Debug, thiserror::Error)]
 pub enum NamespaceError {
     #[error("{}", clone_message(.0))]
     Clone(#[source] io::Error),
-    #[error("setting up uid map: {}", super::fds::desc(.0))]
+    #[error("setting up uid map: {}", errno_text(.0))]
     UidMap(#[source] io::Error),
-    #[error("setting up gid map: {}", super::fds::desc(.0))]
+    #[error("setting up gid map: {}", errno_text(.0))]
     GidMap(#[source] io::Error),
-    #[error("loopback: Failed RTM_NEWLINK: {}", super::fds::desc(.0))]
+    #[error("loopback: Failed RTM_NEWLINK: {}", errno_text(.0))]
     Loopback(#[source] io::Error),
-    #[error("sethostname: {}", super::fds::desc(.0))]
+    #[error("sethostname: {}", errno_text(.0))]
     Hostname(#[source] io::Error),
-    #[error("Failed to set max_user_namespaces: {}", super::fds::desc(.0))]
+    #[error("Failed to set max_user_namespaces: {}", errno_text(.0))]
     MaxUserNamespaces(#[source] io::Error),
-    #[error("Creating new user namespace failed: {}", super::fds::desc(.0))]
+    #[error("Creating new user namespace failed: {}", errno_text(.0))]
     NestedUserns(#[source] io::Error),
     #[error("creation of new user namespaces was not disabled as requested")]
     UsernsStillAllowed,
@@ -46,7 +47,7 @@ fn clone_message(err: &io::Error) -> String {
         Some(libc::EINVAL) => "Creating new namespace failed, likely because the kernel does not \
              support user namespaces.  bwrap must be installed setuid on such systems."
             .to_owned(),
-        _ => format!("Creating new namespace failed: {}", super::fds::desc(err)),
+        _ => format!("Creating new namespace failed: {}", errno_text(err)),
     }
 }
 

@@ -9,7 +9,8 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
-use super::fds;
+use super::status;
+use crate::sys::{errno_text, fds};
 
 /// bubblewrap's exit status for a wait status: the exit code, or 128 + the
 /// signal that killed it.
@@ -84,13 +85,13 @@ pub fn monitor(child: libc::pid_t, status_pipe: OwnedFd, json_status_fd: Option<
         match wait_any(child) {
             Ok((_, status)) => exit_code(status),
             Err(err) => {
-                eprintln!("bwrap: waitpid: {}", fds::desc(&err));
+                eprintln!("bwrap: waitpid: {}", errno_text(&err));
                 1
             }
         }
     };
     if let Some(fd) = json_status_fd {
-        let _ = fds::write_all(fd, fds::status_exit_json(code).as_bytes());
+        let _ = fds::write_all(fd, status::status_exit_json(code).as_bytes());
     }
     code
 }

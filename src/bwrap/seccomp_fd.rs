@@ -8,12 +8,12 @@
 use std::io;
 use std::os::fd::RawFd;
 
-use super::fds;
+use crate::sys::{errno_text, fds};
 
 /// A seccomp step that failed; `Display` is bubblewrap's wording.
 #[derive(Debug, thiserror::Error)]
 pub enum SeccompError {
-    #[error("Can't read seccomp data: {}", fds::desc(.0))]
+    #[error("Can't read seccomp data: {}", errno_text(.0))]
     Read(#[source] io::Error),
     #[error("Invalid seccomp data, must be multiple of 8")]
     BadLength,
@@ -21,7 +21,7 @@ pub enum SeccompError {
     Empty,
     #[error("Program too large")]
     TooLarge,
-    #[error("prctl(PR_SET_SECCOMP): {}", fds::desc(.0))]
+    #[error("prctl(PR_SET_SECCOMP): {}", errno_text(.0))]
     Install(#[source] io::Error),
 }
 

@@ -2,9 +2,9 @@
 //! (also for a root caller), and a fresh anonymous session keyring.
 //!
 //! These are the last steps before a sandboxed command is exec'ed, shared by
-//! the inner stage of `linux-sandbox`, the Landlock backend
-//! ([`crate::sandbox::landlock`]) and the built-in bwrap. The seccomp filter
-//! lives in [`crate::sandbox::seccomp`].
+//! the inner stage of `linux-sandbox`, the Landlock backend and the built-in
+//! bwrap. Only system calls live here; which set a command keeps is decided
+//! by the callers (the sandbox's seccomp filter is not here either).
 //!
 //! Everything except [`last_cap`] and [`confine_process`] is async-signal-safe
 //! (no allocation, no locks), so it may run between fork and exec: read
