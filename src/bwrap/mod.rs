@@ -9,7 +9,7 @@
 //! 2. the child maps its own uid/gid (setgroups denied) in its new user
 //!    namespace — also for a root caller, so nothing reaches the host;
 //! 3. the mount tree is built on a tmpfs and pivoted into, the host tree
-//!    detached ([`mounts`], [`dev`]);
+//!    detached ([`setup`]);
 //! 4. hostname, no_new_privs, then a nested user namespace holding the
 //!    requested uid/gid (and, for `--disable-userns`, the last one allowed,
 //!    verified);
@@ -23,12 +23,11 @@
 
 pub mod caps;
 pub mod cli;
-mod dev;
-pub mod mounts;
 pub mod namespaces;
 pub mod ops;
 pub mod proc_pid1;
 pub mod seccomp_fd;
+pub mod setup;
 pub mod status;
 
 use std::convert::Infallible;
@@ -57,7 +56,9 @@ pub enum BwrapError {
     #[error(transparent)]
     Namespace(#[from] namespaces::NamespaceError),
     #[error(transparent)]
-    Mount(#[from] mounts::MountError),
+    Setup(#[from] setup::SetupError),
+    #[error(transparent)]
+    Pivot(#[from] setup::pivot::PivotError),
     #[error(transparent)]
     Seccomp(#[from] seccomp_fd::SeccompError),
     #[error("Can't open /proc: {}", errno_text(.0))]
@@ -339,16 +340,16 @@ fn sandbox_child(
         .map(|fd| seccomp_fd::read(*fd))
         .collect::<Result<Vec<_>, _>>()?;
 
-    mounts::prepare_root()?;
-    let ctx = mounts::Context {
+    setup::pivot::prepare_root()?;
+    let ctx = setup::Context {
         new_pid_namespace: config.unshare.pid,
         host_tty,
     };
-    mounts::apply_ops(&config.ops, &ctx)?;
+    setup::apply_ops(&config.ops, &ctx)?;
     if config.disable_userns {
         namespaces::limit_user_namespaces(&proc_fd)?;
     }
-    mounts::finish_root()?;
+    setup::pivot::finish_root()?;
     if let Some(name) = &config.hostname {
         namespaces::set_hostname(name)?;
     }

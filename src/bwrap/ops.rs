@@ -1,6 +1,6 @@
 //! The setup operations the command line is parsed into.
 //!
-//! Parsing (`bwrap::cli`) only appends [`SetupOp`] records; `bwrap::mounts`
+//! Parsing (`bwrap::cli`) only appends [`SetupOp`] records; `bwrap::setup`
 //! walks them in order inside the new mount namespace. Nothing here touches
 //! the system. Paths are kept as given: sources are later looked up under the
 //! old root and destinations under the new root, both relative to `/`.

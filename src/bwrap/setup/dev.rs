@@ -9,7 +9,9 @@ use std::path::Path;
 
 use nix::mount::MsFlags;
 
-use super::mounts::{self, Context, MountError, Result};
+use super::bind::bind_mount;
+use super::paths::{ensure_dir, ensure_file, newroot_path};
+use super::{Context, Result, SetupError};
 
 /// Device nodes bound from the host, in bubblewrap's order.
 const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
@@ -25,8 +27,8 @@ const LINKS: [(&str, &str); 6] = [
 ];
 
 pub fn mount_dev(dest: &OsStr, ctx: &Context) -> Result<()> {
-    let to = mounts::newroot_path(dest);
-    mounts::ensure_dir(&to, 0o755).map_err(|err| MountError::Mkdir {
+    let to = newroot_path(dest);
+    ensure_dir(&to, 0o755).map_err(|err| SetupError::Mkdir {
         path: dest.to_owned(),
         source: err,
     })?;
@@ -37,7 +39,7 @@ pub fn mount_dev(dest: &OsStr, ctx: &Context) -> Result<()> {
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
         Some("mode=0755"),
     )
-    .map_err(|errno| MountError::Mount {
+    .map_err(|errno| SetupError::Mount {
         kind: "tmpfs",
         dest: to.clone(),
         source: errno.into(),
@@ -52,7 +54,7 @@ pub fn mount_dev(dest: &OsStr, ctx: &Context) -> Result<()> {
     }
     for dir in ["shm", "pts"] {
         let path = to.join(dir);
-        mounts::ensure_dir(&path, 0o755).map_err(|err| MountError::Mkdir {
+        ensure_dir(&path, 0o755).map_err(|err| SetupError::Mkdir {
             path: path.as_os_str().to_owned(),
             source: err,
         })?;
@@ -65,7 +67,7 @@ pub fn mount_dev(dest: &OsStr, ctx: &Context) -> Result<()> {
         MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
         Some("newinstance,ptmxmode=0666,mode=620"),
     )
-    .map_err(|errno| MountError::Mount {
+    .map_err(|errno| SetupError::Mount {
         kind: "devpts",
         dest: pts.clone(),
         source: errno.into(),
@@ -80,11 +82,11 @@ pub fn mount_dev(dest: &OsStr, ctx: &Context) -> Result<()> {
 }
 
 fn bind_node(host: &Path, node: &Path) -> Result<()> {
-    mounts::ensure_file(node, 0o444).map_err(|err| MountError::CreateFile {
+    ensure_file(node, 0o444).map_err(|err| SetupError::CreateFile {
         path: node.as_os_str().to_owned(),
         source: err,
     })?;
-    mounts::bind_mount(host, node, false, true).map_err(|err| MountError::Bind {
+    bind_mount(host, node, false, true).map_err(|err| SetupError::Bind {
         from: host.as_os_str().to_owned(),
         to: node.as_os_str().to_owned(),
         source: err,
@@ -92,7 +94,7 @@ fn bind_node(host: &Path, node: &Path) -> Result<()> {
 }
 
 fn symlink(target: &str, link: &Path) -> Result<()> {
-    std::os::unix::fs::symlink(target, link).map_err(|err| MountError::Symlink {
+    std::os::unix::fs::symlink(target, link).map_err(|err| SetupError::Symlink {
         path: link.as_os_str().to_owned(),
         source: err,
     })
