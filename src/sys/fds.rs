@@ -63,15 +63,33 @@ fn close_range_or(first: u32, last: u32, flags: u32, each: impl Fn(RawFd)) -> io
     if rc == 0 {
         return Ok(());
     }
-    let entries: Vec<u32> = std::fs::read_dir("/proc/self/fd")?
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
+    let entries: Vec<u32> = match std::fs::read_dir("/proc/self/fd") {
+        Ok(dir) => dir
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+            .collect(),
+        // No /proc here (a sandbox without one): every number up to the
+        // process's fd limit instead.
+        Err(_) => (first..open_fd_limit()?.min(last.saturating_add(1))).collect(),
+    };
     for fd in entries.into_iter().filter(|fd| (first..=last).contains(fd)) {
         if let Ok(fd) = RawFd::try_from(fd) {
             each(fd);
         }
     }
     Ok(())
+}
+
+/// The soft limit on open fds: no fd number reaches it.
+fn open_fd_limit() -> io::Result<u32> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the live struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(u32::try_from(limit.rlim_cur).unwrap_or(u32::MAX))
 }
 
 fn for_ranges_but(
