@@ -10,7 +10,9 @@ use std::os::fd::RawFd;
 
 use crate::sys::fds::close;
 
-/// `--block-fd`: waits until one byte (or EOF) can be read.
+/// `--block-fd`: waits until one byte (or EOF) can be read. As in
+/// bubblewrap, a read error ends the wait too: the fd is the caller's, and
+/// a broken one must not hold the sandbox forever.
 pub fn block_on(fd: RawFd) {
     let mut byte = [0u8; 1];
     loop {
@@ -24,6 +26,7 @@ pub fn block_on(fd: RawFd) {
 }
 
 /// The namespace inode numbers bubblewrap reports, for the process `pid`.
+/// One that cannot be read is left out, as bubblewrap leaves it out.
 pub fn namespace_ids(pid: libc::pid_t, unshared: &[(&'static str, bool)]) -> Vec<(String, u64)> {
     use std::os::unix::fs::MetadataExt;
     unshared

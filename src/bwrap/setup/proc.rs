@@ -2,14 +2,12 @@
 
 use std::ffi::OsStr;
 use std::fs;
-use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nix::mount::MsFlags;
 
-use super::bind::bind_mount;
-use super::paths::{ensure_dir, newroot_path};
-use super::{mount_fs, Context, Result, SetupError};
+use super::bind::{bind_mount, BindFlags};
+use super::{make_dir, mount_fs, Context, Result, SetupError};
 
 /// The `/proc` entries that reach kernel-global state, covered read-only by
 /// `--proc` (bubblewrap's list).
@@ -26,44 +24,46 @@ const PROC_COVERED: [&str; 4] = ["sys", "sysrq-trigger", "irq", "bus"];
 /// is always skipped, while its files only check the global euid. A root
 /// caller (sandbox uid 0 mapped to host uid 0) could then write any sysctl,
 /// `kernel.core_pattern` included.
-pub fn mount_proc(dest: &OsStr, ctx: &Context) -> Result<()> {
-    let to = newroot_path(dest);
-    ensure_dir(&to, 0o755).map_err(|err| SetupError::Mkdir {
-        path: dest.to_owned(),
-        source: err,
-    })?;
+pub fn mount_proc(shown: &OsStr, to: &Path, ctx: &Context) -> Result<()> {
+    make_dir(to, shown, 0o755)?;
     if ctx.new_pid_namespace {
         mount_fs(
             "proc",
-            &to,
+            to,
             MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC | MsFlags::MS_NODEV,
             "",
         )?;
     } else {
-        bind_mount(Path::new("/oldroot/proc"), &to, false, false).map_err(|err| {
-            SetupError::Mount {
-                kind: "proc",
-                dest: to.clone(),
-                source: err,
-            }
+        // bubblewrap names the host's /proc relative to the setup root.
+        let host = Path::new("oldroot/proc");
+        bind_mount(host, to, BindFlags::default()).map_err(|err| SetupError::Bind {
+            from: host.to_path_buf(),
+            to: to.to_path_buf(),
+            source: err,
         })?;
     }
     for corner in PROC_COVERED {
-        let path = to.join(corner);
+        let mut path = to.as_os_str().to_owned();
+        path.push("/");
+        path.push(corner);
+        let path = PathBuf::from(path);
         match fs::symlink_metadata(&path) {
             Ok(_) => {}
-            Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
+            Err(err) if err.raw_os_error() == Some(libc::ENOENT) => continue,
             Err(err) => {
-                return Err(SetupError::Mount {
-                    kind: "proc",
-                    dest: path,
+                return Err(SetupError::Step {
+                    what: format!("Can't access {}", path.display()),
                     source: err,
                 })
             }
         }
-        bind_mount(&path, &path, true, false).map_err(|err| SetupError::Bind {
-            from: path.as_os_str().to_owned(),
-            to: path.as_os_str().to_owned(),
+        let flags = BindFlags {
+            readonly: true,
+            devices: false,
+        };
+        bind_mount(&path, &path, flags).map_err(|err| SetupError::Bind {
+            from: path.clone(),
+            to: path.clone(),
             source: err,
         })?;
     }
