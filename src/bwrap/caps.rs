@@ -13,7 +13,7 @@
 //! are [`crate::sys::confine`]'s: this module only names capabilities and
 //! decides the set.
 
-use super::cli::numbers::c_leading_ulong;
+use super::numbers::c_leading_ulong;
 use crate::sys::confine::{self, ConfineError};
 
 /// Capability names in kernel order (`CAP_CHOWN` = 0 …), as libcap knows them.

@@ -30,6 +30,7 @@ pub mod cli;
 mod command;
 mod log;
 pub mod namespaces;
+pub mod numbers;
 pub mod ops;
 pub mod proc_pid1;
 pub mod seccomp_fd;

@@ -9,7 +9,6 @@
 //! here touches the system except reading the fds given to `--args` and
 //! `--add-seccomp-fd`, which bubblewrap reads while parsing too.
 
-pub mod numbers;
 mod usage;
 
 use std::collections::VecDeque;
@@ -21,6 +20,7 @@ pub use usage::usage;
 
 use super::caps::{self, CapEdit};
 use super::log::Log;
+use super::numbers;
 use super::ops::{BindKind, EnvOp, SetupOp};
 use super::seccomp_fd::{self, Program, SeccompError};
 use crate::sys::{errno_text, fds};
