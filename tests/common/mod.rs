@@ -8,3 +8,4 @@ pub mod fuzz;
 pub mod redteam;
 pub mod sandbox;
 pub mod schema;
+pub mod wire;

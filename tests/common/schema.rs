@@ -237,3 +237,20 @@ pub fn assert_supported(schema: &Value) {
         }
     }
 }
+
+/// Whether a schema mismatch is one of the two leniencies of serde's
+/// derived decoders, which the schemas do not describe and the server
+/// does not rely on: a struct's fields given by position (`[1, 2]` for
+/// `{"rows":1,"cols":2}`), and the tag of an internally tagged enum given
+/// as the variant's index (`"type": 1`). The server refuses params that
+/// are not an object; nested forms are a known leniency (README, Protocol
+/// in short).
+pub fn is_serde_leniency(err: &str) -> bool {
+    let positional =
+        err.contains("] is not of type \"object\"") || err.contains("] is not of type [\"object\"");
+    let index_tag = err
+        .split("/type: ")
+        .skip(1)
+        .any(|rest| rest.starts_with(|c: char| c.is_ascii_digit()));
+    positional || index_tag
+}

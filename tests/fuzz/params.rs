@@ -206,7 +206,7 @@ fn every_methods_params_decode_or_refuse_with_the_right_code_and_match_the_schem
                 Ok(()) => {
                     if let Err(err) = valid {
                         prop_assert!(
-                            gen::is_serde_leniency(&err),
+                            crate::common::schema::is_serde_leniency(&err),
                             "{method} accepted {params} but its schema refuses it: {err}"
                         );
                     }

@@ -17,7 +17,6 @@ use crate::common::client::{error_of, Raw, Server};
 use crate::common::fuzz;
 use crate::common::schema::{load, load_method, validate};
 use crate::envelope::{frame, valid_id, Expected, Frame};
-use crate::gen;
 use crate::params::{pool, METHODS};
 
 /// The server's message cap in these tests: small, so that oversize frames
@@ -251,7 +250,7 @@ fn the_server_accepts_what_the_schemas_allow_and_sends_what_they_describe() {
             if decoded(&response) {
                 if let Err(err) = valid {
                     prop_assert!(
-                        gen::is_serde_leniency(&err),
+                        crate::common::schema::is_serde_leniency(&err),
                         "{method} accepted {params} ({response}) but its schema refuses it: {err}"
                     );
                 }
@@ -295,4 +294,47 @@ fn a_read_with_the_largest_wait_is_answered_when_the_process_ends() {
         let read = raw.response(&json!("long")).await;
         assert_eq!(read["result"]["closed"], true, "{read}");
     });
+}
+
+/// The check every test server gets on drop (`common::wire`) sees the
+/// server's traffic and would flag a message its schema refuses.
+#[test]
+fn the_traffic_check_reads_the_servers_trace_and_flags_a_mismatch() {
+    let server = Server::start(&[]);
+    let rt = runtime();
+    rt.block_on(async {
+        let (mut raw, _) = server.session().await;
+        raw.call("environment/status", json!(null)).await;
+    });
+    let traced = |text: &str| {
+        text.lines()
+            .filter(|l| l.contains("\"codexbox::wire\""))
+            .count()
+    };
+    let deadline = std::time::Instant::now() + crate::common::client::WAIT;
+    // initialize, its result, initialized, environment/status, its result.
+    while traced(&server.stderr()) < 5 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no wire trace: {}",
+            server.stderr()
+        );
+        std::thread::yield_now();
+    }
+    assert!(crate::common::wire::mismatches(&server.stderr()).is_empty());
+    let line = |direction: &str, frame: Value| {
+        json!({"target": "codexbox::wire", "fields": {"connection": 1, "direction": direction, "frame": frame.to_string()}})
+            .to_string()
+    };
+    let bad = [
+        line("in", json!({"id": 7, "method": "environment/status"})),
+        line("out", json!({"id": 7, "result": {"status": 5}})),
+        line(
+            "in",
+            json!({"id": 8, "method": "process/terminate", "params": {"processId": 3}}),
+        ),
+        line("out", json!({"id": 8, "result": {"running": false}})),
+    ]
+    .join("\n");
+    assert_eq!(crate::common::wire::mismatches(&bad).len(), 2, "{bad}");
 }
