@@ -117,3 +117,42 @@ pub fn run<S>(
 pub fn is_long_run() -> bool {
     std::env::var_os("CODEXBOX_FUZZ_SECONDS").is_some()
 }
+
+/// Runs the binary under test with `args` (NUL bytes, which no argv word
+/// can hold, become `0`) in `dir`, writing `input` to its stdin; returns
+/// its output once it exits.
+pub fn run_binary(
+    args: &[std::ffi::OsString],
+    input: &[u8],
+    dir: &std::path::Path,
+) -> std::process::Output {
+    use std::io::Write;
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    use std::process::{Command, Stdio};
+    let args: Vec<std::ffi::OsString> = args
+        .iter()
+        .map(|a| {
+            let bytes = a.as_bytes().iter().map(|&b| if b == 0 { b'0' } else { b });
+            std::ffi::OsString::from_vec(bytes.collect())
+        })
+        .collect();
+    let bin = super::client::BIN;
+    let mut child = match Command::new(bin)
+        .args(&args)
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(err) => panic!("spawn {bin}: {err}"),
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(input);
+    }
+    match child.wait_with_output() {
+        Ok(output) => output,
+        Err(err) => panic!("wait {bin}: {err}"),
+    }
+}

@@ -10,10 +10,8 @@
 //! profile's writable root) can reach anything else.
 
 use std::ffi::OsString;
-use std::io::Write;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::os::unix::ffi::OsStringExt;
+use std::process::Output;
 
 use codexbox::bwrap::cli::{self as bwrap_cli, Parsed};
 use codexbox::bwrap::log::Log;
@@ -22,7 +20,6 @@ use codexbox::sandbox::debug;
 use proptest::prelude::*;
 use serde_json::Value;
 
-use crate::common::client::BIN;
 use crate::common::fuzz;
 use crate::gen;
 
@@ -217,41 +214,6 @@ fn bwrap_step(scratch: &str) -> BoxedStrategy<Vec<String>> {
     .boxed()
 }
 
-/// Runs the binary with `args` (stdin `input`), bounded by the harness's
-/// guard; returns its output.
-fn run_binary(args: &[OsString], input: &[u8], dir: &Path) -> Output {
-    // An argv word cannot hold a NUL; generated junk may.
-    let args: Vec<OsString> = args
-        .iter()
-        .map(|a| {
-            OsString::from_vec(
-                a.as_bytes()
-                    .iter()
-                    .map(|&b| if b == 0 { b'0' } else { b })
-                    .collect(),
-            )
-        })
-        .collect();
-    let mut child = match Command::new(BIN)
-        .args(&args)
-        .current_dir(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-    {
-        Ok(child) => child,
-        Err(err) => panic!("spawn {BIN}: {err}"),
-    };
-    if let Some(mut stdin) = child.stdin.take() {
-        let _ = stdin.write_all(input);
-    }
-    match child.wait_with_output() {
-        Ok(output) => output,
-        Err(err) => panic!("wait {BIN}: {err}"),
-    }
-}
-
 /// Exit 0 or 1, or 2 with a usage line starting with `prefix`; never a
 /// panic (101) or a signal.
 fn ends_cleanly(output: &Output, prefix: &str, argv: &[OsString]) -> Result<(), TestCaseError> {
@@ -312,7 +274,7 @@ fn the_real_bwrap_refuses_bad_command_lines_with_its_message_and_status_1() {
                 argv.push("--".into());
             }
             argv.push("true".into());
-            let output = run_binary(&argv, &input, dir.path());
+            let output = fuzz::run_binary(&argv, &input, dir.path());
             let stderr = String::from_utf8_lossy(&output.stderr);
             match output.status.code() {
                 Some(0) => {}
@@ -503,7 +465,7 @@ fn the_real_sandbox_modes_end_with_status_0_1_or_2() {
             if command {
                 argv.extend(["--".into(), "true".into()]);
             }
-            let output = run_binary(&argv, b"", dir.path());
+            let output = fuzz::run_binary(&argv, b"", dir.path());
             ends_cleanly(&output, prefix, &argv)
         },
     );
@@ -521,7 +483,7 @@ fn bwrap_refuses_a_variable_name_setenv_cannot_take() {
         ["bwrap", "--unsetenv", "", "--", "true"],
     ] {
         let argv: Vec<OsString> = args.iter().map(OsString::from).collect();
-        let output = run_binary(&argv, b"", dir.path());
+        let output = fuzz::run_binary(&argv, b"", dir.path());
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
         assert!(
@@ -545,7 +507,7 @@ fn bwrap_args_fd_named_again_by_a_later_option_does_not_abort() {
         "--file\x000\x00/\x00",
         "--ro-bind\x00/\x00/\x00--tmpfs\x00/tmp\x00--file\x000\x00/tmp/f\x00",
     ] {
-        let output = run_binary(&argv, words.as_bytes(), dir.path());
+        let output = fuzz::run_binary(&argv, words.as_bytes(), dir.path());
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(
             matches!(output.status.code(), Some(0 | 1)),

@@ -9,17 +9,16 @@
 //! Safety: every path in a generated request lies in a scratch directory
 //! (see `gen`), and the operations run unsandboxed, as root.
 
-use std::io::Write;
+use std::ffi::OsString;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use codexbox::fs::FileStreams;
 use codexbox::fs_helper::{self, HelperResponse, ServeResponse};
 use codexbox::protocol::fs::method;
+use codexbox::server::fs_methods;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
-use crate::common::client::BIN;
 use crate::common::fuzz;
 use crate::common::schema::{load_method, validate};
 use crate::gen;
@@ -27,22 +26,6 @@ use crate::params::pool;
 
 /// The fs codes: invalid request, invalid params, not found, internal.
 const FS_CODES: [i64; 4] = [-32600, -32602, -32004, -32603];
-
-const OPERATIONS: &[&str] = &[
-    method::READ_FILE,
-    method::WRITE_FILE,
-    method::CREATE_DIRECTORY,
-    method::GET_METADATA,
-    method::CANONICALIZE,
-    method::READ_DIRECTORY,
-    method::WALK,
-    method::REMOVE,
-    method::COPY,
-    method::OPEN,
-    method::READ_BLOCK,
-    method::WRITE_BLOCK,
-    method::CLOSE,
-];
 
 /// A scratch tree: files and a directory at the top level only, so copies
 /// cannot nest; its paths in both dialects.
@@ -72,7 +55,7 @@ fn scratch() -> (tempfile::TempDir, Vec<String>) {
 /// from the method's schema, maybe mutated, or arbitrary.
 fn request(paths: Vec<String>) -> BoxedStrategy<(String, Value)> {
     let pool = pool(paths);
-    let known: Vec<BoxedStrategy<(String, Value)>> = OPERATIONS
+    let known: Vec<BoxedStrategy<(String, Value)>> = fs_methods::METHODS
         .iter()
         .map(|op| {
             crate::params::params(op, &pool)
@@ -128,25 +111,11 @@ fn every_helper_request_gets_an_answer_in_process() {
 }
 
 fn helper(args: &[&str], input: &[u8], dir: &Path) -> std::process::Output {
-    let mut child = match Command::new(BIN)
-        .arg("fs-helper")
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-    {
-        Ok(child) => child,
-        Err(err) => panic!("spawn {BIN}: {err}"),
-    };
-    if let Some(mut stdin) = child.stdin.take() {
-        let _ = stdin.write_all(input);
-    }
-    match child.wait_with_output() {
-        Ok(output) => output,
-        Err(err) => panic!("wait {BIN}: {err}"),
-    }
+    let argv: Vec<OsString> = std::iter::once("fs-helper")
+        .chain(args.iter().copied())
+        .map(OsString::from)
+        .collect();
+    fuzz::run_binary(&argv, input, dir)
 }
 
 /// Stdin of the one-shot form: a request document, or its text damaged.

@@ -417,3 +417,22 @@ fn object_strategy(root: &Value, object: &Map<String, Value>, pool: &Pool) -> Bo
         .prop_map(|members| Value::Object(members.into_iter().flatten().collect()))
         .boxed()
 }
+
+/// Documents for the schema `root`, and whether each was changed after
+/// generation: generated from the schema (drawing from `pool`), then
+/// mutated (or not), or arbitrary JSON. Only an unchanged document is
+/// known to be valid.
+pub fn documents(root: &Value, pool: &Pool) -> BoxedStrategy<(Value, bool)> {
+    let valid = from_schema(root, root, "", pool);
+    prop_oneof![
+        2 => valid.clone().prop_map(|value| (value, false)),
+        4 => (valid, prop::collection::vec(mutation(), 1..4)).prop_map(|(mut value, mutations)| {
+            for mutation in &mutations {
+                apply(&mut value, mutation);
+            }
+            (value, true)
+        }),
+        1 => json_value().prop_map(|value| (value, true)),
+    ]
+    .boxed()
+}

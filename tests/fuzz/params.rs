@@ -12,6 +12,7 @@ use codexbox::protocol::process::{
 };
 use codexbox::protocol::sandbox::FileSystemSandboxContext;
 use codexbox::protocol::{InitializeParams, NoParams, RpcError};
+use codexbox::server::fs_methods;
 use proptest::prelude::*;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -25,31 +26,23 @@ use crate::gen::{self, Pool};
 const INVALID_REQUEST: i64 = -32600;
 const INVALID_PARAMS: i64 = -32602;
 
-/// Every request method with params.
-pub const METHODS: &[&str] = &[
-    "initialize",
-    "environment/info",
-    "environment/status",
-    "process/start",
-    "process/read",
-    "process/write",
-    "process/signal",
-    "process/terminate",
-    "process/resize",
-    method::READ_FILE,
-    method::WRITE_FILE,
-    method::CREATE_DIRECTORY,
-    method::GET_METADATA,
-    method::CANONICALIZE,
-    method::READ_DIRECTORY,
-    method::WALK,
-    method::REMOVE,
-    method::COPY,
-    method::OPEN,
-    method::READ_BLOCK,
-    method::WRITE_BLOCK,
-    method::CLOSE,
-];
+/// Every request method: the session and process methods, then the fs
+/// methods as the server lists them.
+pub fn methods() -> Vec<&'static str> {
+    let mut methods = vec![
+        "initialize",
+        "environment/info",
+        "environment/status",
+        "process/start",
+        "process/read",
+        "process/write",
+        "process/signal",
+        "process/terminate",
+        "process/resize",
+    ];
+    methods.extend_from_slice(fs_methods::METHODS);
+    methods
+}
 
 /// Values the generator draws where a schema cannot say what is accepted.
 /// Nothing here acts on them.
@@ -83,22 +76,10 @@ pub fn pool(paths: Vec<String>) -> Pool {
     }
 }
 
-/// Params for `method`: generated from its schema, then maybe mutated, or
-/// arbitrary JSON; and whether they were changed after generation.
+/// Params for `method`, and whether they were changed after generation
+/// (see [`gen::documents`]).
 pub fn params(method: &str, pool: &Pool) -> BoxedStrategy<(Value, bool)> {
-    let root = load_method(method, "params");
-    let valid = gen::from_schema(&root, &root, "", pool);
-    prop_oneof![
-        2 => valid.clone().prop_map(|value| (value, false)),
-        4 => (valid, prop::collection::vec(gen::mutation(), 1..4)).prop_map(|(mut value, mutations)| {
-            for mutation in &mutations {
-                gen::apply(&mut value, mutation);
-            }
-            (value, true)
-        }),
-        1 => gen::json_value().prop_map(|value| (value, true)),
-    ]
-    .boxed()
+    gen::documents(&load_method(method, "params"), pool)
 }
 
 fn process<T: DeserializeOwned>(params: &Value) -> Result<T, RpcError> {
@@ -189,18 +170,19 @@ fn paths() -> Vec<String> {
 #[test]
 fn every_methods_params_decode_or_refuse_with_the_right_code_and_match_the_schema() {
     let pool = pool(paths());
-    let strategies: Vec<BoxedStrategy<(usize, (Value, bool))>> = METHODS
+    let methods = methods();
+    let strategies: Vec<BoxedStrategy<(usize, (Value, bool))>> = methods
         .iter()
         .enumerate()
         .map(|(i, method)| params(method, &pool).prop_map(move |p| (i, p)).boxed())
         .collect();
-    let schemas: Vec<Value> = METHODS.iter().map(|m| load_method(m, "params")).collect();
+    let schemas: Vec<Value> = methods.iter().map(|m| load_method(m, "params")).collect();
     fuzz::run(
         "params_decode",
         1536,
         proptest::strategy::Union::new(strategies),
         |(index, (params, mutated))| {
-            let method = METHODS[index];
+            let method = methods[index];
             let valid = validate(&schemas[index], &params);
             match decode(method, &params) {
                 Ok(()) => {
@@ -233,7 +215,7 @@ fn every_methods_params_decode_or_refuse_with_the_right_code_and_match_the_schem
 /// Params by position are refused for every method, as the schemas say.
 #[test]
 fn params_given_as_an_array_are_refused_as_invalid_params() {
-    for method in METHODS {
+    for method in methods() {
         let err = decode(method, &serde_json::json!(["p1", "/tmp"])).unwrap_err();
         assert_eq!(err.code, INVALID_PARAMS, "{method}: {}", err.message);
     }

@@ -44,23 +44,9 @@ fn pool() -> Pool {
     }
 }
 
-/// A document for the type of schema file `name` and whether it was
-/// changed after generation: generated from the schema, then mutated (or
-/// not), or arbitrary JSON.
+/// Documents for the type of schema file `name` (see [`gen::documents`]).
 fn documents(name: &str) -> BoxedStrategy<(Value, bool)> {
-    let root = load(name);
-    let valid = gen::from_schema(&root, &root, "", &pool());
-    prop_oneof![
-        2 => valid.clone().prop_map(|value| (value, false)),
-        4 => (valid, prop::collection::vec(gen::mutation(), 1..4)).prop_map(|(mut value, mutations)| {
-            for mutation in &mutations {
-                gen::apply(&mut value, mutation);
-            }
-            (value, true)
-        }),
-        1 => gen::json_value().prop_map(|value| (value, true)),
-    ]
-    .boxed()
+    gen::documents(&load(name), &pool())
 }
 
 /// A generated document valid against the shipped schema is accepted; an

@@ -17,7 +17,7 @@ use crate::common::client::{error_of, Raw, Server};
 use crate::common::fuzz;
 use crate::common::schema::{load, load_method, validate};
 use crate::envelope::{frame, valid_id, Expected, Frame};
-use crate::params::{pool, METHODS};
+use crate::params::{methods, pool};
 
 /// The server's message cap in these tests: small, so that oversize frames
 /// are cheap to make.
@@ -205,9 +205,10 @@ fn the_server_accepts_what_the_schemas_allow_and_sends_what_they_describe() {
     }));
     let response_schema = load("envelope.response.json");
     let error_schema = load("envelope.error.json");
-    let params_schemas: Vec<Value> = METHODS.iter().map(|m| load_method(m, "params")).collect();
-    let result_schemas: Vec<Value> = METHODS.iter().map(|m| load_method(m, "result")).collect();
-    let strategies: Vec<BoxedStrategy<(usize, (Value, bool))>> = METHODS
+    let methods = methods();
+    let params_schemas: Vec<Value> = methods.iter().map(|m| load_method(m, "params")).collect();
+    let result_schemas: Vec<Value> = methods.iter().map(|m| load_method(m, "result")).collect();
+    let strategies: Vec<BoxedStrategy<(usize, (Value, bool))>> = methods
         .iter()
         .enumerate()
         // A second initialize is refused whatever its params; skip it.
@@ -223,7 +224,7 @@ fn the_server_accepts_what_the_schemas_allow_and_sends_what_they_describe() {
         160,
         proptest::strategy::Union::new(strategies),
         |(index, (params, mutated))| {
-            let method = METHODS[index];
+            let method = methods[index];
             let mut raw = raw.borrow_mut();
             let response = rt.block_on(raw.request(method, params.clone()));
             let notifications: Vec<Value> = raw.backlog.drain(..).collect();
