@@ -493,25 +493,36 @@ fn bwrap_refuses_a_variable_name_setenv_cannot_take() {
     }
 }
 
-/// `--args 0` closed fd 0 while parsing; the launcher's next descriptor got
-/// number 0, `--file 0` then closed it, and std aborted on the stale
-/// descriptor (status 134). The number now stays taken by /dev/null.
+/// A caller fd number that is closed by the time an option uses it (read
+/// by `--args`, or never open) could be given to one of the launcher's own
+/// descriptors; the option then read and closed that descriptor, and std
+/// aborted on it (status 134). Now the launcher keeps its long-lived
+/// descriptors above every number the options name, and a data option
+/// that meets its own file under the caller's number reports EBADF, as
+/// bubblewrap does.
 #[test]
-fn bwrap_args_fd_named_again_by_a_later_option_does_not_abort() {
+fn a_closed_caller_fd_is_never_the_launchers_own() {
     let dir = scratch();
-    let argv: Vec<OsString> = ["bwrap", "--args", "0", "true"]
-        .iter()
-        .map(OsString::from)
-        .collect();
-    for words in [
-        "--file\x000\x00/\x00",
-        "--ro-bind\x00/\x00/\x00--tmpfs\x00/tmp\x00--file\x000\x00/tmp/f\x00",
-    ] {
+    let cases: [(&[&str], &str); 5] = [
+        (&["--bind-fd", "0", "/", "--args", "0", "true"], ""),
+        (&["--bind-data", "0", "/", "--args", "0", "true"], ""),
+        (&["--json-status-fd", "1", "--block-fd", "9", "true"], ""),
+        (&["--args", "0", "true"], "--file\x000\x00/\x00"),
+        (
+            &["--args", "0", "true"],
+            "--ro-bind\x00/\x00/\x00--tmpfs\x00/tmp\x00--file\x000\x00/tmp/f\x00",
+        ),
+    ];
+    for (args, words) in cases {
+        let argv: Vec<OsString> = std::iter::once("bwrap")
+            .chain(args.iter().copied())
+            .map(OsString::from)
+            .collect();
         let output = fuzz::run_binary(&argv, words.as_bytes(), dir.path());
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(
             matches!(output.status.code(), Some(0 | 1)),
-            "{words:?}: {:?} {stderr}",
+            "{argv:?} {words:?}: {:?} {stderr}",
             output.status
         );
     }
