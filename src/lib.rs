@@ -40,6 +40,7 @@ pub mod fs_helper;
 pub mod logging;
 pub mod process;
 pub mod protocol;
+pub mod relay;
 pub mod runtime_paths;
 pub mod sandbox;
 pub mod server;
