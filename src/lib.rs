@@ -41,6 +41,7 @@ pub mod logging;
 pub mod process;
 pub mod protocol;
 pub mod relay;
+pub mod rendezvous;
 pub mod runtime_paths;
 pub mod sandbox;
 pub mod server;

@@ -18,7 +18,10 @@
 pub mod channel;
 pub mod frame;
 pub mod framing;
+pub mod http_client;
 pub mod noise;
+pub mod registry_api;
+pub mod registry_client;
 pub mod reorder;
 
 /// Which rules a stream follows.
