@@ -36,6 +36,7 @@ pub enum Mode {
     Doctor,
     InstallLinks,
     Rendezvous,
+    Connect,
 }
 
 impl Mode {
@@ -50,6 +51,7 @@ impl Mode {
             Mode::Doctor => "doctor",
             Mode::InstallLinks => "install-links",
             Mode::Rendezvous => "rendezvous",
+            Mode::Connect => "connect",
         }
     }
 
@@ -65,7 +67,7 @@ impl Mode {
     }
 
     fn from_subcommand(arg: &OsStr) -> Option<Mode> {
-        const ALL: [Mode; 8] = [
+        const ALL: [Mode; 9] = [
             Mode::ExecServer,
             Mode::LinuxSandbox,
             Mode::Bwrap,
@@ -74,6 +76,7 @@ impl Mode {
             Mode::Doctor,
             Mode::InstallLinks,
             Mode::Rendezvous,
+            Mode::Connect,
         ];
         ALL.into_iter().find(|mode| arg == mode.subcommand())
     }
@@ -144,6 +147,7 @@ fn run(mode: Mode, argv: Vec<OsString>) -> i32 {
         Mode::Doctor => crate::sandbox::doctor::main(argv),
         Mode::InstallLinks => install_links_main(argv),
         Mode::Rendezvous => crate::rendezvous::cli::main(argv),
+        Mode::Connect => crate::connect::cli::main(argv),
     }
 }
 
@@ -164,6 +168,7 @@ Modes:
   doctor         report what this host supports for sandboxing, and why
   install-links  create the alias symlinks in a directory
   rendezvous     registry and relay for remote executors (self-hosted)
+  connect        expose a remote executor as a local exec-server endpoint
 
 Run `codexbox <MODE> --help` for the options of a mode.
 ",

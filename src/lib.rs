@@ -35,6 +35,7 @@
 pub mod arg0;
 pub mod bwrap;
 pub mod client;
+pub mod connect;
 pub mod fs;
 pub mod fs_helper;
 pub mod logging;

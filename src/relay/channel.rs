@@ -338,6 +338,12 @@ impl Channel {
         Some(deadline)
     }
 
+    /// When the peer's silence ends a reliable stream (for a stream whose
+    /// link is down and so transmits nothing).
+    pub fn silence_deadline(&self) -> Option<Instant> {
+        (self.dialect == Dialect::Reliable).then(|| self.last_heard + PEER_SILENCE_TIMEOUT)
+    }
+
     /// Fails a reliable stream whose peer has been silent too long.
     pub fn check_peer(&self, now: Instant) -> Result<(), ChannelError> {
         let silent = now.saturating_duration_since(self.last_heard);

@@ -16,13 +16,17 @@
 //! these and live in their own modules.
 
 pub mod channel;
+pub mod credentials;
+pub mod executor;
 pub mod frame;
 pub mod framing;
+pub mod harness;
 pub mod http_client;
 pub mod noise;
 pub mod registry_api;
 pub mod registry_client;
 pub mod reorder;
+pub mod stream;
 
 /// Which rules a stream follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

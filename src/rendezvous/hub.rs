@@ -328,9 +328,16 @@ impl Hub {
         let Some(route) = env.streams.get_mut(stream_id) else {
             return Action::Drop;
         };
-        if let Some(Body::Handshake(_)) = &frame.body {
-            route.offered = frame.ack_bits & FEATURE_RELIABLE != 0;
-            route.reliable = false;
+        match &frame.body {
+            Some(Body::Handshake(_)) => {
+                route.offered = frame.ack_bits & FEATURE_RELIABLE != 0;
+                route.reliable = false;
+            }
+            // The harness closed the stream itself: nothing to hold.
+            Some(Body::Reset(_)) => {
+                env.streams.remove(stream_id);
+            }
+            _ => {}
         }
         match &env.executor {
             Some(executor) => Action::Forward(executor.clone()),
