@@ -266,7 +266,7 @@ async fn manage_socket(
         let (outbox, next_queue) = mpsc::channel(SOCKET_OUTBOX);
         queue = next_queue;
         link.send_replace(Some((generation, outbox)));
-        tracing::debug!(stream = %stream_id, generation, "relay stream reconnected");
+        tracing::info!(stream = %stream_id, generation, "relay stream reconnected");
     }
 }
 

@@ -5,5 +5,6 @@ pub mod client;
 pub mod confine;
 pub mod fs;
 pub mod redteam;
+pub mod relay;
 pub mod sandbox;
 pub mod schema;
