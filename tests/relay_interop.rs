@@ -17,15 +17,26 @@ async fn a_reference_harness_uses_the_codexbox_executor() {
     let rendezvous = Rendezvous::start(&[]);
     let _executor = Executor::start(&rendezvous.url, "env-ref", &[], &[]);
     let mut harness = ReferenceHarness::connect(&rendezvous.url, "env-ref").await;
-    assert_eq!(harness.msg2_ack_bits, 0, "no reliable acceptance without an offer");
+    assert_eq!(
+        harness.msg2_ack_bits, 0,
+        "no reliable acceptance without an offer"
+    );
     let init = harness
-        .call("initialize", json!({"clientName": "codex-environment", "resumeSessionId": null}))
+        .call(
+            "initialize",
+            json!({"clientName": "codex-environment", "resumeSessionId": null}),
+        )
         .await;
     assert!(init["sessionId"].is_string());
-    harness.send(json!({"method": "initialized", "params": {}})).await;
+    harness
+        .send(json!({"method": "initialized", "params": {}}))
+        .await;
     // More than one record each way: a 200 KB reply and a 100 KB request.
     harness
-        .call("process/start", sh("p1", "head -c 200000 /dev/zero | tr '\\0' z"))
+        .call(
+            "process/start",
+            sh("p1", "head -c 200000 /dev/zero | tr '\\0' z"),
+        )
         .await;
     let out = harness.output_until_closed("p1").await;
     assert_eq!(out, vec![b'z'; 200_000]);
@@ -33,7 +44,10 @@ async fn a_reference_harness_uses_the_codexbox_executor() {
     let path = dir.path().join("f");
     let data = vec![7u8; 100_000];
     harness
-        .call("fs/writeFile", json!({"path": path, "dataBase64": common::client::b64(&data)}))
+        .call(
+            "fs/writeFile",
+            json!({"path": path, "dataBase64": common::client::b64(&data)}),
+        )
         .await;
     assert_eq!(std::fs::read(&path).expect("written"), data);
 }
@@ -46,9 +60,7 @@ async fn codexbox_connect_falls_back_to_the_reference_dialect() {
     let bridge = Bridge::start(&rendezvous.url, "env-old", &[], &[]);
     let mut client = Raw::connect(&bridge.url).await;
     client.handshake().await;
-    client
-        .call("process/start", sh("p1", "seq 1 30000"))
-        .await;
+    client.call("process/start", sh("p1", "seq 1 30000")).await;
     let events = client.events_until_closed("p1").await;
     let expected: String = (1..=30000).map(|i| format!("{i}\n")).collect();
     assert_eq!(output_of(&events), expected);

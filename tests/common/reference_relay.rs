@@ -27,9 +27,17 @@ const RECORD: usize = 61440;
 
 /// Checks a frame has the reference's shape: no ack fields, single segments.
 pub fn assert_reference_shape(frame: &RelayMessageFrame) {
-    assert_eq!((frame.ack, frame.ack_bits), (0, 0), "ack fields set: {frame:?}");
+    assert_eq!(
+        (frame.ack, frame.ack_bits),
+        (0, 0),
+        "ack fields set: {frame:?}"
+    );
     if let Some(Body::Data(data)) = &frame.body {
-        assert_eq!((data.segment_index, data.segment_count), (0, 1), "segmented: {frame:?}");
+        assert_eq!(
+            (data.segment_index, data.segment_count),
+            (0, 1),
+            "segmented: {frame:?}"
+        );
     }
     assert!(
         !matches!(frame.body, Some(Body::AckFrame(_) | Body::Heartbeat(_))),
@@ -76,7 +84,12 @@ impl Receiver {
         self.buffer.extend_from_slice(&plain);
         let mut messages = Vec::new();
         while self.buffer.len() >= 4 {
-            let len = u32::from_be_bytes([self.buffer[0], self.buffer[1], self.buffer[2], self.buffer[3]]) as usize;
+            let len = u32::from_be_bytes([
+                self.buffer[0],
+                self.buffer[1],
+                self.buffer[2],
+                self.buffer[3],
+            ]) as usize;
             if self.buffer.len() < 4 + len {
                 break;
             }
@@ -102,21 +115,47 @@ pub struct ReferenceHarness {
 impl ReferenceHarness {
     /// POST /connect, socket, `resume{0}`, `handshake{msg1}`, msg2.
     pub async fn connect(registry: &str, environment: &str) -> ReferenceHarness {
+        match Self::try_connect(registry, environment).await {
+            Ok(harness) => harness,
+            Err(reason) => panic!("stream reset during the handshake: {reason}"),
+        }
+    }
+
+    /// Like [`connect`](Self::connect); a reset instead of msg2 is `Err(reason)`.
+    pub async fn try_connect(
+        registry: &str,
+        environment: &str,
+    ) -> Result<ReferenceHarness, String> {
         let identity = NoiseIdentity::generate().expect("identity");
-        let registry = RegistryClient::new(registry, environment, AuthHeaders::default()).expect("registry");
-        let bundle = registry.connect(&identity.public_key().encode()).await.expect("connect bundle");
+        let registry =
+            RegistryClient::new(registry, environment, AuthHeaders::default()).expect("registry");
+        let bundle = registry
+            .connect(&identity.public_key().encode())
+            .await
+            .expect("connect bundle");
         let mut ws = dial(&bundle.url).await.expect("dial rendezvous");
         let stream_id = uuid::Uuid::new_v4().to_string();
-        let p = prologue(&bundle.environment_id, &bundle.executor_registration_id, &stream_id);
+        let p = prologue(
+            &bundle.environment_id,
+            &bundle.executor_registration_id,
+            &stream_id,
+        );
         let key = bundle.executor_public_key.decode().expect("executor key");
-        let (initiator, msg1) =
-            Initiator::start(&identity, &key, &p, bundle.harness_key_authorization.as_bytes()).expect("msg1");
+        let (initiator, msg1) = Initiator::start(
+            &identity,
+            &key,
+            &p,
+            bundle.harness_key_authorization.as_bytes(),
+        )
+        .expect("msg1");
         assert_eq!(msg1.len(), 3568 + bundle.harness_key_authorization.len());
         for frame in [
             RelayMessageFrame::resume(&stream_id, 0),
             RelayMessageFrame::handshake(&stream_id, msg1, 0),
         ] {
-            ws.send(Message::binary(frame.to_bytes())).await.expect("send");
+            ws.send(Message::binary(frame.to_bytes()))
+                .await
+                .expect("send");
         }
         let (msg2, bits) = loop {
             let frame = next_frame(&mut ws).await.expect("msg2");
@@ -125,12 +164,13 @@ impl ReferenceHarness {
             }
             match frame.body {
                 Some(Body::Handshake(h)) => break (h.payload, frame.ack_bits),
+                Some(Body::Reset(reset)) => return Err(reset.reason),
                 other => panic!("expected msg2, got {other:?}"),
             }
         };
         assert_eq!(msg2.len(), 3424);
         let transport = initiator.finish(&msg2).expect("finish handshake");
-        ReferenceHarness {
+        Ok(ReferenceHarness {
             ws,
             sender: Sender {
                 stream_id: stream_id.clone(),
@@ -146,12 +186,15 @@ impl ReferenceHarness {
             msg2_ack_bits: bits,
             backlog: Vec::new(),
             next_id: 1,
-        }
+        })
     }
 
     pub async fn send(&mut self, value: Value) {
         for bytes in self.sender.frames(value.to_string().as_bytes()) {
-            self.ws.send(Message::binary(bytes)).await.expect("send data");
+            self.ws
+                .send(Message::binary(bytes))
+                .await
+                .expect("send data");
         }
     }
 
@@ -172,7 +215,8 @@ impl ReferenceHarness {
                     if !messages.is_empty() {
                         let first = messages.remove(0);
                         for rest in messages {
-                            self.backlog.push(serde_json::from_slice(&rest).expect("json"));
+                            self.backlog
+                                .push(serde_json::from_slice(&rest).expect("json"));
                         }
                         return serde_json::from_slice(&first).expect("json");
                     }
@@ -187,7 +231,8 @@ impl ReferenceHarness {
     pub async fn call(&mut self, method: &str, params: Value) -> Value {
         let id = self.next_id;
         self.next_id += 1;
-        self.send(serde_json::json!({"id": id, "method": method, "params": params})).await;
+        self.send(serde_json::json!({"id": id, "method": method, "params": params}))
+            .await;
         let mut kept = Vec::new();
         loop {
             let message = self.recv().await;
@@ -219,11 +264,16 @@ impl ReferenceHarness {
     }
 }
 
-async fn next_frame(ws: &mut WebSocketStream<TcpStream>) -> Option<RelayMessageFrame> {
+pub async fn next_frame(ws: &mut WebSocketStream<TcpStream>) -> Option<RelayMessageFrame> {
     loop {
         let message = tokio::time::timeout(WAIT, ws.next()).await.ok()??;
         match message {
-            Ok(Message::Binary(bytes)) => return Some(RelayMessageFrame::parse(&bytes, codexbox::relay::Dialect::Reference).expect("valid frame")),
+            Ok(Message::Binary(bytes)) => {
+                return Some(
+                    RelayMessageFrame::parse(&bytes, codexbox::relay::Dialect::Reference)
+                        .expect("valid frame"),
+                )
+            }
             Ok(Message::Close(_)) | Err(_) => return None,
             Ok(_) => {}
         }
@@ -249,8 +299,12 @@ impl Drop for ReferenceExecutor {
 impl ReferenceExecutor {
     pub async fn start(registry: &str, environment: &str, local: &str) -> ReferenceExecutor {
         let identity = NoiseIdentity::generate().expect("identity");
-        let registry = RegistryClient::new(registry, environment, AuthHeaders::default()).expect("registry");
-        let registration = registry.register(&identity.public_key().encode()).await.expect("register");
+        let registry =
+            RegistryClient::new(registry, environment, AuthHeaders::default()).expect("registry");
+        let registration = registry
+            .register(&identity.public_key().encode())
+            .await
+            .expect("register");
         let ws = dial(&registration.url).await.expect("dial");
         let frames = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let seen = frames.clone();
@@ -267,23 +321,39 @@ impl ReferenceExecutor {
             });
             let mut streams: HashMap<String, (Receiver, mpsc::Sender<String>)> = HashMap::new();
             while let Some(Ok(message)) = source.next().await {
-                let Message::Binary(bytes) = message else { continue };
-                let Ok(frame) = RelayMessageFrame::parse(&bytes, codexbox::relay::Dialect::Reference) else {
+                let Message::Binary(bytes) = message else {
+                    continue;
+                };
+                let Ok(frame) =
+                    RelayMessageFrame::parse(&bytes, codexbox::relay::Dialect::Reference)
+                else {
                     continue;
                 };
                 seen.lock().expect("lock").push(frame.clone());
                 let sid = frame.stream_id.clone();
                 match frame.body {
                     Some(Body::Handshake(h)) => {
-                        let p = prologue(environment_of(&registration), &registration.executor_registration_id, &sid);
-                        let responder = Responder::read_request(&identity, &p, &h.payload).expect("msg1");
-                        let authorization = String::from_utf8(responder.payload().to_vec()).expect("utf8");
+                        let p = prologue(
+                            environment_of(&registration),
+                            &registration.executor_registration_id,
+                            &sid,
+                        );
+                        let responder =
+                            Responder::read_request(&identity, &p, &h.payload).expect("msg1");
+                        let authorization =
+                            String::from_utf8(responder.payload().to_vec()).expect("utf8");
                         registry
-                            .validate(&registration.executor_registration_id, &responder.remote_key().encode(), &authorization)
+                            .validate(
+                                &registration.executor_registration_id,
+                                &responder.remote_key().encode(),
+                                &authorization,
+                            )
                             .await
                             .expect("validate");
                         let (msg2, transport) = responder.finish().expect("msg2");
-                        let _ = out_tx.send(RelayMessageFrame::handshake(&sid, msg2, 0).to_bytes()).await;
+                        let _ = out_tx
+                            .send(RelayMessageFrame::handshake(&sid, msg2, 0).to_bytes())
+                            .await;
                         let mut local_ws = super::client::Raw::connect(&local).await;
                         let (to_local, mut from_harness) = mpsc::channel::<String>(256);
                         let mut sender = Sender {
@@ -323,9 +393,13 @@ impl ReferenceExecutor {
                         );
                     }
                     Some(Body::Data(data)) => {
-                        let Some((receiver, to_local)) = streams.get_mut(&sid) else { continue };
+                        let Some((receiver, to_local)) = streams.get_mut(&sid) else {
+                            continue;
+                        };
                         for message in receiver.record(data.seq, &data.payload) {
-                            let _ = to_local.send(String::from_utf8(message).expect("utf8")).await;
+                            let _ = to_local
+                                .send(String::from_utf8(message).expect("utf8"))
+                                .await;
                         }
                     }
                     Some(Body::Reset(_)) => {

@@ -22,17 +22,25 @@ pub struct Proc {
     what: String,
 }
 
+/// The binary with no credential from the test's own environment.
+fn command() -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .env_remove("CODEXBOX_AUTH_TOKEN")
+        .env_remove("CODEX_API_KEY")
+        .env_remove("CODEX_ACCESS_TOKEN")
+        .env_remove("CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN")
+        .env("CODEX_HOME", "/nonexistent-codex-home")
+        .env("RUST_LOG", "codexbox=info");
+    command
+}
+
 impl Proc {
     fn spawn(mut command: Command, what: &str) -> Proc {
         command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .env_remove("CODEXBOX_AUTH_TOKEN")
-            .env_remove("CODEX_API_KEY")
-            .env_remove("CODEX_ACCESS_TOKEN")
-            .env_remove("CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN")
-            .env("CODEX_HOME", "/nonexistent-codex-home");
+            .stderr(Stdio::piped());
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(err) => panic!("spawn {what}: {err}"),
@@ -134,11 +142,10 @@ pub struct Rendezvous {
 
 impl Rendezvous {
     pub fn start(extra: &[&str]) -> Rendezvous {
-        let mut command = Command::new(BIN);
+        let mut command = command();
         command
             .args(["rendezvous", "--listen", "127.0.0.1:0"])
-            .args(extra)
-            .env("RUST_LOG", "codexbox=info");
+            .args(extra);
         let mut proc = Proc::spawn(command, "rendezvous");
         let url = proc.first_line("http://");
         Rendezvous { proc, url }
@@ -181,7 +188,7 @@ impl Executor {
         extra: &[&str],
         envs: &[(&str, &str)],
     ) -> Executor {
-        let mut command = Command::new(BIN);
+        let mut command = command();
         command
             .args([
                 "exec-server",
@@ -191,7 +198,6 @@ impl Executor {
                 environment,
             ])
             .args(extra)
-            .env("RUST_LOG", "codexbox=info")
             .envs(envs.iter().copied());
         Executor {
             proc: Proc::spawn(command, "executor"),
@@ -213,7 +219,7 @@ impl Bridge {
         extra: &[&str],
         envs: &[(&str, &str)],
     ) -> Bridge {
-        let mut command = Command::new(BIN);
+        let mut command = command();
         command
             .args([
                 "connect",
@@ -223,7 +229,6 @@ impl Bridge {
                 environment,
             ])
             .args(extra)
-            .env("RUST_LOG", "codexbox=info")
             .envs(envs.iter().copied());
         let mut proc = Proc::spawn(command, "connect");
         let url = proc.first_line("ws://");
