@@ -224,3 +224,181 @@ async fn output_survives_connection_cuts_byte_exact_with_the_reliable_relay() {
             .count()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_executors_serve_several_harnesses_at_once() {
+    let rendezvous = Rendezvous::start(&[]);
+    let (dir_a, dir_b) = (
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    );
+    let _a = Executor::start_in(dir_a.path(), &rendezvous.url, "env-a");
+    let _b = Executor::start_in(dir_b.path(), &rendezvous.url, "env-b");
+    let bridge_a = Bridge::start(&rendezvous.url, "env-a", &[], &[]);
+    let bridge_b = Bridge::start(&rendezvous.url, "env-b", &[], &[]);
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let (url, dir) = if i % 2 == 0 {
+            (bridge_a.url.clone(), dir_a.path().to_owned())
+        } else {
+            (bridge_b.url.clone(), dir_b.path().to_owned())
+        };
+        tasks.push(tokio::spawn(async move {
+            let mut client = Raw::connect(&url).await;
+            client.handshake().await;
+            let info = client.call("environment/info", json!({})).await;
+            let cwd = info["cwd"].as_str().unwrap_or("");
+            let cwd = std::path::PathBuf::from(cwd.strip_prefix("file://").unwrap_or(cwd));
+            assert_eq!(
+                cwd.canonicalize().ok(),
+                dir.canonicalize().ok(),
+                "routed to its own executor"
+            );
+            let id = format!("p{i}");
+            client
+                .call(
+                    "process/start",
+                    sh(&id, &format!("seq 1 {}", 10_000 * (i + 1))),
+                )
+                .await;
+            let events = client.events_until_closed(&id).await;
+            let expected: String = (1..=10_000 * (i + 1)).map(|n| format!("{n}\n")).collect();
+            assert_eq!(output_of(&events), expected);
+        }));
+    }
+    for task in tasks {
+        task.await.expect("client task");
+    }
+}
+
+/// A free loopback address (bound and released).
+fn free_addr() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executors_register_again_after_a_restart_of_either_side() {
+    let addr = free_addr();
+    let mut rendezvous = Rendezvous::start_on(&addr, &[]);
+    let mut executor = Executor::start(&rendezvous.url, "env-r", &[], &[]);
+    let bridge = Bridge::start(&rendezvous.url, "env-r", &[], &[]);
+    let run = |url: String, id: &'static str| async move {
+        let mut client = Raw::connect(&url).await;
+        client.handshake().await;
+        client.call("process/start", sh(id, "echo up")).await;
+        let events = client.events_until_closed(id).await;
+        assert_eq!(output_of(&events), "up\n");
+    };
+    run(bridge.url.clone(), "first").await;
+
+    // The executor restarts: a new key, a new registration, same environment.
+    executor.proc.kill();
+    let executor = Executor::start(&rendezvous.url, "env-r", &[], &[]);
+    run(bridge.url.clone(), "second").await;
+
+    // The rendezvous restarts on the same address: it forgot everything and
+    // its new signing key refuses the executor's URL (401), so the executor
+    // registers again and harnesses get bundles once it is back.
+    rendezvous.proc.kill();
+    let rendezvous = Rendezvous::start_on(&addr, &[]);
+    let mut executor = executor;
+    executor.proc.wait_stderr("registering again", 1);
+    executor.proc.wait_stderr(EXECUTOR_CONNECTED, 2);
+    run(bridge.url.clone(), "third").await;
+    drop(rendezvous);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_dialect_recovers_through_session_resume_and_reports_truncation() {
+    let proxy = Proxy::start(Faults::default(), 3);
+    let rendezvous = Rendezvous::start(&["--public-url", &proxy.url()]);
+    proxy.set_target(rendezvous.addr());
+    let mut executor = Executor::start(
+        &rendezvous.url,
+        "env-s",
+        &["--retained-output-bytes", "100000"],
+        &[],
+    );
+    let bridge = Bridge::start(
+        &rendezvous.url,
+        "env-s",
+        &["--relay-dialect", "reference"],
+        &[],
+    );
+    let dir = tempfile::tempdir().expect("dir");
+    let go = dir.path().join("go");
+    let gate = format!(
+        "echo ready; while [ ! -e {go} ]; do sleep 0.01; done",
+        go = go.display()
+    );
+    let mut client = Raw::connect(&bridge.url).await;
+    let session = client.handshake().await;
+    let small = dir.path().join("small-done");
+    let big = dir.path().join("big-done");
+    client
+        .call(
+            "process/start",
+            sh(
+                "small",
+                &format!("{gate}; seq 1 10000; touch {}", small.display()),
+            ),
+        )
+        .await;
+    client
+        .call(
+            "process/start",
+            sh(
+                "big",
+                &format!("{gate}; seq 1 400000; touch {}", big.display()),
+            ),
+        )
+        .await;
+    for id in ["small", "big"] {
+        client.output_until(id, "ready").await;
+    }
+    // The rendezvous connections drop; without same-stream resume the local
+    // client sees its connection close.
+    proxy.cut_all();
+    while client.recv_socket().await.is_some() {}
+    // Output is produced while the session is detached.
+    std::fs::write(&go, b"").expect("go");
+    for done in [&small, &big] {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !done.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} never finished",
+                done.display()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    // The executor is back on the rendezvous before the client reconnects.
+    executor.proc.wait_stderr(EXECUTOR_CONNECTED, 2);
+    let mut client = Raw::connect(&bridge.url).await;
+    assert_eq!(client.handshake_resume(Some(&session)).await, session);
+    for (id, count, truncated) in [("small", 10_000, false), ("big", 400_000, true)] {
+        let read = client.read_until_closed(id, 1).await;
+        assert_eq!(read["truncated"], truncated, "{id}: {read:#}");
+        let mut bytes = Vec::new();
+        let mut last = 1;
+        for chunk in read["chunks"].as_array().expect("chunks") {
+            let seq = chunk["seq"].as_u64().expect("seq");
+            assert!(seq > last, "seqs increase");
+            last = seq;
+            bytes.extend(common::client::unb64(chunk["chunk"].as_str().unwrap_or("")));
+        }
+        let expected: Vec<u8> = (1..=count)
+            .flat_map(|n| format!("{n}\n").into_bytes())
+            .collect();
+        if truncated {
+            assert!(
+                bytes.len() < expected.len() && expected.ends_with(&bytes),
+                "{id}: an exact suffix"
+            );
+        } else {
+            assert_eq!(bytes, expected, "{id}: exact");
+        }
+    }
+}

@@ -485,7 +485,14 @@ fn route_frame(
     frame: RelayMessageFrame,
 ) {
     let stream_id = frame.stream_id.clone();
-    let is_data = matches!(frame.body, Some(Body::Data(_)));
+    // Data, and the reliable dialect's own frames for a stream this process
+    // never had (e.g. after a restart), get a reset so the harness stops
+    // waiting. A plain `resume{0}` opens a new stream and is ignored.
+    let is_data = match &frame.body {
+        Some(Body::Data(_) | Body::Heartbeat(_) | Body::AckFrame(_)) => true,
+        Some(Body::Resume(resume)) => resume.next_seq > 0 || frame.ack > 0,
+        _ => false,
+    };
     let is_reset = matches!(frame.body, Some(Body::Reset(_)));
     if is_reset && pending.remove(&stream_id).is_some() {
         return;

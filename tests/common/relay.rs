@@ -142,10 +142,13 @@ pub struct Rendezvous {
 
 impl Rendezvous {
     pub fn start(extra: &[&str]) -> Rendezvous {
+        Self::start_on("127.0.0.1:0", extra)
+    }
+
+    /// Starts on a given `IP:PORT` (to restart on the same address).
+    pub fn start_on(listen: &str, extra: &[&str]) -> Rendezvous {
         let mut command = command();
-        command
-            .args(["rendezvous", "--listen", "127.0.0.1:0"])
-            .args(extra);
+        command.args(["rendezvous", "--listen", listen]).args(extra);
         let mut proc = Proc::spawn(command, "rendezvous");
         let url = proc.first_line("http://");
         Rendezvous { proc, url }
@@ -177,6 +180,23 @@ impl Executor {
         envs: &[(&str, &str)],
     ) -> Executor {
         let mut executor = Self::spawn(registry, environment, extra, envs);
+        executor.proc.wait_stderr(EXECUTOR_CONNECTED, 1);
+        executor
+    }
+
+    /// Starts an executor in `dir` and waits until it is connected.
+    pub fn start_in(dir: &std::path::Path, registry: &str, environment: &str) -> Executor {
+        let mut command = command();
+        command.current_dir(dir).args([
+            "exec-server",
+            "--remote",
+            registry,
+            "--environment-id",
+            environment,
+        ]);
+        let mut executor = Executor {
+            proc: Proc::spawn(command, "executor"),
+        };
         executor.proc.wait_stderr(EXECUTOR_CONNECTED, 1);
         executor
     }
