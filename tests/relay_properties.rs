@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use codexbox::relay::channel::{Channel, RETRANSMIT_AFTER};
-use codexbox::relay::frame::RelayMessageFrame;
+use codexbox::relay::frame::{FrameHeader, RelayMessageFrame};
 use codexbox::relay::framing::{frame_message, MessageDecoder, MAX_RECORD_PLAINTEXT};
 use codexbox::relay::noise::{prologue, Initiator, NoiseIdentity, Responder};
 use codexbox::relay::Dialect;
@@ -37,9 +37,14 @@ proptest! {
         for dialect in [Dialect::Reference, Dialect::Reliable] {
             if let Ok(frame) = RelayMessageFrame::parse(&bytes, dialect) {
                 let again = RelayMessageFrame::parse(&frame.to_bytes(), dialect);
-                prop_assert_eq!(again.ok(), Some(frame));
+                prop_assert_eq!(again.ok(), Some(frame.clone()));
+                // The rendezvous's header scan agrees with the full decoder.
+                let header = FrameHeader::peek(&bytes).expect("a valid frame has a header");
+                prop_assert_eq!(header.stream_id, frame.stream_id);
+                prop_assert_eq!(header.ack_bits, frame.ack_bits);
             }
         }
+        let _ = FrameHeader::peek(&bytes);
     }
 
     #[test]

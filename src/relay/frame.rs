@@ -244,9 +244,135 @@ impl RelayMessageFrame {
     }
 }
 
+/// Which body a frame carries, without its contents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyKind {
+    Data,
+    AckFrame,
+    Resume,
+    Reset,
+    Heartbeat,
+    Handshake,
+}
+
+/// What a router needs of a frame: read without copying its payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrameHeader {
+    pub version: u32,
+    pub stream_id: String,
+    pub ack: u32,
+    pub ack_bits: u32,
+    pub body: Option<BodyKind>,
+}
+
+fn read_varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
+    let mut value = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = *bytes.get(*at)?;
+        *at += 1;
+        value |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Some(value);
+        }
+    }
+    None
+}
+
+impl FrameHeader {
+    /// Scans the top-level fields of an encoded frame (the body's contents
+    /// are skipped, not copied). `None` for anything that is not a
+    /// well-formed frame with a non-blank `stream_id`.
+    pub fn peek(bytes: &[u8]) -> Option<FrameHeader> {
+        let mut header = FrameHeader {
+            version: 0,
+            stream_id: String::new(),
+            ack: 0,
+            ack_bits: 0,
+            body: None,
+        };
+        let mut at = 0;
+        while at < bytes.len() {
+            let key = read_varint(bytes, &mut at)?;
+            let (field, wire) = (key >> 3, key & 7);
+            match wire {
+                0 => {
+                    let value = u32::try_from(read_varint(bytes, &mut at)?).ok();
+                    match field {
+                        1 => header.version = value?,
+                        3 => header.ack = value?,
+                        4 => header.ack_bits = value?,
+                        _ => {}
+                    }
+                }
+                2 => {
+                    let len = usize::try_from(read_varint(bytes, &mut at)?).ok()?;
+                    let end = at.checked_add(len)?;
+                    let value = bytes.get(at..end)?;
+                    at = end;
+                    let kind = match field {
+                        2 => {
+                            header.stream_id = std::str::from_utf8(value).ok()?.to_owned();
+                            continue;
+                        }
+                        5 => BodyKind::Data,
+                        6 => BodyKind::AckFrame,
+                        7 => BodyKind::Resume,
+                        8 => BodyKind::Reset,
+                        9 => BodyKind::Heartbeat,
+                        10 => BodyKind::Handshake,
+                        _ => continue,
+                    };
+                    header.body = Some(kind);
+                }
+                1 => at = at.checked_add(8)?,
+                5 => at = at.checked_add(4)?,
+                _ => return None,
+            }
+        }
+        if at != bytes.len() || header.stream_id.trim().is_empty() {
+            return None;
+        }
+        Some(header)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn peek_reads_the_header_of_every_kind_without_the_payload() {
+        let frames = [
+            (
+                RelayMessageFrame::data("s", 5, 0, 1, vec![1; 300]),
+                BodyKind::Data,
+            ),
+            (RelayMessageFrame::ack_only("s"), BodyKind::AckFrame),
+            (RelayMessageFrame::resume("s", 0), BodyKind::Resume),
+            (RelayMessageFrame::reset("s", "r"), BodyKind::Reset),
+            (RelayMessageFrame::heartbeat("s"), BodyKind::Heartbeat),
+            (
+                RelayMessageFrame::handshake("s", vec![2; 4000], 1),
+                BodyKind::Handshake,
+            ),
+        ];
+        for (frame, kind) in frames {
+            let bits = frame.ack_bits;
+            let header = FrameHeader::peek(&frame.with_ack(7, bits).to_bytes()).unwrap();
+            assert_eq!(header.body, Some(kind));
+            assert_eq!(
+                (header.version, header.stream_id.as_str(), header.ack),
+                (1, "s", 7)
+            );
+        }
+        assert_eq!(FrameHeader::peek(&[0xff, 0xff]), None);
+        assert_eq!(
+            FrameHeader::peek(&RelayMessageFrame::heartbeat(" ").to_bytes()),
+            None
+        );
+        let truncated = RelayMessageFrame::data("s", 0, 0, 1, vec![1; 50]).to_bytes();
+        assert_eq!(FrameHeader::peek(&truncated[..truncated.len() - 1]), None);
+    }
 
     const TRANSCRIPT_STREAM: &str = "148d2080-def2-4fef-87d5-5dcbf102a50b";
 

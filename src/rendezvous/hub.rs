@@ -12,9 +12,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, Notify};
+use tokio_tungstenite::tungstenite::Bytes;
 
 use crate::process::managed::lock;
-use crate::relay::frame::{Body, RelayMessageFrame, FEATURE_RELIABLE};
+use crate::relay::frame::{BodyKind, FrameHeader, RelayMessageFrame, FEATURE_RELIABLE};
 use crate::relay::noise::NoisePublicKey;
 
 /// Reset reason when the harness socket of a stream went away.
@@ -42,7 +43,7 @@ pub struct HubLimits {
 }
 
 /// Where a socket's writer takes its messages from.
-pub type Outbox = mpsc::Sender<Vec<u8>>;
+pub type Outbox = mpsc::Sender<Bytes>;
 
 /// One connected socket, as others see it.
 #[derive(Debug, Clone)]
@@ -87,7 +88,7 @@ struct Environment {
 #[derive(Debug)]
 pub struct Delivery {
     pub to: Link,
-    pub bytes: Vec<u8>,
+    pub bytes: Bytes,
 }
 
 /// What to do with a frame that arrived.
@@ -96,7 +97,7 @@ pub enum Action {
     /// Forward the frame's bytes unchanged.
     Forward(Link),
     /// Answer the sender with this reset.
-    Reply(Vec<u8>),
+    Reply(Bytes),
     /// Ignore it.
     Drop,
 }
@@ -118,8 +119,8 @@ pub struct Hub {
     next_epoch: AtomicU64,
 }
 
-fn reset(stream_id: &str, reason: &str) -> Vec<u8> {
-    RelayMessageFrame::reset(stream_id, reason).to_bytes()
+fn reset(stream_id: &str, reason: &str) -> Bytes {
+    Bytes::from(RelayMessageFrame::reset(stream_id, reason).to_bytes())
 }
 
 impl Hub {
@@ -239,12 +240,7 @@ impl Hub {
     }
 
     /// A frame from the executor socket `socket`.
-    pub fn from_executor(
-        &self,
-        environment_id: &str,
-        socket: u64,
-        frame: &RelayMessageFrame,
-    ) -> Action {
+    pub fn from_executor(&self, environment_id: &str, socket: u64, frame: &FrameHeader) -> Action {
         let mut environments = lock(&self.environments);
         let Some(env) = environments.get_mut(environment_id) else {
             return Action::Drop;
@@ -255,11 +251,11 @@ impl Hub {
         let Some(route) = env.streams.get_mut(&frame.stream_id) else {
             return Action::Drop;
         };
-        match &frame.body {
-            Some(Body::Handshake(_)) => {
+        match frame.body {
+            Some(BodyKind::Handshake) => {
                 route.reliable = route.offered && frame.ack_bits & FEATURE_RELIABLE != 0;
             }
-            Some(Body::Reset(_)) => {
+            Some(BodyKind::Reset) => {
                 let harness = route.harness.clone();
                 env.streams.remove(&frame.stream_id);
                 return harness.map_or(Action::Drop, Action::Forward);
@@ -275,7 +271,7 @@ impl Hub {
         environment_id: &str,
         link: &Link,
         harness_key: &str,
-        frame: &RelayMessageFrame,
+        frame: &FrameHeader,
     ) -> Action {
         let limits = self.limits;
         let stream_id = frame.stream_id.as_str();
@@ -302,7 +298,7 @@ impl Hub {
                 }
             },
             None => {
-                if !matches!(frame.body, Some(Body::Resume(_) | Body::Handshake(_))) {
+                if !matches!(frame.body, Some(BodyKind::Resume | BodyKind::Handshake)) {
                     return Action::Reply(reset(stream_id, RESET_UNKNOWN_STREAM));
                 }
                 if env.executor.is_none() {
@@ -328,13 +324,13 @@ impl Hub {
         let Some(route) = env.streams.get_mut(stream_id) else {
             return Action::Drop;
         };
-        match &frame.body {
-            Some(Body::Handshake(_)) => {
+        match frame.body {
+            Some(BodyKind::Handshake) => {
                 route.offered = frame.ack_bits & FEATURE_RELIABLE != 0;
                 route.reliable = false;
             }
             // The harness closed the stream itself: nothing to hold.
-            Some(Body::Reset(_)) => {
+            Some(BodyKind::Reset) => {
                 env.streams.remove(stream_id);
             }
             _ => {}
@@ -415,6 +411,11 @@ impl Hub {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::relay::frame::Body;
+
+    fn h(frame: RelayMessageFrame) -> FrameHeader {
+        FrameHeader::peek(&frame.to_bytes()).unwrap()
+    }
 
     fn hub() -> Arc<Hub> {
         Hub::new(HubLimits {
@@ -424,7 +425,7 @@ mod tests {
         })
     }
 
-    fn link(hub: &Hub) -> (Link, mpsc::Receiver<Vec<u8>>) {
+    fn link(hub: &Hub) -> (Link, mpsc::Receiver<Bytes>) {
         let (outbox, rx) = mpsc::channel(8);
         (
             Link {
@@ -459,17 +460,17 @@ mod tests {
         let (exec, _) = link(&hub);
         let (harn, _) = link(&hub);
         hub.executor_connected("e", exec.clone());
-        let a = hub.from_harness("e", &harn, "k", &RelayMessageFrame::resume("s1", 0));
+        let a = hub.from_harness("e", &harn, "k", &h(RelayMessageFrame::resume("s1", 0)));
         assert_eq!(socket_of(&a), Some(exec.socket));
-        let back = hub.from_executor("e", exec.socket, &RelayMessageFrame::heartbeat("s1"));
+        let back = hub.from_executor("e", exec.socket, &h(RelayMessageFrame::heartbeat("s1")));
         assert_eq!(socket_of(&back), Some(harn.socket));
         // Unknown streams from the executor are dropped.
-        let none = hub.from_executor("e", exec.socket, &RelayMessageFrame::heartbeat("zz"));
+        let none = hub.from_executor("e", exec.socket, &h(RelayMessageFrame::heartbeat("zz")));
         assert!(matches!(none, Action::Drop));
         // Data for a stream nobody claimed is refused.
         let data = RelayMessageFrame::data("s9", 0, 0, 1, vec![1]);
         assert_eq!(
-            reply_reason(&hub.from_harness("e", &harn, "k", &data)).as_deref(),
+            reply_reason(&hub.from_harness("e", &harn, "k", &h(data))).as_deref(),
             Some(RESET_UNKNOWN_STREAM)
         );
     }
@@ -481,8 +482,8 @@ mod tests {
         let (first, _) = link(&hub);
         let (second, _) = link(&hub);
         hub.executor_connected("e", exec);
-        hub.from_harness("e", &first, "k", &RelayMessageFrame::resume("s1", 0));
-        let stolen = hub.from_harness("e", &second, "k", &RelayMessageFrame::resume("s1", 0));
+        hub.from_harness("e", &first, "k", &h(RelayMessageFrame::resume("s1", 0)));
+        let stolen = hub.from_harness("e", &second, "k", &h(RelayMessageFrame::resume("s1", 0)));
         assert_eq!(reply_reason(&stolen).as_deref(), Some(RESET_STREAM_IN_USE));
     }
 
@@ -490,7 +491,7 @@ mod tests {
     fn offline_environment_and_limits_answer_with_resets() {
         let hub = hub();
         let (harn, _) = link(&hub);
-        let offline = hub.from_harness("e", &harn, "k", &RelayMessageFrame::resume("s1", 0));
+        let offline = hub.from_harness("e", &harn, "k", &h(RelayMessageFrame::resume("s1", 0)));
         assert_eq!(reply_reason(&offline).as_deref(), Some(RESET_OFFLINE));
         let (exec, _) = link(&hub);
         hub.executor_connected("e", exec);
@@ -499,11 +500,11 @@ mod tests {
                 "e",
                 &harn,
                 "k",
-                &RelayMessageFrame::resume(s, 0)
+                &h(RelayMessageFrame::resume(s, 0))
             ))
             .is_some());
         }
-        let third = hub.from_harness("e", &harn, "k", &RelayMessageFrame::resume("c", 0));
+        let third = hub.from_harness("e", &harn, "k", &h(RelayMessageFrame::resume("c", 0)));
         assert_eq!(reply_reason(&third).as_deref(), Some(RESET_STREAM_LIMIT));
     }
 
@@ -518,18 +519,26 @@ mod tests {
             "e",
             &harn,
             "k",
-            &RelayMessageFrame::handshake("s-ref", vec![1], 0),
+            &h(RelayMessageFrame::handshake("s-ref", vec![1], 0)),
         );
         hub.from_harness(
             "e",
             &harn,
             "k",
-            &RelayMessageFrame::handshake("s-rel", vec![1], FEATURE_RELIABLE),
+            &h(RelayMessageFrame::handshake(
+                "s-rel",
+                vec![1],
+                FEATURE_RELIABLE,
+            )),
         );
         hub.from_executor(
             "e",
             exec.socket,
-            &RelayMessageFrame::handshake("s-rel", vec![2], FEATURE_RELIABLE),
+            &h(RelayMessageFrame::handshake(
+                "s-rel",
+                vec![2],
+                FEATURE_RELIABLE,
+            )),
         );
         let (resets, holds) = hub.harness_gone("e", harn.socket);
         assert_eq!(resets.len(), 1);
@@ -537,13 +546,17 @@ mod tests {
         assert_eq!(holds.len(), 1);
         // The harness comes back with the same key on a new socket.
         let (again, _) = link(&hub);
-        let wrong_key =
-            hub.from_harness("e", &again, "other", &RelayMessageFrame::resume("s-rel", 3));
+        let wrong_key = hub.from_harness(
+            "e",
+            &again,
+            "other",
+            &h(RelayMessageFrame::resume("s-rel", 3)),
+        );
         assert_eq!(
             reply_reason(&wrong_key).as_deref(),
             Some(RESET_STREAM_IN_USE)
         );
-        let resumed = hub.from_harness("e", &again, "k", &RelayMessageFrame::resume("s-rel", 3));
+        let resumed = hub.from_harness("e", &again, "k", &h(RelayMessageFrame::resume("s-rel", 3)));
         assert_eq!(socket_of(&resumed), Some(exec.socket));
         assert!(hub.expire_harness_hold(&holds[0]).is_empty(), "stale hold");
         // The executor goes: the reliable stream waits for it.

@@ -11,11 +11,11 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, Notify};
-use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::{Bytes, Message};
 use tokio_tungstenite::WebSocketStream;
 
 use super::hub::{Action, Delivery, Hub, Link};
-use crate::relay::frame::RelayMessageFrame;
+use crate::relay::frame::FrameHeader;
 
 /// Messages queued per socket before senders wait.
 const OUTBOX: usize = 256;
@@ -45,7 +45,7 @@ pub async fn deliver(deliveries: Vec<Delivery>) {
     }
 }
 
-async fn forward(to: &Link, bytes: Vec<u8>) {
+async fn forward(to: &Link, bytes: Bytes) {
     match tokio::time::timeout(FORWARD_TIMEOUT, to.outbox.send(bytes)).await {
         Ok(_) => {}
         Err(_) => {
@@ -65,7 +65,7 @@ pub async fn serve<S>(
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (sink, mut source) = ws.split();
-    let (outbox, queue) = mpsc::channel::<Vec<u8>>(OUTBOX);
+    let (outbox, queue) = mpsc::channel::<Bytes>(OUTBOX);
     let closer = Arc::new(Notify::new());
     let link = Link {
         socket: hub.socket_id(),
@@ -92,9 +92,9 @@ pub async fn serve<S>(
             Ok(Some(Ok(Message::Binary(bytes)))) => bytes,
             Ok(Some(Ok(_))) => continue,
         };
-        let frame = match RelayMessageFrame::from_bytes(&bytes) {
-            Ok(frame) if !frame.stream_id.trim().is_empty() => frame,
-            _ => {
+        let frame = match FrameHeader::peek(&bytes) {
+            Some(frame) => frame,
+            None => {
                 malformed += 1;
                 tracing::debug!(socket = link.socket, "dropping an undecodable relay frame");
                 if malformed >= MAX_MALFORMED {
@@ -111,7 +111,7 @@ pub async fn serve<S>(
             }
         };
         match action {
-            Action::Forward(to) => forward(&to, bytes.to_vec()).await,
+            Action::Forward(to) => forward(&to, bytes).await,
             Action::Reply(reset) => forward(&link, reset).await,
             Action::Drop => {}
         }
@@ -152,7 +152,7 @@ fn role_name(role: &SocketRole) -> &'static str {
     }
 }
 
-async fn write_loop<K>(mut sink: K, mut queue: mpsc::Receiver<Vec<u8>>)
+async fn write_loop<K>(mut sink: K, mut queue: mpsc::Receiver<Bytes>)
 where
     K: futures_util::Sink<Message> + Unpin,
 {
@@ -162,11 +162,11 @@ where
         tokio::select! {
             message = queue.recv() => {
                 let Some(bytes) = message else { break };
-                if sink.feed(Message::Binary(bytes.into())).await.is_err() {
+                if sink.feed(Message::Binary(bytes)).await.is_err() {
                     return;
                 }
                 while let Ok(bytes) = queue.try_recv() {
-                    if sink.feed(Message::Binary(bytes.into())).await.is_err() {
+                    if sink.feed(Message::Binary(bytes)).await.is_err() {
                         return;
                     }
                 }
