@@ -3,7 +3,6 @@
 //! the local listen address, and the dialect offered to the executor.
 
 use std::ffi::OsString;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -114,15 +113,8 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         }
     };
     logging::init(args.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("{name}: cannot start the runtime: {err}");
-            return 1;
-        }
+    let Some(runtime) = crate::startup::runtime(name) else {
+        return 1;
     };
     runtime.block_on(async {
         let listener = match tokio::net::TcpListener::bind(listen).await {
@@ -136,10 +128,7 @@ pub fn main(argv: Vec<OsString>) -> i32 {
             Ok(addr) => format!("ws://{addr}"),
             Err(_) => format!("ws://{listen}"),
         };
-        let mut stdout = std::io::stdout().lock();
-        let _ = writeln!(stdout, "{url}");
-        let _ = stdout.flush();
-        drop(stdout);
+        crate::startup::announce(&url);
         super::serve(listener, Arc::new(config), crate::server::shutdown_signal()).await;
         0
     })

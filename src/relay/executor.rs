@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
@@ -222,35 +222,9 @@ async fn serve_socket(
     ws: WebSocketStream<TcpStream>,
     generation: u64,
 ) -> Disconnect {
-    let (mut sink, mut source) = ws.split();
-    let (outbox, mut queue) = mpsc::channel::<Vec<u8>>(SOCKET_OUTBOX);
-    let writer = tokio::spawn(async move {
-        let start = tokio::time::Instant::now() + KEEPALIVE_INTERVAL;
-        let mut ping = tokio::time::interval_at(start, KEEPALIVE_INTERVAL);
-        loop {
-            tokio::select! {
-                bytes = queue.recv() => {
-                    let Some(bytes) = bytes else { break };
-                    if sink.feed(Message::Binary(bytes.into())).await.is_err() {
-                        return;
-                    }
-                    while let Ok(bytes) = queue.try_recv() {
-                        if sink.feed(Message::Binary(bytes.into())).await.is_err() {
-                            return;
-                        }
-                    }
-                    if sink.flush().await.is_err() {
-                        return;
-                    }
-                }
-                _ = ping.tick() => {
-                    if sink.send(Message::Ping(Default::default())).await.is_err() {
-                        return;
-                    }
-                }
-            }
-        }
-    });
+    let (sink, mut source) = ws.split();
+    let (outbox, queue) = mpsc::channel::<Vec<u8>>(SOCKET_OUTBOX);
+    let writer = tokio::spawn(super::writer::write_frames(sink, queue, KEEPALIVE_INTERVAL));
     executor
         .link
         .send_replace(Some((generation, outbox.clone())));

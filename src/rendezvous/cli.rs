@@ -3,7 +3,6 @@
 //! `http://IP:PORT` line and serves until SIGINT/SIGTERM.
 
 use std::ffi::OsString;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -106,15 +105,8 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         }
     };
     logging::init(args.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("{name}: cannot start the runtime: {err}");
-            return 1;
-        }
+    let Some(runtime) = crate::startup::runtime(name) else {
+        return 1;
     };
     runtime.block_on(async {
         let rendezvous = match Rendezvous::bind(config).await {
@@ -124,10 +116,7 @@ pub fn main(argv: Vec<OsString>) -> i32 {
                 return 1;
             }
         };
-        let mut stdout = std::io::stdout().lock();
-        let _ = writeln!(stdout, "{}", rendezvous.url());
-        let _ = stdout.flush();
-        drop(stdout);
+        crate::startup::announce(&rendezvous.url());
         rendezvous.run(crate::server::shutdown_signal()).await;
         0
     })

@@ -78,6 +78,15 @@ fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, Answer> {
     })
 }
 
+fn invalid_key(err: crate::relay::noise::NoiseError) -> Answer {
+    Answer::error(400, "Bad Request", "invalid_public_key", &err.to_string())
+}
+
+/// The base64url fingerprint a harness key is known by in URLs and authorizations.
+fn fingerprint(key: &crate::relay::noise::DecodedPublicKey) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key.fingerprint())
+}
+
 impl RegistryState {
     fn authorize(
         &self,
@@ -146,9 +155,7 @@ impl RegistryState {
                 ),
             ));
         }
-        request.executor_public_key.decode().map_err(|err| {
-            Answer::error(400, "Bad Request", "invalid_public_key", &err.to_string())
-        })?;
+        request.executor_public_key.decode().map_err(invalid_key)?;
         let registration_id = format!("reg-{}", uuid::Uuid::new_v4());
         self.hub.register(
             environment_id,
@@ -182,9 +189,7 @@ impl RegistryState {
     ) -> Result<Answer, Answer> {
         self.authorize(authorization, environment_id, Grant::Harness)?;
         let request: ConnectRequest = parse(body)?;
-        let harness_key = request.harness_public_key.decode().map_err(|err| {
-            Answer::error(400, "Bad Request", "invalid_public_key", &err.to_string())
-        })?;
+        let harness_key = request.harness_public_key.decode().map_err(invalid_key)?;
         // An unknown environment is "offline" too: after a restart the
         // registry knows nothing until the executor registers again, and
         // harnesses should keep retrying meanwhile.
@@ -200,8 +205,7 @@ impl RegistryState {
                     "the environment's executor is not connected",
                 )
             })?;
-        let fingerprint =
-            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(harness_key.fingerprint());
+        let fingerprint = fingerprint(&harness_key);
         let expires_at = self.expiry();
         let url = self.signer.url(
             &self.ws_base,

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, Notify};
 use tokio_tungstenite::tungstenite::{Bytes, Message};
@@ -72,7 +72,11 @@ pub async fn serve<S>(
         outbox,
         closer: closer.clone(),
     };
-    let writer = tokio::spawn(write_loop(sink, queue));
+    let writer = tokio::spawn(crate::relay::writer::write_frames(
+        sink,
+        queue,
+        PING_INTERVAL,
+    ));
     if matches!(role, SocketRole::Executor) {
         hub.executor_connected(&environment_id, link.clone());
     }
@@ -150,36 +154,4 @@ fn role_name(role: &SocketRole) -> &'static str {
         SocketRole::Executor => "environment",
         SocketRole::Harness { .. } => "harness",
     }
-}
-
-async fn write_loop<K>(mut sink: K, mut queue: mpsc::Receiver<Bytes>)
-where
-    K: futures_util::Sink<Message> + Unpin,
-{
-    let mut ping =
-        tokio::time::interval_at(tokio::time::Instant::now() + PING_INTERVAL, PING_INTERVAL);
-    loop {
-        tokio::select! {
-            message = queue.recv() => {
-                let Some(bytes) = message else { break };
-                if sink.feed(Message::Binary(bytes)).await.is_err() {
-                    return;
-                }
-                while let Ok(bytes) = queue.try_recv() {
-                    if sink.feed(Message::Binary(bytes)).await.is_err() {
-                        return;
-                    }
-                }
-                if sink.flush().await.is_err() {
-                    return;
-                }
-            }
-            _ = ping.tick() => {
-                if sink.send(Message::Ping(Default::default())).await.is_err() {
-                    return;
-                }
-            }
-        }
-    }
-    let _ = sink.close().await;
 }

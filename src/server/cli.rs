@@ -115,15 +115,8 @@ pub fn main(argv: Vec<OsString>) -> i32 {
             return 1;
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("{name}: cannot start the runtime: {err}");
-            return 1;
-        }
+    let Some(runtime) = crate::startup::runtime(&name) else {
+        return 1;
     };
     let outcome = match remote {
         Some(registry) => runtime.block_on(async {

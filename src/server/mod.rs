@@ -19,7 +19,6 @@ pub mod session;
 pub mod transport;
 
 use std::future::Future;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -79,7 +78,7 @@ pub async fn run(
 ) -> Result<(), ServerError> {
     let server = bind(paths, config).await?;
     if !matches!(server.listener, Listener::Stdio) {
-        announce(&server.url());
+        crate::startup::announce(&server.url());
     }
     server.run(shutdown).await
 }
@@ -218,13 +217,6 @@ impl Server {
         }
         Ok(())
     }
-}
-
-/// Prints the one stdout line and flushes it.
-fn announce(line: &str) {
-    let mut stdout = std::io::stdout().lock();
-    let _ = writeln!(stdout, "{line}");
-    let _ = stdout.flush();
 }
 
 async fn accept_tcp(listener: tokio::net::TcpListener, shared: Shared) {

@@ -4,7 +4,7 @@
 //! records what it relays, delays chunks and cuts connections at random.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::client::{wait_exit, BIN, WAIT};
+use super::client::{collect_stderr, wait_exit, BIN, WAIT};
 
 /// A child process with its stderr collected, killed on drop.
 pub struct Proc {
@@ -45,21 +45,7 @@ impl Proc {
             Ok(child) => child,
             Err(err) => panic!("spawn {what}: {err}"),
         };
-        let buffer = Arc::new(Mutex::new(String::new()));
-        if let Some(mut stderr) = child.stderr.take() {
-            let sink = Arc::clone(&buffer);
-            std::thread::spawn(move || {
-                let mut chunk = [0u8; 4096];
-                while let Ok(n) = stderr.read(&mut chunk) {
-                    if n == 0 {
-                        break;
-                    }
-                    if let Ok(mut text) = sink.lock() {
-                        text.push_str(&String::from_utf8_lossy(&chunk[..n]));
-                    }
-                }
-            });
-        }
+        let buffer = collect_stderr(&mut child);
         Proc {
             child,
             stderr: buffer,
