@@ -402,3 +402,110 @@ async fn the_reference_dialect_recovers_through_session_resume_and_reports_trunc
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_remaining_methods_work_through_the_relay() {
+    let rendezvous = Rendezvous::start(&[]);
+    let _executor = Executor::start(&rendezvous.url, "env-m", &[], &[]);
+    let bridge = Bridge::start(&rendezvous.url, "env-m", &[], &[]);
+    let mut client = Raw::connect(&bridge.url).await;
+    client.handshake().await;
+    let status = client.call("environment/status", json!({})).await;
+    assert_eq!(status["status"], "ready");
+
+    // signal, resize, terminate.
+    client
+        .call(
+            "process/start",
+            sh(
+                "sig",
+                "trap 'echo got-int; exit 7' INT; echo armed; while :; do sleep 0.05; done",
+            ),
+        )
+        .await;
+    client.output_until("sig", "armed").await;
+    client
+        .call(
+            "process/signal",
+            json!({"processId": "sig", "signal": "interrupt"}),
+        )
+        .await;
+    let events = client.events_until_closed("sig").await;
+    assert!(output_of(&events).contains("got-int"));
+    let mut tty = start_params("tty", &["sh", "-c", "echo ready; read x; stty size"]);
+    tty["tty"] = json!(true);
+    client.call("process/start", tty).await;
+    client.output_until("tty", "ready").await;
+    client
+        .call(
+            "process/resize",
+            json!({"processId": "tty", "rows": 33, "cols": 101}),
+        )
+        .await;
+    client
+        .call(
+            "process/write",
+            json!({"processId": "tty", "chunk": common::client::b64(b"\n")}),
+        )
+        .await;
+    client.output_until("tty", "33 101").await;
+    client
+        .call("process/start", start_params("long", &["sleep", "30"]))
+        .await;
+    let terminated = client
+        .call("process/terminate", json!({"processId": "long"}))
+        .await;
+    assert_eq!(terminated["running"], true);
+    let events = client.events_until_closed("long").await;
+    assert_eq!(
+        events
+            .iter()
+            .find(|e| e.kind == "exited")
+            .and_then(|e| e.exit_code),
+        Some(137)
+    );
+
+    // canonicalize, walk, copy, and a streamed read.
+    let dir = tempfile::tempdir().expect("dir");
+    let root = dir.path().canonicalize().expect("canonical");
+    std::fs::create_dir(root.join("a")).expect("mkdir");
+    std::fs::write(root.join("a/f"), vec![b'q'; 200_000]).expect("write");
+    let canonical = client
+        .call("fs/canonicalize", json!({"path": root.join("a/../a/f")}))
+        .await;
+    assert_eq!(canonical["path"], json!(root.join("a/f")));
+    let walk = client
+        .call(
+            "fs/walk",
+            json!({"path": root, "options": {"maxDepth": 4, "maxDirectories": 10, "maxEntries": 10, "followDirectorySymlinks": false}}),
+        )
+        .await;
+    assert_eq!(walk["entries"].as_array().map(Vec::len), Some(2), "{walk}");
+    client
+        .call(
+            "fs/copy",
+            json!({"sourcePath": root.join("a"), "destinationPath": root.join("b"), "recursive": true}),
+        )
+        .await;
+    assert_eq!(
+        std::fs::read(root.join("b/f")).expect("copied").len(),
+        200_000
+    );
+    client
+        .call(
+            "fs/open",
+            json!({"handleId": "h", "path": root.join("b/f")}),
+        )
+        .await;
+    let block = client
+        .call(
+            "fs/readBlock",
+            json!({"handleId": "h", "offset": 100_000, "len": 150_000}),
+        )
+        .await;
+    assert_eq!(
+        common::client::unb64(block["chunk"].as_str().unwrap_or("")).len(),
+        100_000
+    );
+    client.call("fs/close", json!({"handleId": "h"})).await;
+}

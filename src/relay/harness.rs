@@ -55,6 +55,8 @@ pub enum HarnessError {
     Reset,
     #[error("Noise relay received data before handshake completion")]
     EarlyData,
+    #[error("failed to parse Noise relay frame: {0}")]
+    Frame(#[source] super::frame::FrameError),
     #[error("Noise relay transport expects binary protobuf frames")]
     TextFrame,
     #[error("Noise relay websocket ended during handshake")]
@@ -97,18 +99,26 @@ pub struct RelayStream {
 
 type Socket = WebSocketStream<TcpStream>;
 
+/// Dials within [`HANDSHAKE_TIMEOUT`] (as the reference bounds its connect).
+async fn dial_bounded(url: &str) -> Result<Socket, HarnessError> {
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, dial(url))
+        .await
+        .map_err(|_| HarnessError::Timeout(HANDSHAKE_TIMEOUT))?
+        .map_err(HarnessError::from)
+}
+
 async fn connect_socket(config: &HarnessConfig) -> Result<(ConnectResponse, Socket), HarnessError> {
     let key = config.identity.public_key().encode();
     let bundle = config.registry.connect(&key).await?;
-    match dial(&bundle.url).await {
+    match dial_bounded(&bundle.url).await {
         Ok(ws) => Ok((bundle, ws)),
         // An expired or stale URL: one fresh bundle, as the reference does.
-        Err(DialError::Rejected(401)) => {
+        Err(HarnessError::Dial(DialError::Rejected(401))) => {
             let bundle = config.registry.connect(&key).await?;
-            let ws = dial(&bundle.url).await?;
+            let ws = dial_bounded(&bundle.url).await?;
             Ok((bundle, ws))
         }
-        Err(err) => Err(err.into()),
+        Err(err) => Err(err),
     }
 }
 
@@ -207,9 +217,7 @@ async fn await_handshake(ws: &mut Socket, stream_id: &str) -> Result<HandshakeRe
             Ok(Message::Close(_)) | Err(_) => return Err(HarnessError::Ended),
             Ok(_) => continue,
         };
-        let Ok(frame) = RelayMessageFrame::from_bytes(&bytes) else {
-            return Err(HarnessError::EarlyData);
-        };
+        let frame = RelayMessageFrame::from_bytes(&bytes).map_err(HarnessError::Frame)?;
         if frame.stream_id != stream_id {
             continue;
         }
@@ -250,6 +258,9 @@ async fn manage_socket(
             return;
         }
         link.send_replace(None);
+        // Drop the lost socket's queue so the stream stops writing into it
+        // (its sends fail and it waits for the next link).
+        drop(std::mem::replace(&mut queue, mpsc::channel(1).1));
         let mut delay = RECONNECT_FIRST;
         ws = loop {
             if frames.is_closed() {
