@@ -509,3 +509,24 @@ async fn the_remaining_methods_work_through_the_relay() {
     );
     client.call("fs/close", json!({"handleId": "h"})).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rendezvous_logs_json_lines_without_secrets() {
+    let rendezvous = Rendezvous::start(&["--log-format", "json"]);
+    let mut executor = Executor::start(&rendezvous.url, "env-j", &[], &[]);
+    let bridge = Bridge::start(&rendezvous.url, "env-j", &[], &[]);
+    let mut client = Raw::connect(&bridge.url).await;
+    client.handshake().await;
+    executor.proc.wait_stderr("relay stream opened", 1);
+    let log = rendezvous.proc.stderr();
+    let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(lines.len() >= 3, "{log}");
+    for line in &lines {
+        let value: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+        assert!(value["fields"]["message"].is_string(), "{line}");
+    }
+    assert!(log.contains("\"call\":\"register\""), "{log}");
+    assert!(!log.contains("sig="), "no signed URL in the log: {log}");
+    assert!(!log.contains("hka1."), "no authorization in the log: {log}");
+}

@@ -207,6 +207,24 @@ async fn a_harness_key_needs_its_own_authorization() {
     assert_eq!(stolen.unwrap_err(), "noise_relay_protocol_error");
     let (_, fine) = handshake(&alice_bundle, &alice, None).await;
     assert_eq!(fine.expect("msg2").len(), 3424);
+    // An authorization above 4096 bytes is refused before the registry is asked.
+    let validations = rendezvous
+        .proc
+        .stderr()
+        .matches("harness key validated")
+        .count();
+    let huge = "a".repeat(4097);
+    let (_, oversized) = handshake(&alice_bundle, &alice, Some(&huge)).await;
+    assert_eq!(oversized.unwrap_err(), "noise_relay_protocol_error");
+    assert_eq!(
+        rendezvous
+            .proc
+            .stderr()
+            .matches("harness key validated")
+            .count(),
+        validations,
+        "validate was not called"
+    );
     still_serving(&rendezvous, "env-k").await;
 }
 

@@ -257,6 +257,26 @@ mod tests {
     }
 
     #[test]
+    fn harness_tokens_never_go_to_plain_http_elsewhere() {
+        let headers = harness_auth("http://127.0.0.1:1", Some(" tok "), Some("acct")).unwrap();
+        assert_eq!(
+            header(&headers, "authorization").as_deref(),
+            Some("Bearer tok")
+        );
+        assert_eq!(
+            header(&headers, "chatgpt-account-id").as_deref(),
+            Some("acct")
+        );
+        assert!(matches!(
+            harness_auth("http://registry.example", Some("tok"), None),
+            Err(CredentialError::TokenOverPlainHttp(_))
+        ));
+        assert!(harness_auth("http://registry.example", None, None)
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
     fn agent_identity_needs_the_access_token_and_nothing_means_no_header() {
         let none = env(&[("CODEX_HOME", "/nonexistent")]);
         assert!(matches!(
