@@ -2,9 +2,9 @@
 //! order: `CODEX_ACCESS_TOKEN` with `--use-agent-identity-auth`, else
 //! `CODEX_API_KEY`, else the Codex login state in `$CODEX_HOME/auth.json`
 //! (default `~/.codex`): its API key, or its ChatGPT access token with the
-//! account id. API keys go only to loopback registries (no TLS here, and the
-//! reference allows plain http only on loopback), and no token is ever sent
-//! to a non-loopback `http://` registry. Without any credential the executor
+//! account id. API keys go only to loopback registries or `https://`
+//! `openai.com`/`openai.org` hosts (the reference's rule), and no token is
+//! ever sent to a non-loopback `http://` registry. Without any credential the executor
 //! registers without an `Authorization` header (an open self-hosted registry).
 
 use std::path::{Path, PathBuf};
@@ -28,7 +28,9 @@ pub enum CredentialError {
     MissingAccessToken,
     #[error("invalid remote exec-server registration URL: {0}")]
     InvalidUrl(String),
-    #[error("refusing to send a registry token to the non-loopback http:// registry {0}; use a loopback registry (or a TLS-terminating tunnel on this host)")]
+    #[error(
+        "refusing to send a registry token to the non-loopback http:// registry {0}; use https://"
+    )]
     TokenOverPlainHttp(String),
     #[error("remote exec-server API-key authentication is restricted to HTTPS openai.com and openai.org hosts and subdomains or loopback hosts")]
     ApiKeyHost,
@@ -109,7 +111,8 @@ pub fn load(
     match credential {
         Credential::None => Ok(AuthHeaders::default()),
         Credential::ApiKey(key) => {
-            if !target.is_loopback() {
+            let openai = target.secure && is_openai_host(&target.host);
+            if !target.is_loopback() && !openai {
                 return Err(CredentialError::ApiKeyHost);
             }
             Ok(AuthHeaders::bearer(&key))
@@ -162,6 +165,14 @@ pub fn harness_auth(
             .push(("chatgpt-account-id".into(), account.to_owned()));
     }
     Ok(headers)
+}
+
+/// `openai.com`, `openai.org` or a subdomain of either.
+fn is_openai_host(host: &str) -> bool {
+    let host = host.to_ascii_lowercase();
+    ["openai.com", "openai.org"]
+        .iter()
+        .any(|domain| host == *domain || host.ends_with(&format!(".{domain}")))
 }
 
 fn from_auth_file(path: &Path) -> Result<Credential, CredentialError> {
@@ -227,6 +238,15 @@ mod tests {
         );
         assert!(matches!(
             load("http://registry.example:9", false, &vars),
+            Err(CredentialError::ApiKeyHost)
+        ));
+        assert!(matches!(
+            load("https://registry.example:9", false, &vars),
+            Err(CredentialError::ApiKeyHost)
+        ));
+        assert!(load("https://api.openai.com/x", false, &vars).is_ok());
+        assert!(matches!(
+            load("http://api.openai.com/x", false, &vars),
             Err(CredentialError::ApiKeyHost)
         ));
     }

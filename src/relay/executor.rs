@@ -19,7 +19,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
@@ -32,6 +31,7 @@ use super::noise::{prologue, NoiseError, NoiseIdentity, Responder};
 use super::registry_api::RegisterResponse;
 use super::registry_client::{RegistryClient, RegistryError};
 use super::stream::{drive, LinkState, Outbox, StreamEnd, StreamIo};
+use super::tls::MaybeTls;
 use super::{Dialect, MAX_WEBSOCKET_MESSAGE_BYTES, RESET_PROTOCOL_ERROR};
 use crate::process::managed::lock;
 use crate::server::connection::Shared;
@@ -80,7 +80,7 @@ pub enum DialError {
     Connect {
         url: String,
         #[source]
-        source: std::io::Error,
+        source: super::tls::ConnectError,
     },
     #[error("WebSocket handshake with {url} failed: {source}")]
     Handshake {
@@ -90,20 +90,19 @@ pub enum DialError {
     },
 }
 
-/// Opens a relay WebSocket (`ws://` only) with TCP_NODELAY and the relay's
-/// message size limit.
-pub async fn dial(url: &str) -> Result<WebSocketStream<TcpStream>, DialError> {
+/// A relay WebSocket, over TLS for `wss://`.
+pub type RelaySocket = WebSocketStream<MaybeTls>;
+
+/// Opens a relay WebSocket (`ws://` or `wss://`) with TCP_NODELAY and the
+/// relay's message size limit.
+pub async fn dial(url: &str) -> Result<RelaySocket, DialError> {
     let target = HttpUrl::parse(url)?;
-    if target.secure {
-        return Err(HttpError::TlsUnsupported.into());
-    }
-    let stream = TcpStream::connect(&target.authority)
+    let stream = MaybeTls::connect(&target.authority, &target.host, target.secure)
         .await
         .map_err(|source| DialError::Connect {
             url: redact(url),
             source,
         })?;
-    let _ = stream.set_nodelay(true);
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_WEBSOCKET_MESSAGE_BYTES))
         .max_frame_size(Some(MAX_WEBSOCKET_MESSAGE_BYTES));
@@ -217,11 +216,7 @@ fn send_reset(outbox: &Outbox, stream_id: &str) {
 }
 
 /// Serves one rendezvous socket until it ends.
-async fn serve_socket(
-    executor: &Arc<Executor>,
-    ws: WebSocketStream<TcpStream>,
-    generation: u64,
-) -> Disconnect {
+async fn serve_socket(executor: &Arc<Executor>, ws: RelaySocket, generation: u64) -> Disconnect {
     let (sink, mut source) = ws.split();
     let (outbox, queue) = mpsc::channel::<Vec<u8>>(SOCKET_OUTBOX);
     let writer = tokio::spawn(super::writer::write_frames(sink, queue, KEEPALIVE_INTERVAL));

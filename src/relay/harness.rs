@@ -14,10 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::WebSocketStream;
 
 use super::channel::Channel;
 use super::executor::{dial, DialError, KEEPALIVE_INTERVAL, PEER_TIMEOUT};
@@ -97,7 +95,7 @@ pub struct RelayStream {
     pub inbound: mpsc::Receiver<Vec<u8>>,
 }
 
-type Socket = WebSocketStream<TcpStream>;
+type Socket = super::executor::RelaySocket;
 
 /// Dials within [`HANDSHAKE_TIMEOUT`] (as the reference bounds its connect).
 async fn dial_bounded(url: &str) -> Result<Socket, HarnessError> {

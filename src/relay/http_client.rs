@@ -1,13 +1,14 @@
 //! A minimal HTTP/1.1 client for the registry's JSON calls: one `POST` per
 //! connection, no redirects followed (a 3xx is returned like any status),
 //! bodies by `Content-Length`, chunked or until close, capped in size.
-//! `http://` only: TLS is left to a terminator in front of the registry.
+//! `https://` through [`super::tls`] (system roots).
 
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::http::Uri;
+
+use super::tls::MaybeTls;
 
 /// Largest response body read.
 const MAX_RESPONSE_BYTES: usize = 1 << 20;
@@ -19,13 +20,11 @@ const MAX_HEAD_BYTES: usize = 16 * 1024;
 pub enum HttpError {
     #[error("invalid URL `{url}`: {reason}")]
     InvalidUrl { url: String, reason: &'static str },
-    #[error("https:// is not supported by this build; reach the registry over http:// (e.g. behind a TLS terminator on the same host)")]
-    TlsUnsupported,
     #[error("cannot connect to {authority}: {source}")]
     Connect {
         authority: String,
         #[source]
-        source: std::io::Error,
+        source: super::tls::ConnectError,
     },
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
@@ -158,16 +157,12 @@ async fn post_json_unbounded(
     body: &[u8],
 ) -> Result<HttpResponse, HttpError> {
     let target = HttpUrl::parse(url)?;
-    if target.secure {
-        return Err(HttpError::TlsUnsupported);
-    }
-    let mut stream = TcpStream::connect(&target.authority)
+    let mut stream = MaybeTls::connect(&target.authority, &target.host, target.secure)
         .await
         .map_err(|source| HttpError::Connect {
             authority: target.authority.clone(),
             source,
         })?;
-    let _ = stream.set_nodelay(true);
     let mut request = format!(
         "POST {} HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\naccept: */*\r\ncontent-length: {}\r\nconnection: close\r\n",
         target.path_and_query,
@@ -187,7 +182,7 @@ async fn post_json_unbounded(
     read_response(&mut stream).await
 }
 
-async fn read_response(stream: &mut TcpStream) -> Result<HttpResponse, HttpError> {
+async fn read_response<S: AsyncRead + Unpin>(stream: &mut S) -> Result<HttpResponse, HttpError> {
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 8192];
     let head_end = loop {
@@ -268,8 +263,8 @@ async fn read_response(stream: &mut TcpStream) -> Result<HttpResponse, HttpError
     Ok(HttpResponse { status, body })
 }
 
-async fn read_more(
-    stream: &mut TcpStream,
+async fn read_more<S: AsyncRead + Unpin>(
+    stream: &mut S,
     body: &mut Vec<u8>,
     chunk: &mut [u8],
 ) -> Result<(), HttpError> {

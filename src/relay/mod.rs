@@ -27,6 +27,7 @@ pub mod registry_api;
 pub mod registry_client;
 pub mod reorder;
 pub mod stream;
+pub mod tls;
 pub mod writer;
 
 /// Which rules a stream follows.

@@ -10,10 +10,8 @@ use std::collections::HashMap;
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::WebSocketStream;
 
 use codexbox::relay::executor::dial;
 use codexbox::relay::frame::{Body, RelayMessageFrame};
@@ -102,7 +100,7 @@ impl Receiver {
 
 /// A reference harness: one socket, one stream.
 pub struct ReferenceHarness {
-    ws: WebSocketStream<TcpStream>,
+    ws: codexbox::relay::executor::RelaySocket,
     pub stream_id: String,
     sender: Sender,
     receiver: Receiver,
@@ -264,7 +262,9 @@ impl ReferenceHarness {
     }
 }
 
-pub async fn next_frame(ws: &mut WebSocketStream<TcpStream>) -> Option<RelayMessageFrame> {
+pub async fn next_frame(
+    ws: &mut codexbox::relay::executor::RelaySocket,
+) -> Option<RelayMessageFrame> {
     loop {
         let message = tokio::time::timeout(WAIT, ws.next()).await.ok()??;
         match message {
