@@ -22,7 +22,7 @@ pub const AUTH_TOKEN_ENV: &str = "CODEXBOX_AUTH_TOKEN";
 #[command(version, about, long_about = None)]
 struct Args {
     /// Where to listen: ws://IP:PORT, unix:///path/to.sock, or stdio.
-    #[arg(long, value_name = "URL", default_value = DEFAULT_LISTEN_URL)]
+    #[arg(long, value_name = "URL", default_value = DEFAULT_LISTEN_URL, conflicts_with = "remote")]
     listen: String,
     /// Seconds a detached session survives before its processes are killed (0 = at once).
     #[arg(long, value_name = "SECS", default_value_t = 30)]
