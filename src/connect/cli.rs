@@ -97,12 +97,9 @@ fn build(args: &Args) -> Result<(SocketAddr, HarnessConfig), (String, i32)> {
 
 /// Entry point of the `connect` mode.
 pub fn main(argv: Vec<OsString>) -> i32 {
-    let args = match Args::try_parse_from(&argv) {
+    let args: Args = match crate::startup::parse(&argv) {
         Ok(args) => args,
-        Err(err) => {
-            let _ = err.print();
-            return err.exit_code();
-        }
+        Err(code) => return code,
     };
     let name = "codexbox connect";
     let (listen, config) = match build(&args) {

@@ -89,12 +89,9 @@ fn build_config(args: &Args) -> Result<RendezvousConfig, String> {
 
 /// Entry point of the `rendezvous` mode.
 pub fn main(argv: Vec<OsString>) -> i32 {
-    let args = match Args::try_parse_from(&argv) {
+    let args: Args = match crate::startup::parse(&argv) {
         Ok(args) => args,
-        Err(err) => {
-            let _ = err.print();
-            return err.exit_code();
-        }
+        Err(code) => return code,
     };
     let name = "codexbox rendezvous";
     let config = match build_config(&args) {

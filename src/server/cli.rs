@@ -79,12 +79,9 @@ fn remote_registry(
 
 /// Entry point of the `exec-server` mode.
 pub fn main(argv: Vec<OsString>) -> i32 {
-    let args = match Args::try_parse_from(&argv) {
+    let args: Args = match crate::startup::parse(&argv) {
         Ok(args) => args,
-        Err(err) => {
-            let _ = err.print();
-            return err.exit_code();
-        }
+        Err(code) => return code,
     };
     let name = argv
         .first()
