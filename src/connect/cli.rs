@@ -29,7 +29,7 @@ pub enum DialectChoice {
 
 /// Expose a remote executor as a local exec-server endpoint.
 #[derive(Debug, Parser)]
-#[command(version, about, long_about = None)]
+#[command(version, long_about = None)]
 struct Args {
     /// The environment registry (or set CODEX_EXEC_SERVER_NOISE_REGISTRY_URL).
     #[arg(long, value_name = "URL", env = NOISE_REGISTRY_URL_ENV)]

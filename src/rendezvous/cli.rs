@@ -14,7 +14,7 @@ use crate::logging::{self, LogFormat};
 
 /// Registry and rendezvous for remote executors (self-hosted).
 #[derive(Debug, Parser)]
-#[command(version, about, long_about = None)]
+#[command(version, long_about = None)]
 struct Args {
     /// Address to listen on: IP:PORT (or http://IP:PORT).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
