@@ -237,7 +237,8 @@ impl Drop for Server {
     }
 }
 
-fn collect_stderr(child: &mut Child) -> Arc<Mutex<String>> {
+/// Collects a child's stderr on a thread; the buffer grows as it writes.
+pub fn collect_stderr(child: &mut Child) -> Arc<Mutex<String>> {
     let buffer = Arc::new(Mutex::new(String::new()));
     if let Some(mut stderr) = child.stderr.take() {
         let sink = Arc::clone(&buffer);

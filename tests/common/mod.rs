@@ -5,5 +5,7 @@ pub mod client;
 pub mod confine;
 pub mod fs;
 pub mod redteam;
+pub mod reference_relay;
+pub mod relay;
 pub mod sandbox;
 pub mod schema;
