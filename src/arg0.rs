@@ -67,6 +67,8 @@ fn run(mode: Mode, argv: Vec<OsString>) -> i32 {
         Mode::Sandbox => crate::sandbox::debug::main(argv),
         Mode::Doctor => crate::sandbox::doctor::main(argv),
         Mode::InstallLinks => install_links_main(argv),
+        Mode::Rendezvous => crate::rendezvous::cli::main(argv),
+        Mode::Connect => crate::connect::cli::main(argv),
     }
 }
 
@@ -85,6 +87,8 @@ Modes:
   sandbox        run a command the way the server would sandbox it
   doctor         report what this host supports for sandboxing, and why
   install-links  create the alias symlinks in a directory
+  rendezvous     registry and relay for remote executors (self-hosted)
+  connect        expose a remote executor as a local exec-server endpoint
 
 Run `codexbox <MODE> --help` for the options of a mode.
 ",

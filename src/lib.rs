@@ -8,7 +8,10 @@
 //!   Landlock), no_new_privs and seccomp;
 //! - `bwrap` ([`bwrap`]): a bubblewrap-compatible launcher in Rust;
 //! - `fs-helper` ([`fs_helper`]): the sandboxed filesystem worker;
-//! - `sandbox` and `doctor` ([`sandbox`]): for people debugging a policy or a host.
+//! - `sandbox` and `doctor` ([`sandbox`]): for people debugging a policy or a host;
+//! - `rendezvous` ([`rendezvous`]) and `connect` ([`connect`]): remote mode's
+//!   registry and relay, and a local bridge to a remote executor; the
+//!   executor side and the wire ([`relay`]) serve `exec-server --remote`.
 //!
 //! The library surface: [`protocol`] types, [`client::ExecServerClient`],
 //! [`server::run_main`] and the sandbox policy types in [`sandbox::policy`].
@@ -35,15 +38,19 @@
 pub mod arg0;
 pub mod bwrap;
 pub mod client;
+pub mod connect;
 pub mod fs;
 pub mod fs_helper;
 pub mod logging;
 pub mod mode;
 pub mod process;
 pub mod protocol;
+pub mod relay;
+pub mod rendezvous;
 pub mod runtime_paths;
 pub mod sandbox;
 pub mod server;
+pub mod startup;
 pub mod stdout;
 pub mod sync;
 pub mod sys;

@@ -35,6 +35,8 @@ pub enum Mode {
     Sandbox,
     Doctor,
     InstallLinks,
+    Rendezvous,
+    Connect,
 }
 
 impl Mode {
@@ -48,6 +50,8 @@ impl Mode {
             Mode::Sandbox => "sandbox",
             Mode::Doctor => "doctor",
             Mode::InstallLinks => "install-links",
+            Mode::Rendezvous => "rendezvous",
+            Mode::Connect => "connect",
         }
     }
 
@@ -63,7 +67,7 @@ impl Mode {
     }
 
     pub fn from_subcommand(arg: &OsStr) -> Option<Mode> {
-        const ALL: [Mode; 7] = [
+        const ALL: [Mode; 9] = [
             Mode::ExecServer,
             Mode::LinuxSandbox,
             Mode::Bwrap,
@@ -71,6 +75,8 @@ impl Mode {
             Mode::Sandbox,
             Mode::Doctor,
             Mode::InstallLinks,
+            Mode::Rendezvous,
+            Mode::Connect,
         ];
         ALL.into_iter().find(|mode| arg == mode.subcommand())
     }

@@ -22,6 +22,7 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
 use super::{ClientError, Notification, RpcError};
+use crate::relay::harness::{HarnessConfig, RelayStream};
 use crate::sync::lock;
 
 /// Messages queued for the writer task before senders wait.
@@ -38,7 +39,21 @@ pub(crate) enum Endpoint {
     Tcp { url: String, authority: String },
     /// `unix:///path/to.sock`: WebSocket over a Unix stream socket.
     Unix { path: String },
+    /// A virtual stream through a registry and rendezvous (one per connection).
+    Relay(RelayEndpoint),
 }
+
+/// The harness configuration of a relayed endpoint.
+#[derive(Debug, Clone)]
+pub(crate) struct RelayEndpoint(pub(crate) Arc<HarnessConfig>);
+
+impl PartialEq for RelayEndpoint {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for RelayEndpoint {}
 
 impl Endpoint {
     pub(crate) fn parse(url: &str) -> Result<Self, ClientError> {
@@ -80,6 +95,21 @@ struct Shared {
 }
 
 impl Shared {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            pending: Mutex::new(HashMap::new()),
+            closed: AtomicBool::new(false),
+            ended: watch::channel(false).0,
+            receiver_taken: AtomicBool::new(false),
+        })
+    }
+
+    /// The transport ended.
+    fn end(&self) {
+        self.close();
+        self.ended.send_replace(true);
+    }
+
     /// Fails every waiting call; later calls fail at once.
     fn close(&self) {
         self.closed.store(true, Ordering::Release);
@@ -141,6 +171,12 @@ impl Connection {
                 let _ = stream.set_nodelay(true);
                 Self::upgrade(stream, url, url, auth_token, notify_tx).await
             }
+            Endpoint::Relay(relay) => {
+                let stream = crate::relay::harness::open(relay.0.clone())
+                    .await
+                    .map_err(|source| ClientError::Relay(Box::new(source)))?;
+                Ok(Self::over_relay(stream, notify_tx))
+            }
             Endpoint::Unix { path } => {
                 let stream =
                     UnixStream::connect(path)
@@ -187,12 +223,7 @@ impl Connection {
                 .await
                 .map_err(handshake)?;
         let (mut sink, mut source) = ws.split();
-        let shared = Arc::new(Shared {
-            pending: Mutex::new(HashMap::new()),
-            closed: AtomicBool::new(false),
-            ended: watch::channel(false).0,
-            receiver_taken: AtomicBool::new(false),
-        });
+        let shared = Shared::new();
         let (out_tx, mut out_rx) = mpsc::channel::<Message>(OUTBOUND_QUEUE);
 
         tokio::spawn(async move {
@@ -225,17 +256,9 @@ impl Connection {
                     Ok(Message::Close(_)) | Err(_) => break,
                     Ok(_) => continue,
                 };
-                let incoming: Incoming = match serde_json::from_slice(&bytes) {
-                    Ok(incoming) => incoming,
-                    Err(err) => {
-                        tracing::warn!("ignoring unparsable server message: {err}");
-                        continue;
-                    }
-                };
-                route(&reader_shared, &notify_tx, incoming).await;
+                dispatch(&reader_shared, &notify_tx, &bytes).await;
             }
-            reader_shared.close();
-            reader_shared.ended.send_replace(true);
+            reader_shared.end();
         });
 
         Ok(Self {
@@ -243,6 +266,39 @@ impl Connection {
             shared,
             next_id: AtomicI64::new(1),
         })
+    }
+
+    /// A connection over a relay stream (whole JSON messages both ways).
+    fn over_relay(stream: RelayStream, notify_tx: mpsc::Sender<Notification>) -> Self {
+        let shared = Shared::new();
+        let (out_tx, mut out_rx) = mpsc::channel::<Message>(OUTBOUND_QUEUE);
+        let RelayStream {
+            outbound,
+            mut inbound,
+            ..
+        } = stream;
+        tokio::spawn(async move {
+            while let Some(message) = out_rx.recv().await {
+                let Message::Text(text) = message else {
+                    continue;
+                };
+                if outbound.send(text.to_string()).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let reader_shared = Arc::clone(&shared);
+        tokio::spawn(async move {
+            while let Some(bytes) = inbound.recv().await {
+                dispatch(&reader_shared, &notify_tx, &bytes).await;
+            }
+            reader_shared.end();
+        });
+        Self {
+            out_tx,
+            shared,
+            next_id: AtomicI64::new(1),
+        }
     }
 
     /// Records that the caller now drains notifications.
@@ -338,6 +394,14 @@ struct NotificationOut<'a> {
 
 fn encode_request(id: i64, method: &str, params: &Value) -> Result<String, ClientError> {
     serde_json::to_string(&RequestOut { id, method, params }).map_err(ClientError::Encode)
+}
+
+/// Parses one server message and routes it.
+async fn dispatch(shared: &Shared, notify_tx: &mpsc::Sender<Notification>, bytes: &[u8]) {
+    match serde_json::from_slice::<Incoming>(bytes) {
+        Ok(incoming) => route(shared, notify_tx, incoming).await,
+        Err(err) => tracing::warn!("ignoring unparsable server message: {err}"),
+    }
 }
 
 async fn route(shared: &Shared, notify_tx: &mpsc::Sender<Notification>, incoming: Incoming) {

@@ -14,6 +14,7 @@
 //! reconnect and catch up with `process/read { afterSeq }`.
 
 mod connection;
+pub mod remote;
 mod types;
 
 use base64::Engine as _;
@@ -25,6 +26,7 @@ use tokio::sync::mpsc;
 use crate::protocol::envelope::code::SESSION_ALREADY_ATTACHED;
 use crate::protocol::{environment, process, METHOD_INITIALIZE, NOTIFY_INITIALIZED};
 use connection::{Connection, Endpoint};
+pub use remote::RemoteExecServerClient;
 pub use types::{
     decode_chunk, EnvironmentInfo, ProcessEvent, ReadChunk, ReadParams, ReadResult, ShellInfo,
     StartParams, WriteResult,
@@ -86,6 +88,12 @@ pub enum ClientError {
     },
     #[error("the client has no session to resume (call initialize first)")]
     NoSession,
+    #[error("cannot open a relay stream: {0}")]
+    Relay(#[source] Box<crate::relay::harness::HarnessError>),
+    #[error(
+        "the connection was lost while {method} was in flight; it may or may not have taken effect"
+    )]
+    Disconnected { method: String },
     #[error("no response to {method} within {after:?}")]
     Timeout {
         method: String,
@@ -116,6 +124,8 @@ pub struct ConnectOptions {
     /// within this time (`None`: wait as long as it takes; long-polls and
     /// slow file operations legitimately take a while).
     pub request_timeout: Option<std::time::Duration>,
+    /// Reach the server through a registry and rendezvous instead of `url`.
+    pub relay: Option<std::sync::Arc<crate::relay::harness::HarnessConfig>>,
 }
 
 impl ConnectOptions {
@@ -125,7 +135,20 @@ impl ConnectOptions {
             auth_token: None,
             notification_capacity: DEFAULT_NOTIFICATION_CAPACITY,
             request_timeout: None,
+            relay: None,
         }
+    }
+
+    /// Connections through a registry and rendezvous: each is a new
+    /// virtual stream (fresh bundle, Noise handshake).
+    pub fn relay(config: crate::relay::harness::HarnessConfig) -> Self {
+        let mut options = Self::new(format!(
+            "relay:{}/{}",
+            config.registry.base_url(),
+            config.registry.environment_id()
+        ));
+        options.relay = Some(std::sync::Arc::new(config));
+        options
     }
 
     pub fn request_timeout(mut self, timeout: std::time::Duration) -> Self {
@@ -158,7 +181,10 @@ impl ExecServerClient {
 
     /// Connects with explicit options. No handshake is sent yet.
     pub async fn connect_with(options: ConnectOptions) -> Result<Self, ClientError> {
-        let endpoint = Endpoint::parse(&options.url)?;
+        let endpoint = match &options.relay {
+            Some(config) => Endpoint::Relay(connection::RelayEndpoint(config.clone())),
+            None => Endpoint::parse(&options.url)?,
+        };
         let (tx, rx) = mpsc::channel(options.notification_capacity.max(1));
         let connection = Connection::open(&endpoint, options.auth_token.as_deref(), tx).await?;
         Ok(Self {

@@ -22,7 +22,7 @@ pub const AUTH_TOKEN_ENV: &str = "CODEXBOX_AUTH_TOKEN";
 #[command(version, about, long_about = None)]
 struct Args {
     /// Where to listen: ws://IP:PORT, unix:///path/to.sock, or stdio.
-    #[arg(long, value_name = "URL", default_value = DEFAULT_LISTEN_URL)]
+    #[arg(long, value_name = "URL", default_value = DEFAULT_LISTEN_URL, conflicts_with = "remote")]
     listen: String,
     /// Seconds a detached session survives before its processes are killed (0 = at once).
     #[arg(long, value_name = "SECS", default_value_t = 30)]
@@ -49,21 +49,54 @@ struct Args {
     /// Log line format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Remote mode: register with this environment registry and serve
+    /// harnesses through its rendezvous instead of listening.
+    #[arg(long, value_name = "URL", requires = "environment_id")]
+    remote: Option<String>,
+    /// The environment to register as (remote mode).
+    #[arg(long, value_name = "ID", alias = "executor-id", requires = "remote")]
+    environment_id: Option<String>,
+    /// A name for this executor (remote mode; kept locally, sent nowhere).
+    #[arg(long, value_name = "NAME", default_value = "codex-exec-server")]
+    name: String,
+    /// Authenticate to the registry with CODEX_ACCESS_TOKEN (remote mode).
+    #[arg(long, requires = "remote")]
+    use_agent_identity_auth: bool,
+}
+
+/// The registry client of remote mode, with its credentials.
+fn remote_registry(
+    remote: &str,
+    environment_id: &str,
+    agent_identity: bool,
+) -> Result<crate::relay::registry_client::RegistryClient, (String, i32)> {
+    let env = |name: &str| std::env::var(name).ok();
+    let auth = crate::relay::credentials::load(remote, agent_identity, &env)
+        .map_err(|err| (err.to_string(), 1))?;
+    crate::relay::registry_client::RegistryClient::new(remote, environment_id, auth)
+        .map_err(|err| (err.to_string(), 2))
 }
 
 /// Entry point of the `exec-server` mode.
 pub fn main(argv: Vec<OsString>) -> i32 {
-    let args = match Args::try_parse_from(&argv) {
+    let args: Args = match crate::startup::parse(&argv) {
         Ok(args) => args,
-        Err(err) => {
-            let _ = err.print();
-            return err.exit_code();
-        }
+        Err(code) => return code,
     };
     let name = argv
         .first()
         .map(|a| a.to_string_lossy().into_owned())
         .unwrap_or_else(|| "codex-exec-server".into());
+    let remote = match (&args.remote, &args.environment_id) {
+        (Some(url), Some(id)) => match remote_registry(url, id, args.use_agent_identity_auth) {
+            Ok(registry) => Some(registry),
+            Err((message, code)) => {
+                eprintln!("{name}: {message}");
+                return code;
+            }
+        },
+        _ => None,
+    };
     let config = match build_config(args) {
         Ok(config) => config,
         Err((message, code)) => {
@@ -79,17 +112,22 @@ pub fn main(argv: Vec<OsString>) -> i32 {
             return 1;
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("{name}: cannot start the runtime: {err}");
-            return 1;
-        }
+    let Some(runtime) = crate::startup::runtime(&name) else {
+        return 1;
     };
-    let outcome = runtime.block_on(super::run(paths, config, super::shutdown_signal()));
+    let outcome = match remote {
+        Some(registry) => runtime.block_on(async {
+            let shared = super::shared_state(paths, config, Vec::new());
+            let registry_state = shared.registry.clone();
+            let outcome =
+                crate::relay::executor::run(shared, registry, super::shutdown_signal()).await;
+            super::shutdown_cleanup(registry_state).await;
+            outcome.map_err(|err| err.to_string())
+        }),
+        None => runtime
+            .block_on(super::run(paths, config, super::shutdown_signal()))
+            .map_err(|err| err.to_string()),
+    };
     // The stdin reader of the stdio transport may sit in a blocking read.
     runtime.shutdown_timeout(Duration::from_millis(200));
     match outcome {

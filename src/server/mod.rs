@@ -20,7 +20,6 @@ pub mod transport;
 pub mod wire_trace;
 
 use std::future::Future;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -80,7 +79,7 @@ pub async fn run(
 ) -> Result<(), ServerError> {
     let server = bind(paths, config).await?;
     if !matches!(server.listener, Listener::Stdio) {
-        announce(&server.url());
+        crate::startup::announce(&server.url());
     }
     server.run(shutdown).await
 }
@@ -129,17 +128,40 @@ pub async fn bind(
         }
         ListenUrl::Unix(path) => Listener::Unix(bind_unix(&path).map_err(bind_error)?, path),
     };
+    let extra_denied = match &listener {
+        Listener::Unix(_, path) => vec![path.clone()],
+        _ => Vec::new(),
+    };
+    let shared = shared_state(paths, config, extra_denied);
+    Ok(Server { shared, listener })
+}
+
+/// The state every connection shares, for a server with no listener of its
+/// own (remote mode) or with one; `extra_denied` is added to the paths every
+/// sandbox denies.
+pub fn shared_state(
+    paths: ExecServerRuntimePaths,
+    config: ServerConfig,
+    extra_denied: Vec<PathBuf>,
+) -> Shared {
     let mut denied = config.protected_paths.clone();
-    if let Listener::Unix(_, path) = &listener {
-        denied.push(path.clone());
-    }
-    let shared = Shared {
+    denied.extend(extra_denied);
+    Shared {
         registry: Registry::new(config.session_grace),
         config: Arc::new(config),
         paths: Arc::new(paths),
         guard: Arc::new(process_sandbox::SandboxGuard::new(denied)),
-    };
-    Ok(Server { shared, listener })
+    }
+}
+
+/// Kills every managed process tree and waits for them to be reaped.
+pub async fn shutdown_cleanup(registry: Arc<Registry>) {
+    let _ = tokio::task::spawn_blocking(move || registry.kill_everything_blocking()).await;
+    reaper::wait_all(SHUTDOWN_REAP_TIMEOUT).await;
+    let _ = tokio::task::spawn_blocking(|| {
+        crate::process::spawn::shutdown_zygote(SHUTDOWN_REAP_TIMEOUT)
+    })
+    .await;
 }
 
 impl Server {
@@ -190,25 +212,12 @@ impl Server {
                 }
             }
         }
-        let registry2 = registry.clone();
-        let _ = tokio::task::spawn_blocking(move || registry2.kill_everything_blocking()).await;
-        reaper::wait_all(SHUTDOWN_REAP_TIMEOUT).await;
-        let _ = tokio::task::spawn_blocking(|| {
-            crate::process::spawn::shutdown_zygote(SHUTDOWN_REAP_TIMEOUT)
-        })
-        .await;
+        shutdown_cleanup(registry).await;
         if let Some(path) = socket_path {
             let _ = std::fs::remove_file(path);
         }
         Ok(())
     }
-}
-
-/// Prints the one stdout line and flushes it.
-fn announce(line: &str) {
-    let mut stdout = std::io::stdout().lock();
-    let _ = writeln!(stdout, "{line}");
-    let _ = stdout.flush();
 }
 
 async fn accept_tcp(listener: tokio::net::TcpListener, shared: Shared) {

@@ -1,5 +1,7 @@
 //! The wire trace: with `RUST_LOG=codexbox::wire=trace`, every message a
-//! connection receives or sends is logged as it crosses the transport,
+//! connection receives, and every message a WebSocket or stdio connection
+//! sends (relay streams hand theirs to the executor), is logged as it
+//! crosses the transport,
 //! with the connection's id and its direction (`in`, `out`). For
 //! debugging a client, and for the tests, which check every message of
 //! their servers against the shipped schemas. Costs one level check per

@@ -261,8 +261,9 @@ impl Drop for Server {
     }
 }
 
-/// Collects a child's stderr on a thread; the receiver is signalled at EOF.
-fn collect_stderr(child: &mut Child) -> (Arc<Mutex<Vec<u8>>>, std::sync::mpsc::Receiver<()>) {
+/// Collects a child's stderr on a thread; the buffer grows as it writes,
+/// and the receiver is signalled at EOF.
+pub fn collect_stderr(child: &mut Child) -> (Arc<Mutex<Vec<u8>>>, std::sync::mpsc::Receiver<()>) {
     let buffer = Arc::new(Mutex::new(Vec::new()));
     let (done_tx, done) = std::sync::mpsc::channel();
     if let Some(mut stderr) = child.stderr.take() {
@@ -283,7 +284,8 @@ fn collect_stderr(child: &mut Child) -> (Arc<Mutex<Vec<u8>>>, std::sync::mpsc::R
     (buffer, done)
 }
 
-fn stderr_text(buffer: &Arc<Mutex<Vec<u8>>>) -> String {
+/// What a [`collect_stderr`] buffer holds so far, as text.
+pub fn stderr_text(buffer: &Arc<Mutex<Vec<u8>>>) -> String {
     buffer
         .lock()
         .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())

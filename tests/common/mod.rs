@@ -6,6 +6,8 @@ pub mod confine;
 pub mod fs;
 pub mod fuzz;
 pub mod redteam;
+pub mod reference_relay;
+pub mod relay;
 pub mod sandbox;
 pub mod schema;
 pub mod wire;

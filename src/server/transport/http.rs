@@ -159,20 +159,56 @@ pub fn decide(head: &RequestHead, policy: &AccessPolicy) -> Decision {
             };
         }
     }
-    let key = head.header("sec-websocket-key");
-    let is_upgrade = head.method == "GET"
-        && head.header_has_token("connection", "upgrade")
-        && head.header_has_token("upgrade", "websocket")
-        && head.header("sec-websocket-version") == Some("13");
-    match key {
-        Some(key) if is_upgrade => Decision::Upgrade {
-            accept: tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes()),
-        },
-        _ => Decision::Respond {
+    match websocket_accept(head) {
+        Some(accept) => Decision::Upgrade { accept },
+        None => Decision::Respond {
             status: 426,
             reason: "Upgrade Required",
         },
     }
+}
+
+/// The `Sec-WebSocket-Accept` value when `head` is a valid WebSocket upgrade.
+pub fn websocket_accept(head: &RequestHead) -> Option<String> {
+    let key = head.header("sec-websocket-key")?;
+    let is_upgrade = head.method == "GET"
+        && head.header_has_token("connection", "upgrade")
+        && head.header_has_token("upgrade", "websocket")
+        && head.header("sec-websocket-version") == Some("13");
+    is_upgrade.then(|| tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes()))
+}
+
+/// Reads a request body of `Content-Length` bytes (at most `max`), starting
+/// with `leftover` (bytes read past the head). `None` when the length is
+/// missing, invalid or too large, or the peer stops early.
+pub async fn read_body<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    head: &RequestHead,
+    mut leftover: Vec<u8>,
+    max: usize,
+) -> Option<Vec<u8>> {
+    let length: usize = head.header("content-length")?.trim().parse().ok()?;
+    if length > max {
+        return None;
+    }
+    let mut chunk = [0u8; 4096];
+    while leftover.len() < length {
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        leftover.extend_from_slice(chunk.get(..n)?);
+    }
+    leftover.truncate(length);
+    Some(leftover)
+}
+
+/// The bytes of a response carrying a JSON body, closing the connection.
+pub fn json_response(status: u16, reason: &str, body: &str) -> String {
+    format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
 }
 
 /// Constant-time token comparison (over fixed-length digests, so the length

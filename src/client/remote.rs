@@ -1,0 +1,546 @@
+//! `RemoteExecServerClient`: one logical exec-server client over connections
+//! that come and go (a `ws://` URL, or virtual streams through a registry
+//! and rendezvous), with the reconnect invariants of the Codex seed:
+//!
+//! - one shared reconnect attempt per client: callers that find the
+//!   connection gone wait for the same attempt (generation counter under a
+//!   lock), bounded by [`RECOVERY_WINDOW`];
+//! - the same session id is resumed (`initialize {resumeSessionId}`) and
+//!   every tracked process is rebound: its events continue in seq order on
+//!   the client's one notification channel, the gap backfilled with
+//!   `process/read {afterSeq}` (a lost tail is announced with a local
+//!   `process/outputTruncated` notification, never papered over);
+//! - `process/read` is retried once after a transport-close race (it is
+//!   read-only); `process/write` is retried with the same `writeId` (the
+//!   server deduplicates); `process/start`, `process/terminate`,
+//!   `process/signal`, fs calls and anything else are never replayed after an
+//!   ambiguous disconnect: they fail with [`ClientError::Disconnected`] and
+//!   later calls use the new connection. A start that may have happened is
+//!   terminated once the client is back.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, RwLock};
+
+use super::{
+    ClientError, ConnectOptions, ExecServerClient, Notification, ReadParams, ReadResult,
+    StartParams, WriteResult,
+};
+use crate::protocol::process::{self as wire, NOTIFY_CLOSED, NOTIFY_EXITED, NOTIFY_OUTPUT};
+use crate::relay::credentials::{
+    harness_auth, NOISE_ACCOUNT_ID_ENV, NOISE_AUTH_TOKEN_ENV, NOISE_ENVIRONMENT_ID_ENV,
+    NOISE_REGISTRY_URL_ENV,
+};
+use crate::relay::harness::HarnessConfig;
+use crate::relay::noise::NoiseIdentity;
+use crate::relay::registry_client::RegistryClient;
+use crate::sync::lock;
+
+/// How long a reconnect may take before the client gives up.
+pub const RECOVERY_WINDOW: Duration = Duration::from_secs(25);
+/// The local notification announcing output lost while disconnected.
+pub const NOTIFY_OUTPUT_TRUNCATED: &str = "process/outputTruncated";
+/// Events of one process held back while an earlier one is missing.
+const MAX_HELD_EVENTS: usize = 256;
+
+/// Why a client could not be configured from the environment.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteConfigError {
+    #[error("environment registry configuration error: Noise environment requires CODEX_EXEC_SERVER_NOISE_REGISTRY_URL, CODEX_EXEC_SERVER_NOISE_ENVIRONMENT_ID, and CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN")]
+    Incomplete,
+    #[error(transparent)]
+    Credentials(#[from] crate::relay::credentials::CredentialError),
+    #[error(transparent)]
+    Registry(#[from] crate::relay::registry_client::RegistryError),
+    #[error(transparent)]
+    Noise(#[from] crate::relay::noise::NoiseError),
+}
+
+/// Harness settings from the reference client's variables: all three of
+/// registry, environment and token set (trimmed, non-empty), or none (`Ok(None)`).
+pub fn harness_config_from_env(
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<HarnessConfig>, RemoteConfigError> {
+    let get = |name| {
+        env(name)
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    let (url, id, token) = (
+        get(NOISE_REGISTRY_URL_ENV),
+        get(NOISE_ENVIRONMENT_ID_ENV),
+        get(NOISE_AUTH_TOKEN_ENV),
+    );
+    let (url, id, token) = match (url, id, token) {
+        (None, None, None) => return Ok(None),
+        (Some(url), Some(id), Some(token)) => (url, id, token),
+        _ => return Err(RemoteConfigError::Incomplete),
+    };
+    let auth = harness_auth(&url, Some(&token), get(NOISE_ACCOUNT_ID_ENV).as_deref())?;
+    Ok(Some(HarnessConfig {
+        registry: RegistryClient::new(&url, &id, auth)?,
+        identity: NoiseIdentity::generate()?,
+        offer_reliable: true,
+    }))
+}
+
+/// Per-process ordering state.
+#[derive(Debug, Default)]
+struct Tracked {
+    /// The last seq delivered to the caller.
+    delivered: u64,
+    /// Events that arrived ahead of a gap, by seq.
+    held: BTreeMap<u64, Notification>,
+    /// Write ids handed out.
+    next_write: u64,
+    closed: bool,
+}
+
+/// What every clone of the client shares.
+struct Inner {
+    current: RwLock<ExecServerClient>,
+    /// Bumped by each successful reconnect.
+    generation: AtomicU64,
+    /// Held by the one reconnect attempt in progress.
+    reconnecting: tokio::sync::Mutex<()>,
+    /// Set when recovery failed for good.
+    failure: Mutex<Option<String>>,
+    processes: Mutex<HashMap<String, Tracked>>,
+    events: mpsc::Sender<Notification>,
+}
+
+/// A reconnecting exec-server client (cheap to clone; clones share it all).
+#[derive(Clone)]
+pub struct RemoteExecServerClient {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for RemoteExecServerClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteExecServerClient")
+            .field("generation", &self.inner.generation.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl RemoteExecServerClient {
+    /// Connects, initializes a new session and returns the client with the
+    /// receiver of every notification (ordered per process across reconnects).
+    pub async fn connect(
+        options: ConnectOptions,
+        client_name: &str,
+    ) -> Result<(Self, mpsc::Receiver<Notification>), ClientError> {
+        let capacity = options.notification_capacity.max(1);
+        let mut client = ExecServerClient::connect_with(options).await?;
+        let connection_events = client.take_notifications();
+        client.initialize(client_name, None).await?;
+        let (events, receiver) = mpsc::channel(capacity);
+        let remote = Self {
+            inner: Arc::new(Inner {
+                current: RwLock::new(client),
+                generation: AtomicU64::new(0),
+                reconnecting: tokio::sync::Mutex::new(()),
+                failure: Mutex::new(None),
+                processes: Mutex::new(HashMap::new()),
+                events,
+            }),
+        };
+        if let Some(connection_events) = connection_events {
+            remote.spawn_pump(connection_events, 0);
+        }
+        Ok((remote, receiver))
+    }
+
+    /// The session id (the same across reconnects).
+    pub async fn session_id(&self) -> Option<String> {
+        self.inner
+            .current
+            .read()
+            .await
+            .session_id()
+            .map(str::to_owned)
+    }
+
+    /// How many times the client reconnected.
+    pub fn reconnects(&self) -> u64 {
+        self.inner.generation.load(Ordering::Acquire)
+    }
+
+    /// Forwards one connection's notifications; when it ends, recovers.
+    fn spawn_pump(&self, mut receiver: mpsc::Receiver<Notification>, generation: u64) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            while let Some(notification) = receiver.recv().await {
+                this.deliver(notification).await;
+            }
+            if !this.inner.events.is_closed() {
+                let _ = this.recover(generation).await;
+            }
+        });
+    }
+
+    /// Puts a process event in order, or passes any other notification on.
+    async fn deliver(&self, notification: Notification) {
+        let ready = {
+            let mut processes = lock(&self.inner.processes);
+            order(&mut processes, notification)
+        };
+        for notification in ready {
+            let _ = self.inner.events.send(notification).await;
+        }
+    }
+
+    /// Reconnects once for everyone who saw generation `seen` fail.
+    async fn recover(&self, seen: u64) -> Result<(), ClientError> {
+        let _attempt = self.inner.reconnecting.lock().await;
+        if self.inner.generation.load(Ordering::Acquire) > seen {
+            return Ok(());
+        }
+        if let Some(failure) = lock(&self.inner.failure).clone() {
+            return Err(ClientError::Disconnected { method: failure });
+        }
+        let deadline = tokio::time::Instant::now() + RECOVERY_WINDOW;
+        let mut delay = Duration::from_millis(100);
+        let mut client = self.inner.current.write().await;
+        loop {
+            match client.reconnect().await {
+                Ok(_) => break,
+                Err(err) if tokio::time::Instant::now() + delay < deadline => {
+                    tracing::debug!("exec-server reconnect failed: {err}");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+                Err(err) => {
+                    let message = format!("reconnect failed: {err}");
+                    *lock(&self.inner.failure) = Some(message.clone());
+                    return Err(ClientError::Disconnected { method: message });
+                }
+            }
+        }
+        let receiver = client.take_notifications();
+        let generation = self.inner.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        // Rebind every tracked process: backfill what the old connection missed.
+        let tracked: Vec<(String, u64)> = lock(&self.inner.processes)
+            .iter()
+            .filter(|(_, t)| !t.closed)
+            .map(|(id, t)| (id.clone(), t.delivered))
+            .collect();
+        for (process_id, mut after) in tracked {
+            loop {
+                let read = client
+                    .process_read(&ReadParams {
+                        process_id: process_id.clone(),
+                        after_seq: Some(after),
+                        max_bytes: None,
+                        wait_ms: Some(0),
+                    })
+                    .await;
+                let read = match read {
+                    Ok(read) => read,
+                    Err(err) => {
+                        tracing::warn!(process = %process_id, "cannot backfill after reconnect: {err}");
+                        break;
+                    }
+                };
+                if read.truncated {
+                    // Output was evicted while disconnected: say so, and
+                    // continue from the first retained event.
+                    let resume_at = read.chunks.first().map_or(read.next_seq, |c| c.seq);
+                    if let Some(tracked) = lock(&self.inner.processes).get_mut(&process_id) {
+                        tracked.delivered = tracked.delivered.max(resume_at.saturating_sub(1));
+                        tracked.held.retain(|&seq, _| seq >= resume_at);
+                    }
+                    let _ = self
+                        .inner
+                        .events
+                        .send(Notification {
+                            method: NOTIFY_OUTPUT_TRUNCATED.into(),
+                            params: json!({"processId": process_id, "afterSeq": after, "resumeAtSeq": resume_at}),
+                        })
+                        .await;
+                }
+                let notifications = backfill(&process_id, after, &read);
+                let more = !read.chunks.is_empty() && !read.closed;
+                after = read.chunks.last().map_or(after, |c| c.seq);
+                for notification in notifications {
+                    self.deliver(notification).await;
+                }
+                if !more {
+                    break;
+                }
+            }
+        }
+        drop(client);
+        if let Some(receiver) = receiver {
+            self.spawn_pump(receiver, generation);
+        }
+        Ok(())
+    }
+
+    /// Runs `call` on the current connection; on a lost connection recovers,
+    /// then retries when `replayable`, else reports the ambiguity.
+    async fn with_connection<T, F, Fut>(
+        &self,
+        method: &str,
+        replayable: bool,
+        call: F,
+    ) -> Result<T, ClientError>
+    where
+        F: Fn(Arc<Inner>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ClientError>>,
+    {
+        let mut retried = false;
+        loop {
+            let generation = self.inner.generation.load(Ordering::Acquire);
+            match call(self.inner.clone()).await {
+                Err(ClientError::Closed) => {
+                    self.recover(generation).await?;
+                    if !replayable || retried {
+                        return Err(ClientError::Disconnected {
+                            method: method.to_owned(),
+                        });
+                    }
+                    retried = true;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Any request (never replayed after an ambiguous disconnect).
+    pub async fn call(&self, method: &str, params: Value) -> Result<Value, ClientError> {
+        let owned = (method.to_owned(), params);
+        self.with_connection(method, false, |inner| {
+            let (method, params) = owned.clone();
+            async move { inner.current.read().await.call(&method, params).await }
+        })
+        .await
+    }
+
+    /// `process/start`; the process is tracked for rebinding. Not replayed:
+    /// after an ambiguous disconnect it is terminated once the client is back.
+    pub async fn process_start(&self, params: &StartParams) -> Result<String, ClientError> {
+        let id = params.process_id.clone();
+        lock(&self.inner.processes).insert(id.clone(), Tracked::default());
+        let params = serde_json::to_value(params).map_err(ClientError::Encode)?;
+        let outcome = self.call(wire::METHOD_START, params).await;
+        match outcome {
+            Ok(_) => Ok(id),
+            Err(err) => {
+                lock(&self.inner.processes).remove(&id);
+                if matches!(err, ClientError::Disconnected { .. }) {
+                    let this = self.clone();
+                    let cleanup = id.clone();
+                    tokio::spawn(async move {
+                        let _ = this
+                            .call(wire::METHOD_TERMINATE, json!({"processId": cleanup}))
+                            .await;
+                    });
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// `process/read`, retried once after a transport-close race.
+    pub async fn process_read(&self, params: &ReadParams) -> Result<ReadResult, ClientError> {
+        let params = params.clone();
+        self.with_connection(wire::METHOD_READ, true, |inner| {
+            let params = params.clone();
+            async move { inner.current.read().await.process_read(&params).await }
+        })
+        .await
+    }
+
+    /// `process/write` with a `writeId` of its own, re-sent with the same id
+    /// after a reconnect (the server writes it once).
+    pub async fn process_write(
+        &self,
+        process_id: &str,
+        data: &[u8],
+        close_stdin: bool,
+    ) -> Result<WriteResult, ClientError> {
+        let write_id = {
+            let mut processes = lock(&self.inner.processes);
+            let tracked = processes.entry(process_id.to_owned()).or_default();
+            tracked.next_write += 1;
+            tracked.next_write.to_string()
+        };
+        let (process_id, data) = (process_id.to_owned(), data.to_vec());
+        self.with_connection(wire::METHOD_WRITE, true, |inner| {
+            let (process_id, data, write_id) = (process_id.clone(), data.clone(), write_id.clone());
+            async move {
+                inner
+                    .current
+                    .read()
+                    .await
+                    .process_write(&process_id, &data, Some(&write_id), close_stdin)
+                    .await
+            }
+        })
+        .await
+    }
+
+    /// `process/terminate` (not replayed).
+    pub async fn process_terminate(&self, process_id: &str) -> Result<bool, ClientError> {
+        let result = self
+            .call(wire::METHOD_TERMINATE, json!({"processId": process_id}))
+            .await?;
+        Ok(result["running"].as_bool().unwrap_or(false))
+    }
+}
+
+/// Orders one notification; returns what may be delivered now.
+fn order(
+    processes: &mut HashMap<String, Tracked>,
+    notification: Notification,
+) -> Vec<Notification> {
+    let is_process_event =
+        [NOTIFY_OUTPUT, NOTIFY_EXITED, NOTIFY_CLOSED].contains(&notification.method.as_str());
+    let process_id = notification.params["processId"].as_str().map(str::to_owned);
+    let seq = notification.params["seq"].as_u64();
+    let (Some(process_id), Some(seq), true) = (process_id, seq, is_process_event) else {
+        return vec![notification];
+    };
+    let Some(tracked) = processes.get_mut(&process_id) else {
+        return vec![notification];
+    };
+    if seq <= tracked.delivered {
+        return Vec::new();
+    }
+    tracked.held.insert(seq, notification);
+    let mut ready = Vec::new();
+    while let Some(next) = tracked.held.remove(&(tracked.delivered + 1)) {
+        tracked.delivered += 1;
+        if next.method == NOTIFY_CLOSED {
+            tracked.closed = true;
+        }
+        ready.push(next);
+    }
+    if tracked.held.len() > MAX_HELD_EVENTS {
+        // A gap that never closes: say so and move on.
+        let first = tracked
+            .held
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(tracked.delivered + 1);
+        ready.push(Notification {
+            method: NOTIFY_OUTPUT_TRUNCATED.into(),
+            params: json!({"processId": process_id, "afterSeq": tracked.delivered}),
+        });
+        tracked.delivered = first - 1;
+        while let Some(next) = tracked.held.remove(&(tracked.delivered + 1)) {
+            tracked.delivered += 1;
+            ready.push(next);
+        }
+    }
+    ready
+}
+
+/// The notifications a `process/read` after `after` stands for (the
+/// caller handles `truncated`).
+fn backfill(process_id: &str, after: u64, read: &ReadResult) -> Vec<Notification> {
+    use base64::Engine as _;
+    let mut out = Vec::new();
+    let mut last = after;
+    for chunk in &read.chunks {
+        last = last.max(chunk.seq);
+        out.push(Notification {
+            method: NOTIFY_OUTPUT.into(),
+            params: json!({
+                "processId": process_id,
+                "seq": chunk.seq,
+                "stream": chunk.stream,
+                "chunk": super::types::b64().encode(&chunk.chunk),
+            }),
+        });
+    }
+    // The exit and the close take the seqs after the last chunk: `closed`
+    // is `nextSeq - 1`, the exit the one before it.
+    if read.closed && read.next_seq >= 2 {
+        let closed_seq = read.next_seq - 1;
+        if read.exited && closed_seq - 1 > last {
+            out.push(Notification {
+                method: NOTIFY_EXITED.into(),
+                params: json!({
+                    "processId": process_id,
+                    "seq": closed_seq - 1,
+                    "exitCode": read.exit_code,
+                    "sandboxDenied": read.sandbox_denied,
+                }),
+            });
+        }
+        if closed_seq > last {
+            out.push(Notification {
+                method: NOTIFY_CLOSED.into(),
+                params: json!({"processId": process_id, "seq": closed_seq}),
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::process::{ReadChunk, StreamKind};
+
+    fn output(id: &str, seq: u64) -> Notification {
+        Notification {
+            method: NOTIFY_OUTPUT.into(),
+            params: json!({"processId": id, "seq": seq, "stream": "stdout", "chunk": ""}),
+        }
+    }
+
+    fn seqs(notifications: &[Notification]) -> Vec<u64> {
+        notifications
+            .iter()
+            .filter_map(|n| n.params["seq"].as_u64())
+            .collect()
+    }
+
+    #[test]
+    fn events_are_released_in_seq_order_without_duplicates() {
+        let mut processes = HashMap::new();
+        processes.insert("p".to_owned(), Tracked::default());
+        assert_eq!(
+            seqs(&order(&mut processes, output("p", 2))),
+            Vec::<u64>::new()
+        );
+        assert_eq!(seqs(&order(&mut processes, output("p", 1))), vec![1, 2]);
+        assert!(
+            order(&mut processes, output("p", 2)).is_empty(),
+            "duplicate"
+        );
+        assert_eq!(seqs(&order(&mut processes, output("p", 3))), vec![3]);
+        // Untracked processes pass through.
+        assert_eq!(seqs(&order(&mut processes, output("other", 9))), vec![9]);
+    }
+
+    #[test]
+    fn backfill_synthesizes_the_missing_exit_and_close() {
+        let read = ReadResult {
+            chunks: vec![ReadChunk {
+                seq: 4,
+                stream: StreamKind::Stdout,
+                chunk: b"x".to_vec(),
+            }],
+            next_seq: 7,
+            exited: true,
+            exit_code: Some(0),
+            closed: true,
+            failure: None,
+            sandbox_denied: false,
+            truncated: false,
+        };
+        let out = backfill("p", 3, &read);
+        let methods: Vec<&str> = out.iter().map(|n| n.method.as_str()).collect();
+        assert_eq!(methods, vec![NOTIFY_OUTPUT, NOTIFY_EXITED, NOTIFY_CLOSED]);
+        assert_eq!(seqs(&out), vec![4, 5, 6]);
+    }
+}

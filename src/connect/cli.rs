@@ -1,0 +1,132 @@
+//! Command line of `codexbox connect`: the registry, environment and token
+//! (flags or the reference client's `CODEX_EXEC_SERVER_NOISE_*` variables),
+//! the local listen address, and the dialect offered to the executor.
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Parser;
+
+use crate::logging::{self, LogFormat};
+use crate::relay::credentials::{
+    harness_auth, NOISE_ACCOUNT_ID_ENV, NOISE_AUTH_TOKEN_ENV, NOISE_ENVIRONMENT_ID_ENV,
+    NOISE_REGISTRY_URL_ENV,
+};
+use crate::relay::harness::HarnessConfig;
+use crate::relay::noise::NoiseIdentity;
+use crate::relay::registry_client::RegistryClient;
+
+/// Which relay dialect to offer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DialectChoice {
+    /// Offer the reliable dialect (same-stream resume); falls back by itself.
+    Reliable,
+    /// Speak only the reference dialect.
+    Reference,
+}
+
+/// Expose a remote executor as a local exec-server endpoint.
+#[derive(Debug, Parser)]
+#[command(version, long_about = None)]
+struct Args {
+    /// The environment registry (or set CODEX_EXEC_SERVER_NOISE_REGISTRY_URL).
+    #[arg(long, value_name = "URL", env = NOISE_REGISTRY_URL_ENV)]
+    registry: String,
+    /// The environment to reach (or set CODEX_EXEC_SERVER_NOISE_ENVIRONMENT_ID).
+    #[arg(long, value_name = "ID", env = NOISE_ENVIRONMENT_ID_ENV)]
+    environment_id: String,
+    /// File holding the registry bearer token (else CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN).
+    #[arg(long, value_name = "PATH")]
+    token_file: Option<PathBuf>,
+    /// Local address: ws://IP:PORT.
+    #[arg(long, value_name = "URL", default_value = "ws://127.0.0.1:0")]
+    listen: String,
+    /// Relay dialect offered to the executor.
+    #[arg(long, value_enum, default_value_t = DialectChoice::Reliable)]
+    relay_dialect: DialectChoice,
+    /// Log line format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+fn build(args: &Args) -> Result<(SocketAddr, HarnessConfig), (String, i32)> {
+    let listen: SocketAddr = args
+        .listen
+        .strip_prefix("ws://")
+        .unwrap_or(&args.listen)
+        .trim_end_matches('/')
+        .parse()
+        .map_err(|_| {
+            (
+                format!("invalid --listen `{}`; expected ws://IP:PORT", args.listen),
+                2,
+            )
+        })?;
+    if !listen.ip().is_loopback() {
+        return Err((
+            format!("refusing to expose the remote executor on non-loopback address {listen}"),
+            2,
+        ));
+    }
+    let token = match &args.token_file {
+        Some(path) => Some(std::fs::read_to_string(path).map_err(|err| {
+            (
+                format!("cannot read --token-file {}: {err}", path.display()),
+                1,
+            )
+        })?),
+        None => std::env::var(NOISE_AUTH_TOKEN_ENV).ok(),
+    };
+    let account = std::env::var(NOISE_ACCOUNT_ID_ENV).ok();
+    let auth = harness_auth(&args.registry, token.as_deref(), account.as_deref())
+        .map_err(|err| (err.to_string(), 2))?;
+    let registry = RegistryClient::new(&args.registry, &args.environment_id, auth)
+        .map_err(|err| (err.to_string(), 2))?;
+    let identity = NoiseIdentity::generate().map_err(|err| (err.to_string(), 1))?;
+    Ok((
+        listen,
+        HarnessConfig {
+            registry,
+            identity,
+            offer_reliable: args.relay_dialect == DialectChoice::Reliable,
+        },
+    ))
+}
+
+/// Entry point of the `connect` mode.
+pub fn main(argv: Vec<OsString>) -> i32 {
+    let args: Args = match crate::startup::parse(&argv) {
+        Ok(args) => args,
+        Err(code) => return code,
+    };
+    let name = "codexbox connect";
+    let (listen, config) = match build(&args) {
+        Ok(built) => built,
+        Err((message, code)) => {
+            eprintln!("{name}: {message}");
+            return code;
+        }
+    };
+    logging::init(args.log_format);
+    let Some(runtime) = crate::startup::runtime(name) else {
+        return 1;
+    };
+    runtime.block_on(async {
+        let listener = match tokio::net::TcpListener::bind(listen).await {
+            Ok(listener) => listener,
+            Err(err) => {
+                eprintln!("{name}: cannot listen on {listen}: {err}");
+                return 1;
+            }
+        };
+        let url = match listener.local_addr() {
+            Ok(addr) => format!("ws://{addr}"),
+            Err(_) => format!("ws://{listen}"),
+        };
+        crate::startup::announce(&url);
+        super::serve(listener, Arc::new(config), crate::server::shutdown_signal()).await;
+        0
+    })
+}

@@ -1,0 +1,158 @@
+//! `codexbox connect`: a local bridge to a remote executor, like
+//! `kubectl port-forward`. It listens on a local WebSocket (behind the
+//! exec-server's HTTP gate: `/readyz`, browser origins refused), prints its
+//! `ws://IP:PORT` line, and carries each local connection over its own
+//! virtual stream ([`crate::relay::harness`]), so any client of the local
+//! protocol can use a relayed executor. With the reliable dialect a lost
+//! rendezvous connection is repaired underneath; the local client sees
+//! nothing.
+
+pub mod cli;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+
+use crate::relay::harness::{self, HarnessConfig};
+use crate::server::transport::http::{self, AccessPolicy, Decision};
+
+/// Largest local message (the relay carries up to 64 MiB).
+const MAX_LOCAL_MESSAGE: usize = 128 << 20;
+
+/// Serves local connections on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: TcpListener,
+    config: Arc<HarnessConfig>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let policy = Arc::new(AccessPolicy::default());
+    let accept = async {
+        loop {
+            let (stream, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(err) => {
+                    tracing::warn!("accept failed: {err}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let (config, policy) = (config.clone(), policy.clone());
+            tokio::spawn(serve_local(stream, peer, config, policy));
+        }
+    };
+    tokio::select! {
+        _ = accept => {}
+        _ = shutdown => {}
+    }
+}
+
+async fn serve_local<S>(
+    mut stream: S,
+    peer: SocketAddr,
+    config: Arc<HarnessConfig>,
+    policy: Arc<AccessPolicy>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let Ok(Ok((head, leftover))) =
+        tokio::time::timeout(http::HEAD_TIMEOUT, http::read_head(&mut stream)).await
+    else {
+        let _ = stream
+            .write_all(http::response(400, "Bad Request").as_bytes())
+            .await;
+        return;
+    };
+    let accept = match http::decide(&head, &policy) {
+        Decision::Respond { status, reason } => {
+            let _ = stream
+                .write_all(http::response(status, reason).as_bytes())
+                .await;
+            let _ = stream.shutdown().await;
+            return;
+        }
+        Decision::Upgrade { accept } => accept,
+    };
+    if stream
+        .write_all(http::switching_protocols(&accept).as_bytes())
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let ws_config = WebSocketConfig::default()
+        .max_message_size(Some(MAX_LOCAL_MESSAGE))
+        .max_frame_size(Some(MAX_LOCAL_MESSAGE));
+    let mut ws =
+        WebSocketStream::from_partially_read(stream, leftover, Role::Server, Some(ws_config)).await;
+    let relay = match harness::open(config).await {
+        Ok(relay) => relay,
+        Err(err) => {
+            tracing::warn!(%peer, "cannot open a relay stream: {err}");
+            let reason = err.to_string();
+            let close = CloseFrame {
+                code: CloseCode::Error,
+                reason: reason.chars().take(120).collect::<String>().into(),
+            };
+            let _ = ws.close(Some(close)).await;
+            return;
+        }
+    };
+    tracing::info!(%peer, stream = %relay.stream_id, dialect = ?relay.dialect, "bridging a local connection");
+    let harness::RelayStream {
+        outbound,
+        mut inbound,
+        ..
+    } = relay;
+    let (mut sink, mut source) = ws.split();
+    let upstream = async {
+        while let Some(message) = source.next().await {
+            let text = match message {
+                Ok(Message::Text(text)) => text.to_string(),
+                Ok(Message::Binary(bytes)) => match String::from_utf8(bytes.to_vec()) {
+                    Ok(text) => text,
+                    Err(_) => continue,
+                },
+                Ok(Message::Close(_)) | Err(_) => break,
+                Ok(_) => continue,
+            };
+            if outbound.send(text).await.is_err() {
+                break;
+            }
+        }
+    };
+    let downstream = async {
+        while let Some(message) = inbound.recv().await {
+            let Ok(text) = String::from_utf8(message) else {
+                continue;
+            };
+            if sink.feed(Message::text(text)).await.is_err() {
+                return;
+            }
+            while let Ok(message) = inbound.try_recv() {
+                let Ok(text) = String::from_utf8(message) else {
+                    continue;
+                };
+                if sink.feed(Message::text(text)).await.is_err() {
+                    return;
+                }
+            }
+            if sink.flush().await.is_err() {
+                return;
+            }
+        }
+        let _ = sink.close().await;
+    };
+    tokio::select! {
+        _ = upstream => {}
+        _ = downstream => {}
+    }
+    tracing::info!(%peer, "local connection closed");
+}

@@ -1,0 +1,497 @@
+//! The remote-mode executor (`exec-server --remote URL --environment-id ID`):
+//! registers its Noise key with the registry, holds one WebSocket to the
+//! rendezvous (keepalive, reconnect with backoff, re-registration when the
+//! upgrade is refused with a 4xx), and serves many virtual streams on it,
+//! demultiplexed by `stream_id`. Each stream is a normal JSON-RPC
+//! connection on the shared session registry
+//! ([`crate::server::transport::relay`]), so sessions resume across
+//! streams. The handshake rules and limits are the reference's (§3.4 of the
+//! notes): 128 streams, 32 validations in flight, 8 failed handshakes per
+//! socket, authorizations of at most 4096 bytes, each harness key checked
+//! with the registry's `validate` before msg2 is sent.
+//!
+//! Reliable streams (negotiated on the handshake) outlive the socket: they
+//! pause until the next one and then resume on it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use tokio::sync::{mpsc, watch};
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use tokio_tungstenite::WebSocketStream;
+
+use super::channel::Channel;
+use super::frame::{Body, RelayMessageFrame, FEATURE_RELIABLE};
+use super::http_client::{redact, HttpError, HttpUrl};
+use super::noise::{prologue, NoiseError, NoiseIdentity, Responder};
+use super::registry_api::RegisterResponse;
+use super::registry_client::{RegistryClient, RegistryError};
+use super::stream::{drive, LinkState, Outbox, StreamEnd, StreamIo};
+use super::tls::MaybeTls;
+use super::{Dialect, MAX_WEBSOCKET_MESSAGE_BYTES, RESET_PROTOCOL_ERROR};
+use crate::server::connection::Shared;
+use crate::server::transport::relay as relay_transport;
+use crate::sync::lock;
+
+/// Virtual streams per executor.
+pub const MAX_ACTIVE_STREAMS: usize = 128;
+/// Harness key validations in flight per socket.
+pub const MAX_PENDING_VALIDATIONS: usize = 32;
+/// Failed handshakes before the socket is closed.
+pub const MAX_FAILED_HANDSHAKES: u32 = 8;
+/// Largest harness key authorization.
+pub const MAX_AUTHORIZATION_BYTES: usize = 4096;
+/// Interval of pings on the rendezvous socket.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// Without any message from the rendezvous for this long, the socket is dropped.
+pub const PEER_TIMEOUT: Duration = Duration::from_secs(60);
+/// First reconnect delay after a failed connect (doubling up to [`MAX_BACKOFF`]).
+pub const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
+/// Longest reconnect delay.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Delay before reconnecting after a socket that was up ends.
+const RECONNECT_AFTER_DROP: Duration = Duration::from_millis(100);
+/// Frames queued for the socket writer.
+const SOCKET_OUTBOX: usize = 1024;
+/// Frames queued per stream before the demux refuses more.
+const STREAM_FRAMES: usize = 128;
+
+/// Why the executor stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutorError {
+    #[error("cannot create the Noise identity: {0}")]
+    Identity(#[from] NoiseError),
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+}
+
+/// Why connecting to the rendezvous failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DialError {
+    #[error("the rendezvous refused the upgrade with HTTP {0}")]
+    Rejected(u16),
+    #[error(transparent)]
+    Url(#[from] HttpError),
+    #[error("cannot connect to {url}: {source}")]
+    Connect {
+        url: String,
+        #[source]
+        source: super::tls::ConnectError,
+    },
+    #[error("WebSocket handshake with {url} failed: {source}")]
+    Handshake {
+        url: String,
+        #[source]
+        source: Box<WsError>,
+    },
+}
+
+/// A relay WebSocket, over TLS for `wss://`.
+pub type RelaySocket = WebSocketStream<MaybeTls>;
+
+/// Opens a relay WebSocket (`ws://` or `wss://`) with TCP_NODELAY and the
+/// relay's message size limit.
+pub async fn dial(url: &str) -> Result<RelaySocket, DialError> {
+    let target = HttpUrl::parse(url)?;
+    let stream = MaybeTls::connect(&target.authority, &target.host, target.secure)
+        .await
+        .map_err(|source| DialError::Connect {
+            url: redact(url),
+            source,
+        })?;
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(MAX_WEBSOCKET_MESSAGE_BYTES))
+        .max_frame_size(Some(MAX_WEBSOCKET_MESSAGE_BYTES));
+    match tokio_tungstenite::client_async_with_config(url, stream, Some(config)).await {
+        Ok((ws, _)) => Ok(ws),
+        Err(WsError::Http(response)) => Err(DialError::Rejected(response.status().as_u16())),
+        Err(source) => Err(DialError::Handshake {
+            url: redact(url),
+            source: Box::new(source),
+        }),
+    }
+}
+
+/// A running virtual stream, as the demux sees it.
+struct StreamHandle {
+    instance: u64,
+    frames: mpsc::Sender<RelayMessageFrame>,
+    dialect: Dialect,
+}
+
+/// What lives as long as the executor.
+struct Executor {
+    shared: Shared,
+    registry: RegistryClient,
+    identity: NoiseIdentity,
+    registration: Mutex<RegisterResponse>,
+    streams: Mutex<HashMap<String, StreamHandle>>,
+    link: watch::Sender<LinkState>,
+    next_instance: AtomicU64,
+}
+
+/// A handshake waiting for the registry's `validate`.
+struct Pending {
+    id: u64,
+    responder: Responder,
+    reliable: bool,
+}
+
+/// The outcome of one `validate` call.
+struct Validated {
+    stream_id: String,
+    id: u64,
+    result: Result<(), RegistryError>,
+}
+
+/// Why a rendezvous socket ended (logged).
+#[derive(Debug, Clone, Copy)]
+enum Disconnect {
+    PeerClose,
+    ReadError,
+    PongTimeout,
+    LocalShutdown,
+}
+
+/// Runs the executor until `shutdown` completes. A failed registration
+/// (at start-up or after a refused upgrade) is fatal, as with the reference.
+pub async fn run(
+    shared: Shared,
+    registry: RegistryClient,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), ExecutorError> {
+    let identity = NoiseIdentity::generate()?;
+    let key = identity.public_key().encode();
+    let registration = registry.register(&key).await?;
+    tracing::info!(environment = %registration.environment_id, registration = %registration.executor_registration_id, "registered with the environment registry");
+    let executor = Arc::new(Executor {
+        shared,
+        registry,
+        identity,
+        registration: Mutex::new(registration),
+        streams: Mutex::new(HashMap::new()),
+        link: watch::channel(None).0,
+        next_instance: AtomicU64::new(1),
+    });
+    tokio::select! {
+        outcome = connect_loop(executor.clone()) => outcome,
+        _ = shutdown => Ok(()),
+    }
+}
+
+async fn connect_loop(executor: Arc<Executor>) -> Result<(), ExecutorError> {
+    let mut backoff = INITIAL_BACKOFF;
+    let mut generation = 0u64;
+    loop {
+        let url = lock(&executor.registration).url.clone();
+        match dial(&url).await {
+            Ok(ws) => {
+                backoff = INITIAL_BACKOFF;
+                generation += 1;
+                tracing::info!(url = %redact(&url), "connected to the rendezvous");
+                let reason = serve_socket(&executor, ws, generation).await;
+                tracing::info!(?reason, "rendezvous connection ended");
+                tokio::time::sleep(RECONNECT_AFTER_DROP).await;
+                continue;
+            }
+            Err(DialError::Rejected(status)) if (400..500).contains(&status) => {
+                tracing::info!(status, "rendezvous refused the URL; registering again");
+                let key = executor.identity.public_key().encode();
+                let registration = executor.registry.register(&key).await?;
+                *lock(&executor.registration) = registration;
+            }
+            Err(err) => tracing::warn!("cannot reach the rendezvous: {err}"),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+fn send_reset(outbox: &Outbox, stream_id: &str) {
+    let _ = outbox.try_send(RelayMessageFrame::reset(stream_id, RESET_PROTOCOL_ERROR).to_bytes());
+}
+
+/// Serves one rendezvous socket until it ends.
+async fn serve_socket(executor: &Arc<Executor>, ws: RelaySocket, generation: u64) -> Disconnect {
+    let (sink, mut source) = ws.split();
+    let (outbox, queue) = mpsc::channel::<Vec<u8>>(SOCKET_OUTBOX);
+    let writer = tokio::spawn(super::writer::write_frames(sink, queue, KEEPALIVE_INTERVAL));
+    executor
+        .link
+        .send_replace(Some((generation, outbox.clone())));
+    let (validated_tx, mut validated_rx) = mpsc::channel::<Validated>(MAX_PENDING_VALIDATIONS);
+    let mut pending: HashMap<String, Pending> = HashMap::new();
+    let mut failures = 0u32;
+    let mut next_validation = 0u64;
+    let reason = loop {
+        let message = tokio::select! {
+            message = tokio::time::timeout(PEER_TIMEOUT, source.next()) => message,
+            Some(done) = validated_rx.recv() => {
+                if !finish_handshake(executor, &outbox, &mut pending, &mut failures, done, generation) {
+                    break Disconnect::LocalShutdown;
+                }
+                if failures >= MAX_FAILED_HANDSHAKES {
+                    break Disconnect::LocalShutdown;
+                }
+                continue;
+            }
+        };
+        let bytes = match message {
+            Err(_) => break Disconnect::PongTimeout,
+            Ok(None | Some(Ok(Message::Close(_)))) => break Disconnect::PeerClose,
+            Ok(Some(Err(_))) => break Disconnect::ReadError,
+            Ok(Some(Ok(Message::Binary(bytes)))) => bytes,
+            Ok(Some(Ok(Message::Text(_)))) => {
+                tracing::warn!("ignoring a text frame from the rendezvous");
+                continue;
+            }
+            Ok(Some(Ok(_))) => continue,
+        };
+        let frame = match RelayMessageFrame::parse(&bytes, Dialect::Reliable) {
+            Ok(frame) => frame,
+            Err(err) => {
+                tracing::debug!("dropping relay frame: {err}");
+                continue;
+            }
+        };
+        if matches!(frame.body, Some(Body::Handshake(_))) {
+            start_handshake(
+                executor,
+                &outbox,
+                &mut pending,
+                &mut failures,
+                &mut next_validation,
+                &validated_tx,
+                frame,
+            );
+        } else {
+            route_frame(executor, &outbox, &mut pending, &mut failures, frame);
+        }
+        if failures >= MAX_FAILED_HANDSHAKES {
+            tracing::warn!("too many failed relay handshakes; closing the rendezvous connection");
+            break Disconnect::LocalShutdown;
+        }
+    };
+    executor.link.send_if_modified(|link| {
+        let current = link.as_ref().is_some_and(|(g, _)| *g == generation);
+        if current {
+            *link = None;
+        }
+        current
+    });
+    drop(outbox);
+    writer.abort();
+    reason
+}
+
+fn start_handshake(
+    executor: &Arc<Executor>,
+    outbox: &Outbox,
+    pending: &mut HashMap<String, Pending>,
+    failures: &mut u32,
+    next_validation: &mut u64,
+    validated_tx: &mpsc::Sender<Validated>,
+    frame: RelayMessageFrame,
+) {
+    let stream_id = frame.stream_id.clone();
+    let Some(Body::Handshake(handshake)) = frame.body else {
+        return;
+    };
+    if lock(&executor.streams).contains_key(&stream_id) {
+        return send_reset(outbox, &stream_id);
+    }
+    if pending.remove(&stream_id).is_some() {
+        *failures += 1;
+        return send_reset(outbox, &stream_id);
+    }
+    if lock(&executor.streams).len() >= MAX_ACTIVE_STREAMS
+        || pending.len() >= MAX_PENDING_VALIDATIONS
+    {
+        return send_reset(outbox, &stream_id);
+    }
+    let (environment_id, registration_id) = {
+        let registration = lock(&executor.registration);
+        (
+            registration.environment_id.clone(),
+            registration.executor_registration_id.clone(),
+        )
+    };
+    let p = prologue(&environment_id, &registration_id, &stream_id);
+    let responder = match Responder::read_request(&executor.identity, &p, &handshake.payload) {
+        Ok(responder) => responder,
+        Err(err) => {
+            tracing::info!(stream = %stream_id, "refused a relay handshake: {err}");
+            *failures += 1;
+            return send_reset(outbox, &stream_id);
+        }
+    };
+    let authorization = match std::str::from_utf8(responder.payload()) {
+        Ok(text) if text.len() <= MAX_AUTHORIZATION_BYTES => text.to_owned(),
+        _ => {
+            tracing::info!(stream = %stream_id, "refused a relay handshake: bad authorization");
+            *failures += 1;
+            return send_reset(outbox, &stream_id);
+        }
+    };
+    *next_validation += 1;
+    let id = *next_validation;
+    let harness_key = responder.remote_key().encode();
+    pending.insert(
+        stream_id.clone(),
+        Pending {
+            id,
+            responder,
+            reliable: frame.ack_bits & FEATURE_RELIABLE != 0,
+        },
+    );
+    let (registry, tx) = (executor.registry.clone(), validated_tx.clone());
+    tokio::spawn(async move {
+        let result = registry
+            .validate(&registration_id, &harness_key, &authorization)
+            .await;
+        let _ = tx
+            .send(Validated {
+                stream_id,
+                id,
+                result,
+            })
+            .await;
+    });
+}
+
+/// Completes a validated handshake. Returns false when the socket must close.
+fn finish_handshake(
+    executor: &Arc<Executor>,
+    outbox: &Outbox,
+    pending: &mut HashMap<String, Pending>,
+    failures: &mut u32,
+    done: Validated,
+    generation: u64,
+) -> bool {
+    let stream_id = done.stream_id;
+    if pending.get(&stream_id).map(|p| p.id) != Some(done.id) {
+        return true;
+    }
+    let Some(entry) = pending.remove(&stream_id) else {
+        return true;
+    };
+    if let Err(err) = done.result {
+        tracing::info!(stream = %stream_id, "harness key not validated: {err}");
+        *failures += 1;
+        send_reset(outbox, &stream_id);
+        return true;
+    }
+    if lock(&executor.streams).len() >= MAX_ACTIVE_STREAMS {
+        send_reset(outbox, &stream_id);
+        return true;
+    }
+    let (msg2, transport) = match entry.responder.finish() {
+        Ok(done) => done,
+        Err(err) => {
+            tracing::info!(stream = %stream_id, "cannot finish a relay handshake: {err}");
+            *failures += 1;
+            send_reset(outbox, &stream_id);
+            return true;
+        }
+    };
+    let (dialect, features) = if entry.reliable {
+        (Dialect::Reliable, FEATURE_RELIABLE)
+    } else {
+        (Dialect::Reference, 0)
+    };
+    let reply = RelayMessageFrame::handshake(&stream_id, msg2, features).to_bytes();
+    if outbox.try_send(reply).is_err() {
+        return false;
+    }
+    let instance = executor.next_instance.fetch_add(1, Ordering::Relaxed);
+    let (frames_tx, frames_rx) = mpsc::channel(STREAM_FRAMES);
+    let (to_application, from_application) =
+        relay_transport::open(executor.shared.clone(), &stream_id);
+    let channel = Channel::new(&stream_id, dialect, transport, Instant::now());
+    let io = StreamIo {
+        frames: frames_rx,
+        link: executor.link.subscribe(),
+        to_application,
+        from_application,
+        close_reason: None,
+    };
+    lock(&executor.streams).insert(
+        stream_id.clone(),
+        StreamHandle {
+            instance,
+            frames: frames_tx,
+            dialect,
+        },
+    );
+    tracing::info!(stream = %stream_id, ?dialect, "relay stream opened");
+    let executor = executor.clone();
+    tokio::spawn(async move {
+        let end = drive(channel, io, generation).await;
+        tracing::info!(stream = %stream_id, "relay stream ended: {end}");
+        let mut streams = lock(&executor.streams);
+        if streams.get(&stream_id).map(|s| s.instance) == Some(instance) {
+            streams.remove(&stream_id);
+        }
+        drop(streams);
+        if matches!(end, StreamEnd::Protocol(_)) {
+            if let Some((_, outbox)) = executor.link.borrow().as_ref() {
+                send_reset(outbox, &stream_id);
+            }
+        }
+    });
+    true
+}
+
+fn route_frame(
+    executor: &Arc<Executor>,
+    outbox: &Outbox,
+    pending: &mut HashMap<String, Pending>,
+    failures: &mut u32,
+    frame: RelayMessageFrame,
+) {
+    let stream_id = frame.stream_id.clone();
+    // Data, and the reliable dialect's own frames for a stream this process
+    // never had (e.g. after a restart), get a reset so the harness stops
+    // waiting. A plain `resume{0}` opens a new stream and is ignored.
+    let is_data = match &frame.body {
+        Some(Body::Data(_) | Body::Heartbeat(_) | Body::AckFrame(_)) => true,
+        Some(Body::Resume(resume)) => resume.next_seq > 0 || frame.ack > 0,
+        _ => false,
+    };
+    let is_reset = matches!(frame.body, Some(Body::Reset(_)));
+    if is_reset && pending.remove(&stream_id).is_some() {
+        return;
+    }
+    let mut streams = lock(&executor.streams);
+    let Some(stream) = streams.get(&stream_id) else {
+        drop(streams);
+        if is_data {
+            send_reset(outbox, &stream_id);
+            if pending.remove(&stream_id).is_some() {
+                *failures += 1;
+            }
+        }
+        return;
+    };
+    if stream.dialect == Dialect::Reference && frame.validate(Dialect::Reference).is_err() {
+        streams.remove(&stream_id);
+        drop(streams);
+        return send_reset(outbox, &stream_id);
+    }
+    match stream.frames.try_send(frame) {
+        Ok(()) => {}
+        // A reliable stream's sender retransmits what is dropped here.
+        Err(_) if stream.dialect == Dialect::Reliable && !is_reset => {}
+        Err(_) => {
+            streams.remove(&stream_id);
+            drop(streams);
+            if !is_reset {
+                send_reset(outbox, &stream_id);
+            }
+        }
+    }
+}

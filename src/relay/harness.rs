@@ -1,0 +1,340 @@
+//! The harness side of a virtual stream: fetch a single-use bundle from the
+//! registry, open one rendezvous WebSocket for the stream, run the Noise
+//! handshake (offering the reliable dialect), then hand the application a
+//! pair of channels carrying whole JSON-RPC messages.
+//!
+//! The socket is watched by a manager task. In the reference dialect its
+//! loss ends the stream (the caller recovers with a session resume on a new
+//! stream). In the reliable dialect the manager fetches a fresh bundle,
+//! reconnects, and the stream resumes where it was (`resume`, retransmission
+//! of cached ciphertext), invisibly to the application, until the peer has
+//! been silent for [`super::channel::PEER_SILENCE_TIMEOUT`].
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::sync::{mpsc, watch};
+use tokio_tungstenite::tungstenite::Message;
+
+use super::channel::Channel;
+use super::executor::{dial, DialError, KEEPALIVE_INTERVAL, PEER_TIMEOUT};
+use super::frame::{Body, RelayMessageFrame, FEATURE_RELIABLE};
+use super::noise::{prologue, Initiator, NoiseError, NoiseIdentity};
+use super::registry_api::ConnectResponse;
+use super::registry_client::{RegistryClient, RegistryError};
+use super::stream::{drive, StreamIo};
+use super::Dialect;
+
+/// Time allowed for the socket and the handshake of a new stream.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Reset reason a harness sends when its application closes a reliable stream.
+pub const RESET_HARNESS_CLOSED: &str = "harness_closed";
+/// Frames queued for the socket writer.
+const SOCKET_OUTBOX: usize = 256;
+/// Messages queued between the stream and the application, each way.
+const APPLICATION_QUEUE: usize = 128;
+/// Reconnect delays of a reliable stream (doubling).
+const RECONNECT_FIRST: Duration = Duration::from_millis(50);
+const RECONNECT_MAX: Duration = Duration::from_secs(2);
+
+/// Why a stream could not be opened (texts as the reference's where it has them).
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error("failed to start Noise relay handshake: {0}")]
+    Start(#[source] NoiseError),
+    #[error(transparent)]
+    Dial(#[from] DialError),
+    #[error("Noise relay handshake failed: {0}")]
+    Handshake(#[source] NoiseError),
+    #[error("Noise relay stream reset")]
+    Reset,
+    #[error("Noise relay received data before handshake completion")]
+    EarlyData,
+    #[error("failed to parse Noise relay frame: {0}")]
+    Frame(#[source] super::frame::FrameError),
+    #[error("Noise relay transport expects binary protobuf frames")]
+    TextFrame,
+    #[error("Noise relay websocket ended during handshake")]
+    Ended,
+    #[error("timed out waiting for the Noise relay handshake after {0:?}")]
+    Timeout(Duration),
+}
+
+impl HarnessError {
+    /// Whether trying again (with a new bundle) may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Registry(err) => err.is_retryable(),
+            Self::Dial(_) | Self::Reset | Self::Ended | Self::Timeout(_) => true,
+            _ => false,
+        }
+    }
+}
+
+/// How a harness reaches an environment.
+#[derive(Debug, Clone)]
+pub struct HarnessConfig {
+    pub registry: RegistryClient,
+    /// Kept across streams and bundles, as the reference does.
+    pub identity: NoiseIdentity,
+    /// Offer the reliable dialect (a reference executor ignores the offer).
+    pub offer_reliable: bool,
+}
+
+/// An open stream, as the application sees it.
+#[derive(Debug)]
+pub struct RelayStream {
+    pub stream_id: String,
+    pub dialect: Dialect,
+    /// Outbound JSON-RPC messages; dropping it closes the stream.
+    pub outbound: mpsc::Sender<String>,
+    /// Inbound JSON-RPC messages; ends when the stream does.
+    pub inbound: mpsc::Receiver<Vec<u8>>,
+}
+
+type Socket = super::executor::RelaySocket;
+
+/// Dials within [`HANDSHAKE_TIMEOUT`] (as the reference bounds its connect).
+async fn dial_bounded(url: &str) -> Result<Socket, HarnessError> {
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, dial(url))
+        .await
+        .map_err(|_| HarnessError::Timeout(HANDSHAKE_TIMEOUT))?
+        .map_err(HarnessError::from)
+}
+
+async fn connect_socket(config: &HarnessConfig) -> Result<(ConnectResponse, Socket), HarnessError> {
+    let key = config.identity.public_key().encode();
+    let bundle = config.registry.connect(&key).await?;
+    match dial_bounded(&bundle.url).await {
+        Ok(ws) => Ok((bundle, ws)),
+        // An expired or stale URL: one fresh bundle, as the reference does.
+        Err(HarnessError::Dial(DialError::Rejected(401))) => {
+            let bundle = config.registry.connect(&key).await?;
+            let ws = dial_bounded(&bundle.url).await?;
+            Ok((bundle, ws))
+        }
+        Err(err) => Err(err),
+    }
+}
+
+/// Opens a new stream: bundle, socket, handshake.
+pub async fn open(config: Arc<HarnessConfig>) -> Result<RelayStream, HarnessError> {
+    let (bundle, mut ws) = connect_socket(&config).await?;
+    let executor_key = bundle
+        .executor_public_key
+        .decode()
+        .map_err(HarnessError::Start)?;
+    let stream_id = uuid::Uuid::new_v4().to_string();
+    let p = prologue(
+        &bundle.environment_id,
+        &bundle.executor_registration_id,
+        &stream_id,
+    );
+    let (initiator, msg1) = Initiator::start(
+        &config.identity,
+        &executor_key,
+        &p,
+        bundle.harness_key_authorization.as_bytes(),
+    )
+    .map_err(HarnessError::Start)?;
+    let features = if config.offer_reliable {
+        FEATURE_RELIABLE
+    } else {
+        0
+    };
+    let hello = [
+        RelayMessageFrame::resume(&stream_id, 0),
+        RelayMessageFrame::handshake(&stream_id, msg1, features),
+    ];
+    for frame in hello {
+        ws.feed(Message::Binary(frame.to_bytes().into()))
+            .await
+            .map_err(|_| HarnessError::Ended)?;
+    }
+    ws.flush().await.map_err(|_| HarnessError::Ended)?;
+    let reply = tokio::time::timeout(HANDSHAKE_TIMEOUT, await_handshake(&mut ws, &stream_id))
+        .await
+        .map_err(|_| HarnessError::Timeout(HANDSHAKE_TIMEOUT))??;
+    let transport = initiator
+        .finish(&reply.payload)
+        .map_err(HarnessError::Handshake)?;
+    let dialect = if config.offer_reliable && reply.features & FEATURE_RELIABLE != 0 {
+        Dialect::Reliable
+    } else {
+        Dialect::Reference
+    };
+    let channel = Channel::new(&stream_id, dialect, transport, Instant::now());
+    let (frames_tx, frames_rx) = mpsc::channel(APPLICATION_QUEUE);
+    let (outbox, queue) = mpsc::channel(SOCKET_OUTBOX);
+    let (link_tx, link_rx) = watch::channel(Some((1u64, outbox)));
+    let (outbound, from_application) = mpsc::channel::<String>(APPLICATION_QUEUE);
+    let (to_application, inbound) = mpsc::channel(APPLICATION_QUEUE);
+    let io = StreamIo {
+        frames: frames_rx,
+        link: link_rx,
+        to_application,
+        from_application,
+        close_reason: (dialect == Dialect::Reliable).then_some(RESET_HARNESS_CLOSED),
+    };
+    tokio::spawn(manage_socket(
+        config,
+        stream_id.clone(),
+        dialect,
+        ws,
+        queue,
+        frames_tx,
+        link_tx,
+    ));
+    let id = stream_id.clone();
+    tokio::spawn(async move {
+        let end = drive(channel, io, 1).await;
+        tracing::debug!(stream = %id, "relay stream ended: {end}");
+    });
+    Ok(RelayStream {
+        stream_id,
+        dialect,
+        outbound,
+        inbound,
+    })
+}
+
+/// msg2 and the feature bits of its frame.
+struct HandshakeReply {
+    payload: Vec<u8>,
+    features: u32,
+}
+
+async fn await_handshake(ws: &mut Socket, stream_id: &str) -> Result<HandshakeReply, HarnessError> {
+    while let Some(message) = ws.next().await {
+        let bytes = match message {
+            Ok(Message::Binary(bytes)) => bytes,
+            Ok(Message::Text(_)) => return Err(HarnessError::TextFrame),
+            Ok(Message::Close(_)) | Err(_) => return Err(HarnessError::Ended),
+            Ok(_) => continue,
+        };
+        let frame = RelayMessageFrame::from_bytes(&bytes).map_err(HarnessError::Frame)?;
+        if frame.stream_id != stream_id {
+            continue;
+        }
+        if frame.validate(Dialect::Reliable).is_err() {
+            return Err(HarnessError::EarlyData);
+        }
+        match frame.body {
+            Some(Body::Handshake(handshake)) => {
+                return Ok(HandshakeReply {
+                    payload: handshake.payload,
+                    features: frame.ack_bits,
+                })
+            }
+            Some(Body::Reset(_)) => return Err(HarnessError::Reset),
+            Some(Body::Data(_)) => return Err(HarnessError::EarlyData),
+            _ => {}
+        }
+    }
+    Err(HarnessError::Ended)
+}
+
+/// Runs the stream's socket; for a reliable stream, replaces it when it is lost.
+async fn manage_socket(
+    config: Arc<HarnessConfig>,
+    stream_id: String,
+    dialect: Dialect,
+    mut ws: Socket,
+    mut queue: mpsc::Receiver<Vec<u8>>,
+    frames: mpsc::Sender<RelayMessageFrame>,
+    link: watch::Sender<super::stream::LinkState>,
+) {
+    let mut generation = 1u64;
+    loop {
+        let closing = pump(ws, &stream_id, &frames, &mut queue).await;
+        if closing || dialect == Dialect::Reference {
+            link.send_replace(None);
+            // Let the stream drain what it already queued for a reset.
+            return;
+        }
+        link.send_replace(None);
+        // Drop the lost socket's queue so the stream stops writing into it
+        // (its sends fail and it waits for the next link).
+        drop(std::mem::replace(&mut queue, mpsc::channel(1).1));
+        let mut delay = RECONNECT_FIRST;
+        ws = loop {
+            if frames.is_closed() {
+                return;
+            }
+            match connect_socket(&config).await {
+                Ok((_, ws)) => break ws,
+                Err(err) => tracing::debug!(stream = %stream_id, "relay reconnect failed: {err}"),
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(RECONNECT_MAX);
+        };
+        generation += 1;
+        let (outbox, next_queue) = mpsc::channel(SOCKET_OUTBOX);
+        queue = next_queue;
+        link.send_replace(Some((generation, outbox)));
+        tracing::info!(stream = %stream_id, generation, "relay stream reconnected");
+    }
+}
+
+/// Moves frames between one socket and the stream. Returns true when the
+/// stream is closing (its outbox ended), false when the socket was lost.
+async fn pump(
+    ws: Socket,
+    stream_id: &str,
+    frames: &mpsc::Sender<RelayMessageFrame>,
+    queue: &mut mpsc::Receiver<Vec<u8>>,
+) -> bool {
+    let (mut sink, mut source) = ws.split();
+    let start = tokio::time::Instant::now() + KEEPALIVE_INTERVAL;
+    let mut ping = tokio::time::interval_at(start, KEEPALIVE_INTERVAL);
+    loop {
+        tokio::select! {
+            // Queued frames first: a closing stream's last frames still go out.
+            biased;
+            bytes = queue.recv() => {
+                let Some(bytes) = bytes else {
+                    let _ = sink.close().await;
+                    return true;
+                };
+                if sink.feed(Message::Binary(bytes.into())).await.is_err() {
+                    return false;
+                }
+                while let Ok(bytes) = queue.try_recv() {
+                    if sink.feed(Message::Binary(bytes.into())).await.is_err() {
+                        return false;
+                    }
+                }
+                if sink.flush().await.is_err() {
+                    return false;
+                }
+            }
+            message = tokio::time::timeout(PEER_TIMEOUT, source.next()) => {
+                let bytes = match message {
+                    Ok(Some(Ok(Message::Binary(bytes)))) => bytes,
+                    Ok(Some(Ok(Message::Text(_)))) => return false,
+                    Ok(Some(Ok(Message::Close(_)) | Err(_)) | None) | Err(_) => return false,
+                    Ok(Some(Ok(_))) => continue,
+                };
+                let Ok(frame) = RelayMessageFrame::parse(&bytes, Dialect::Reliable) else {
+                    tracing::debug!(stream = %stream_id, "dropping an invalid relay frame");
+                    continue;
+                };
+                if frame.stream_id != stream_id {
+                    continue;
+                }
+                if frames.send(frame).await.is_err() {
+                    return true;
+                }
+            }
+            _ = ping.tick() => {
+                if sink.send(Message::Ping(Default::default())).await.is_err() {
+                    return false;
+                }
+            }
+            _ = frames.closed() => return true,
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! Remote mode (SPEC §11): executors behind a rendezvous, reached by
+//! harnesses through end-to-end encrypted virtual streams.
+//!
+//! The layers, bottom up:
+//! - [`frame`]: the protobuf `RelayMessageFrame` and its validation;
+//! - [`noise`]: identities, the prologue, the hybrid IK handshake and the
+//!   record ciphers;
+//! - [`framing`] and [`reorder`]: length-prefixed messages inside records,
+//!   and the receive window that releases records in nonce order;
+//! - [`channel`]: one stream's protocol state (both dialects, including the
+//!   reliable layer's acknowledgements, retransmission and resume), with no
+//!   I/O, so every rule is unit-tested;
+//! - [`registry_api`]: the registry's JSON bodies and error shapes.
+//!
+//! The rendezvous server, the executor loop and the harness side build on
+//! these and live in their own modules.
+
+pub mod channel;
+pub mod credentials;
+pub mod executor;
+pub mod frame;
+pub mod framing;
+pub mod harness;
+pub mod http_client;
+pub mod noise;
+pub mod registry_api;
+pub mod registry_client;
+pub mod reorder;
+pub mod stream;
+pub mod tls;
+pub mod writer;
+
+/// Which rules a stream follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// The reference's: one record per data frame, `segment_count` 1, no
+    /// acknowledgements, no retransmission, no same-stream resume.
+    Reference,
+    /// Negotiated between two codexbox endpoints: segments, cumulative and
+    /// selective acknowledgements, retransmission of cached ciphertext,
+    /// heartbeats and same-stream resume.
+    Reliable,
+}
+
+/// The reset reason an executor sends for any stream error.
+pub const RESET_PROTOCOL_ERROR: &str = "noise_relay_protocol_error";
+/// Largest relay WebSocket message either endpoint accepts.
+pub const MAX_WEBSOCKET_MESSAGE_BYTES: usize = 256 * 1024;

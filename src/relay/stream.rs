@@ -1,0 +1,170 @@
+//! The task that runs one virtual stream, on the executor and on the
+//! harness alike: frames of this stream come in, whole JSON-RPC messages go
+//! to the application, the application's messages go out as frames over the
+//! current physical link, and the [`Channel`]'s timers run.
+//!
+//! It never blocks on the application: decoded messages wait in a small
+//! queue and, while it is full, frames are no longer read (the demux then
+//! refuses or drops them, as the dialect says). The physical link is a
+//! `watch` of the current outbox with a generation: a reference-dialect
+//! stream ends with its link; a reliable one pauses while there is none and
+//! resumes (`resume` frame, retransmission) on the next.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use tokio::sync::{mpsc, watch};
+
+use super::channel::{Channel, ChannelError};
+use super::frame::RelayMessageFrame;
+use super::Dialect;
+
+/// Decoded messages waiting for the application before frames stop being read.
+const MAX_UNDELIVERED: usize = 64;
+
+/// Where a stream's frames go: encoded frames for the physical writer.
+pub type Outbox = mpsc::Sender<Vec<u8>>;
+
+/// The physical link of the moment: its generation and outbox (`None`: down).
+pub type LinkState = Option<(u64, Outbox)>;
+
+/// Why a stream ended.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamEnd {
+    #[error("the peer reset the stream: {0}")]
+    PeerReset(String),
+    #[error(transparent)]
+    Protocol(#[from] ChannelError),
+    #[error("the application closed the stream")]
+    ApplicationClosed,
+    #[error("the relay connection was lost")]
+    LinkLost,
+}
+
+impl StreamEnd {
+    /// Whether this side broke the protocol (worth a reset to the peer).
+    pub fn is_protocol_error(&self) -> bool {
+        matches!(self, Self::Protocol(_))
+    }
+}
+
+/// The channels a stream task works with.
+pub struct StreamIo<T> {
+    /// Frames of this stream, from the physical reader.
+    pub frames: mpsc::Receiver<RelayMessageFrame>,
+    /// The current physical link.
+    pub link: watch::Receiver<LinkState>,
+    /// Decoded JSON-RPC messages for the application.
+    pub to_application: mpsc::Sender<Vec<u8>>,
+    /// The application's outbound JSON-RPC messages.
+    pub from_application: mpsc::Receiver<T>,
+    /// Reset reason sent to the peer when the application closes the stream
+    /// (`None`: close silently).
+    pub close_reason: Option<&'static str>,
+}
+
+/// Sends frames over the link; a closed outbox means the link is down.
+async fn send_all(outbox: &Outbox, frames: Vec<RelayMessageFrame>) -> bool {
+    for frame in frames {
+        if outbox.send(frame.to_bytes()).await.is_err() {
+            return false;
+        }
+    }
+    true
+}
+
+/// Runs the stream until it ends. `generation` is the link it was opened on.
+pub async fn drive<T: AsRef<[u8]>>(
+    mut channel: Channel,
+    mut io: StreamIo<T>,
+    generation: u64,
+) -> StreamEnd {
+    let mut undelivered: VecDeque<Vec<u8>> = VecDeque::new();
+    let mut link: LinkState = io.link.borrow_and_update().clone();
+    if link.as_ref().map(|(g, _)| *g) != Some(generation) {
+        return StreamEnd::LinkLost;
+    }
+    loop {
+        let now = Instant::now();
+        if let Some((_, outbox)) = &link {
+            match channel.poll_transmit(now) {
+                Ok(frames) => {
+                    if !send_all(outbox, frames).await {
+                        if channel.dialect() == Dialect::Reference {
+                            return StreamEnd::LinkLost;
+                        }
+                        link = None;
+                    }
+                }
+                Err(err) => return err.into(),
+            }
+        }
+        if let Err(err) = channel.check_peer(now) {
+            return err.into();
+        }
+        let link_up = link.is_some();
+        let deadline = if link_up {
+            channel.next_deadline()
+        } else {
+            channel.silence_deadline()
+        }
+        .map(tokio::time::Instant::from_std);
+        tokio::select! {
+            frame = io.frames.recv(), if undelivered.len() < MAX_UNDELIVERED => {
+                // The demux dropped the stream.
+                let Some(frame) = frame else { return StreamEnd::LinkLost };
+                match channel.receive(frame, Instant::now()) {
+                    Ok(received) => {
+                        undelivered.extend(received.messages);
+                        if let Some(reason) = received.reset {
+                            return StreamEnd::PeerReset(reason);
+                        }
+                    }
+                    Err(err) => return err.into(),
+                }
+            }
+            permit = io.to_application.reserve(), if !undelivered.is_empty() => {
+                let Ok(permit) = permit else { return StreamEnd::ApplicationClosed };
+                if let Some(message) = undelivered.pop_front() {
+                    permit.send(message);
+                }
+            }
+            message = io.from_application.recv(), if link_up && channel.is_ready_for_message() => {
+                let Some(message) = message else {
+                    if let (Some(reason), Some((_, outbox))) = (io.close_reason, &link) {
+                        let reset = RelayMessageFrame::reset(channel.stream_id(), reason);
+                        send_all(outbox, vec![reset]).await;
+                    }
+                    return StreamEnd::ApplicationClosed;
+                };
+                if let Err(err) = channel.queue_message(message.as_ref()) {
+                    return err.into();
+                }
+            }
+            changed = io.link.changed() => {
+                if changed.is_err() {
+                    return StreamEnd::LinkLost;
+                }
+                let next = io.link.borrow_and_update().clone();
+                if channel.dialect() == Dialect::Reference {
+                    if next.as_ref().map(|(g, _)| *g) != Some(generation) {
+                        return StreamEnd::LinkLost;
+                    }
+                } else if let Some((_, outbox)) = &next {
+                    let resume = channel.resume_after_reconnect();
+                    if !send_all(outbox, vec![resume]).await {
+                        link = None;
+                        continue;
+                    }
+                }
+                link = next;
+            }
+            _ = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            } => {}
+        }
+    }
+}

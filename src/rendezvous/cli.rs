@@ -1,0 +1,120 @@
+//! Command line of `codexbox rendezvous`: parses flags, refuses a public
+//! bind without a token file, sets up logging and the runtime, prints the
+//! `http://IP:PORT` line and serves until SIGINT/SIGTERM.
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+use super::{Rendezvous, RendezvousConfig};
+use crate::logging::{self, LogFormat};
+
+/// Registry and rendezvous for remote executors (self-hosted).
+#[derive(Debug, Parser)]
+#[command(version, long_about = None)]
+struct Args {
+    /// Address to listen on: IP:PORT (or http://IP:PORT).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+    listen: String,
+    /// Base URL advertised in registry answers (http:// or https://), when
+    /// clients reach this service through a load balancer or TLS terminator.
+    #[arg(long, value_name = "URL")]
+    public_url: Option<String>,
+    /// Who may register and connect: `TOKEN ENVIRONMENT-ID|* executor|harness|both`
+    /// per line, `#` comments; reloaded on SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    tokens: Option<PathBuf>,
+    /// Allow a non-loopback --listen without --tokens (anyone may register).
+    #[arg(long)]
+    insecure_no_auth: bool,
+    /// Lifetime of the WebSocket URLs and harness key authorizations handed out.
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    url_ttl_secs: u64,
+    /// TCP connections served at once.
+    #[arg(long, value_name = "N", default_value_t = 4096)]
+    max_connections: usize,
+    /// Streams one environment may have at once.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    max_streams: usize,
+    /// Streams one harness WebSocket may claim at once.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    max_streams_per_socket: usize,
+    /// Largest relay WebSocket message (bytes).
+    #[arg(long, value_name = "BYTES", default_value_t = crate::relay::MAX_WEBSOCKET_MESSAGE_BYTES)]
+    max_frame_bytes: usize,
+    /// How long a reliable stream waits for a lost side to come back.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    resume_hold_secs: u64,
+    /// Log line format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+fn build_config(args: &Args) -> Result<RendezvousConfig, String> {
+    let listen = args
+        .listen
+        .strip_prefix("http://")
+        .unwrap_or(&args.listen)
+        .trim_end_matches('/');
+    let listen: SocketAddr = listen
+        .parse()
+        .map_err(|_| format!("invalid --listen `{}`; expected IP:PORT", args.listen))?;
+    if !listen.ip().is_loopback() && args.tokens.is_none() && !args.insecure_no_auth {
+        return Err(format!(
+            "refusing to listen on non-loopback address {listen} without --tokens; pass --insecure-no-auth to allow it"
+        ));
+    }
+    if args.max_connections == 0 || args.max_streams == 0 || args.max_streams_per_socket == 0 {
+        return Err("the --max-* limits must be greater than zero".into());
+    }
+    if args.max_frame_bytes < 64 * 1024 {
+        return Err(
+            "--max-frame-bytes must be at least 65536 (a relay record is up to 61.5 KiB)".into(),
+        );
+    }
+    let mut config = RendezvousConfig::new(listen);
+    config.public_url = args.public_url.clone();
+    config.tokens_file = args.tokens.clone();
+    config.url_ttl = Duration::from_secs(args.url_ttl_secs.max(1));
+    config.max_connections = args.max_connections;
+    config.max_frame_bytes = args.max_frame_bytes;
+    config.limits.streams_per_environment = args.max_streams;
+    config.limits.streams_per_harness_socket = args.max_streams_per_socket;
+    config.limits.resume_hold = Duration::from_secs(args.resume_hold_secs);
+    Ok(config)
+}
+
+/// Entry point of the `rendezvous` mode.
+pub fn main(argv: Vec<OsString>) -> i32 {
+    let args: Args = match crate::startup::parse(&argv) {
+        Ok(args) => args,
+        Err(code) => return code,
+    };
+    let name = "codexbox rendezvous";
+    let config = match build_config(&args) {
+        Ok(config) => config,
+        Err(message) => {
+            eprintln!("{name}: {message}");
+            return 2;
+        }
+    };
+    logging::init(args.log_format);
+    let Some(runtime) = crate::startup::runtime(name) else {
+        return 1;
+    };
+    runtime.block_on(async {
+        let rendezvous = match Rendezvous::bind(config).await {
+            Ok(rendezvous) => rendezvous,
+            Err(err) => {
+                eprintln!("{name}: {err}");
+                return 1;
+            }
+        };
+        crate::startup::announce(&rendezvous.url());
+        rendezvous.run(crate::server::shutdown_signal()).await;
+        0
+    })
+}

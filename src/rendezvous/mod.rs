@@ -1,0 +1,397 @@
+//! `codexbox rendezvous`: a self-hostable registry and rendezvous for remote
+//! mode (SPEC §11). One HTTP port serves the registry API
+//! ([`registry`]), `GET /readyz`, and the relay WebSocket at `/relay`
+//! ([`socket`], routing in [`hub`]); URLs and harness key authorizations are
+//! signed ([`signing`]); callers are authorized by the token file
+//! ([`auth`]). All state is in memory: a restart forgets registrations and
+//! streams, and both executors (401 on their next upgrade → register again)
+//! and harnesses (409 `environment_offline` until then → retry) recover.
+//! It routes ciphertext by `stream_id` and never sees plaintext.
+
+pub mod auth;
+pub mod cli;
+pub mod hub;
+pub mod registry;
+pub mod signing;
+pub mod socket;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio_tungstenite::tungstenite::protocol::{Role as WsRole, WebSocketConfig};
+use tokio_tungstenite::WebSocketStream;
+
+use crate::relay::registry_api::RegistryCall;
+use crate::server::transport::http::{self, RequestHead};
+use hub::{Hub, HubLimits};
+use registry::{unix_now, Answer, RegistryState};
+use signing::Role;
+use socket::SocketRole;
+
+/// Largest registry request body.
+const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// Settings of the rendezvous.
+#[derive(Debug, Clone)]
+pub struct RendezvousConfig {
+    pub listen: SocketAddr,
+    /// `http(s)://host[:port][/prefix]` advertised in registry answers.
+    pub public_url: Option<String>,
+    pub tokens_file: Option<PathBuf>,
+    pub url_ttl: Duration,
+    /// TCP connections served at once (HTTP and WebSocket).
+    pub max_connections: usize,
+    /// Largest relay WebSocket message.
+    pub max_frame_bytes: usize,
+    pub limits: HubLimits,
+}
+
+impl RendezvousConfig {
+    /// Defaults for `listen`.
+    pub fn new(listen: SocketAddr) -> Self {
+        Self {
+            listen,
+            public_url: None,
+            tokens_file: None,
+            url_ttl: Duration::from_secs(300),
+            max_connections: 4096,
+            max_frame_bytes: crate::relay::MAX_WEBSOCKET_MESSAGE_BYTES,
+            limits: HubLimits {
+                streams_per_environment: 1024,
+                streams_per_harness_socket: 16,
+                resume_hold: Duration::from_secs(30),
+            },
+        }
+    }
+}
+
+/// Why the rendezvous cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum RendezvousError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Tokens(#[from] auth::TokenFileError),
+    #[error("cannot create the signing key: {0}")]
+    Random(String),
+    #[error("--public-url must start with http:// or https://: `{0}`")]
+    PublicUrl(String),
+}
+
+/// A bound rendezvous, not serving yet.
+pub struct Rendezvous {
+    listener: TcpListener,
+    state: Arc<RegistryState>,
+    config: RendezvousConfig,
+}
+
+/// `http(s)://…` → `ws(s)://…`, trailing slashes removed.
+fn ws_base(public_url: &str) -> Option<String> {
+    let trimmed = public_url.trim().trim_end_matches('/');
+    if let Some(rest) = trimmed.strip_prefix("http://") {
+        Some(format!("ws://{rest}"))
+    } else {
+        trimmed
+            .strip_prefix("https://")
+            .map(|rest| format!("wss://{rest}"))
+    }
+}
+
+impl Rendezvous {
+    /// Binds and loads the token file.
+    pub async fn bind(config: RendezvousConfig) -> Result<Self, RendezvousError> {
+        let tokens = match &config.tokens_file {
+            Some(path) => Some(auth::TokenTable::load(path)?),
+            None => None,
+        };
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| RendezvousError::Bind {
+                    addr: config.listen,
+                    source,
+                })?;
+        let local = listener
+            .local_addr()
+            .map_err(|source| RendezvousError::Bind {
+                addr: config.listen,
+                source,
+            })?;
+        let ws_base = match &config.public_url {
+            Some(url) => ws_base(url).ok_or_else(|| RendezvousError::PublicUrl(url.clone()))?,
+            None => format!("ws://{local}"),
+        };
+        let signer =
+            signing::Signer::generate().map_err(|e| RendezvousError::Random(e.to_string()))?;
+        let state = Arc::new(RegistryState {
+            hub: Hub::new(config.limits),
+            signer,
+            tokens: RwLock::new(tokens),
+            ws_base,
+            url_ttl: config.url_ttl,
+        });
+        Ok(Self {
+            listener,
+            state,
+            config,
+        })
+    }
+
+    /// `http://IP:PORT` with the real port.
+    pub fn url(&self) -> String {
+        match self.listener.local_addr() {
+            Ok(addr) => format!("http://{addr}"),
+            Err(_) => format!("http://{}", self.config.listen),
+        }
+    }
+
+    /// Serves until `shutdown` completes. SIGHUP reloads the token file.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let Rendezvous {
+            listener,
+            state,
+            config,
+        } = self;
+        let config = Arc::new(config);
+        let reload = tokio::spawn(reload_on_sighup(state.clone(), config.tokens_file.clone()));
+        let slots = Arc::new(tokio::sync::Semaphore::new(config.max_connections.max(1)));
+        let accept = async {
+            loop {
+                let Ok(permit) = slots.clone().acquire_owned().await else {
+                    return;
+                };
+                let (stream, peer) = match listener.accept().await {
+                    Ok(accepted) => accepted,
+                    Err(err) => {
+                        tracing::warn!("accept failed: {err}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let (state, config) = (state.clone(), config.clone());
+                tokio::spawn(async move {
+                    serve_connection(stream, peer, state, config).await;
+                    drop(permit);
+                });
+            }
+        };
+        tokio::select! {
+            _ = accept => {}
+            _ = shutdown => {}
+        }
+        reload.abort();
+    }
+}
+
+async fn reload_on_sighup(state: Arc<RegistryState>, path: Option<PathBuf>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hangup) = signal(SignalKind::hangup()) else {
+        return;
+    };
+    while hangup.recv().await.is_some() {
+        let Some(path) = &path else {
+            continue;
+        };
+        match auth::TokenTable::load(path) {
+            Ok(table) => {
+                tracing::info!(tokens = ?table, "token file reloaded");
+                *state.tokens.write().unwrap_or_else(|e| e.into_inner()) = Some(table);
+            }
+            Err(err) => tracing::error!("token file not reloaded, keeping the old one: {err}"),
+        }
+    }
+}
+
+async fn respond<S: AsyncWrite + Unpin>(stream: &mut S, answer: &Answer) {
+    let _ = stream
+        .write_all(http::json_response(answer.status, answer.reason, &answer.body).as_bytes())
+        .await;
+    let _ = stream.shutdown().await;
+}
+
+async fn serve_connection<S>(
+    mut stream: S,
+    peer: SocketAddr,
+    state: Arc<RegistryState>,
+    config: Arc<RendezvousConfig>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (head, leftover) =
+        match tokio::time::timeout(http::HEAD_TIMEOUT, http::read_head(&mut stream)).await {
+            Ok(Ok(read)) => read,
+            Ok(Err(http::HeadError::Malformed | http::HeadError::TooLarge)) => {
+                return respond(
+                    &mut stream,
+                    &Answer::error(400, "Bad Request", "invalid_request", "malformed request"),
+                )
+                .await
+            }
+            _ => return,
+        };
+    // Browsers never need this service: refuse anything a page could send.
+    if head.header("origin").is_some() {
+        return respond(
+            &mut stream,
+            &Answer::error(
+                403,
+                "Forbidden",
+                "forbidden",
+                "cross-origin requests are refused",
+            ),
+        )
+        .await;
+    }
+    let (path, query) = head
+        .path
+        .split_once('?')
+        .unwrap_or((head.path.as_str(), ""));
+    if path == "/readyz" {
+        let body = format!(
+            "{{\"status\":\"ready\",\"streams\":{}}}",
+            state.hub.stream_count()
+        );
+        return respond(
+            &mut stream,
+            &Answer {
+                status: 200,
+                reason: "OK",
+                body,
+            },
+        )
+        .await;
+    }
+    if path == "/relay" || path.ends_with("/relay") {
+        return upgrade(stream, &head, leftover, query, state, &config).await;
+    }
+    let Some((environment_id, call)) = RegistryCall::parse_path(path) else {
+        return respond(
+            &mut stream,
+            &Answer::error(404, "Not Found", "not_found", "no such endpoint"),
+        )
+        .await;
+    };
+    if head.method != "POST" {
+        return respond(
+            &mut stream,
+            &Answer::error(405, "Method Not Allowed", "method_not_allowed", "use POST"),
+        )
+        .await;
+    }
+    let Some(body) = http::read_body(&mut stream, &head, leftover, MAX_BODY_BYTES).await else {
+        return respond(
+            &mut stream,
+            &Answer::error(
+                413,
+                "Payload Too Large",
+                "invalid_request",
+                "the body must have a Content-Length of at most 64 KiB",
+            ),
+        )
+        .await;
+    };
+    let answer = state.handle(&environment_id, call, head.header("authorization"), &body);
+    tracing::info!(%peer, environment = %environment_id, call = call.name(), status = answer.status, "registry call");
+    respond(&mut stream, &answer).await;
+}
+
+async fn upgrade<S>(
+    mut stream: S,
+    head: &RequestHead,
+    leftover: Vec<u8>,
+    query: &str,
+    state: Arc<RegistryState>,
+    config: &RendezvousConfig,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let grant = match state.signer.verify_url(query, unix_now()) {
+        Ok(grant) => grant,
+        Err(err) => {
+            tracing::info!("relay upgrade refused: {err}");
+            let status = match err {
+                signing::SignatureError::Missing => (400, "Bad Request"),
+                _ => (401, "Unauthorized"),
+            };
+            return respond(
+                &mut stream,
+                &Answer::error(status.0, status.1, "invalid_url", &err.to_string()),
+            )
+            .await;
+        }
+    };
+    let current = state.hub.registration(&grant.environment_id);
+    if current.map(|r| r.id) != Some(grant.registration_id.clone()) {
+        return respond(
+            &mut stream,
+            &Answer::error(
+                401,
+                "Unauthorized",
+                "stale_registration",
+                "the URL belongs to a previous registration",
+            ),
+        )
+        .await;
+    }
+    let Some(accept) = http::websocket_accept(head) else {
+        return respond(
+            &mut stream,
+            &Answer::error(
+                426,
+                "Upgrade Required",
+                "upgrade_required",
+                "expected a WebSocket upgrade",
+            ),
+        )
+        .await;
+    };
+    if stream
+        .write_all(http::switching_protocols(&accept).as_bytes())
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let role = match grant.role {
+        Role::Environment => SocketRole::Executor,
+        Role::Harness => SocketRole::Harness {
+            harness_key: grant.harness_key.unwrap_or_default(),
+        },
+    };
+    // Executor sockets carry every stream; harness sockets one or a few.
+    let buffer = match role {
+        SocketRole::Executor => 128 * 1024,
+        SocketRole::Harness { .. } => 16 * 1024,
+    };
+    let ws_config = WebSocketConfig::default()
+        .max_message_size(Some(config.max_frame_bytes))
+        .max_frame_size(Some(config.max_frame_bytes))
+        .read_buffer_size(buffer)
+        .write_buffer_size(buffer);
+    let ws =
+        WebSocketStream::from_partially_read(stream, leftover, WsRole::Server, Some(ws_config))
+            .await;
+    socket::serve(ws, state.hub.clone(), grant.environment_id, role).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn public_urls_become_websocket_bases() {
+        assert_eq!(ws_base("http://h:1/"), Some("ws://h:1".into()));
+        assert_eq!(ws_base("https://h/prefix"), Some("wss://h/prefix".into()));
+        assert_eq!(ws_base("ftp://h"), None);
+    }
+}

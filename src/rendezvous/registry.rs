@@ -1,0 +1,257 @@
+//! The registry's HTTP API (`POST /cloud/environment/{id}/register`,
+//! `…/connect`, `…/validate`) with the reference's JSON bodies and error
+//! shapes: who may call is decided by the token table, what is answered by
+//! the hub's state, and every URL and authorization handed out is signed
+//! and short-lived.
+
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::auth::{Grant, Refusal, TokenTable};
+use super::hub::{Hub, Registration};
+use super::signing::{Role, Signer};
+use crate::relay::registry_api::{
+    ConnectRequest, ConnectResponse, ErrorBody, RegisterRequest, RegisterResponse, RegistryCall,
+    ValidateRequest, ValidateResponse, ENVIRONMENT_OFFLINE, SECURITY_PROFILE,
+};
+
+/// What the registry needs.
+#[derive(Debug)]
+pub struct RegistryState {
+    pub hub: Arc<Hub>,
+    pub signer: Signer,
+    /// `None`: no token file, everyone may call.
+    pub tokens: RwLock<Option<TokenTable>>,
+    /// `ws://…` or `wss://…` base of the URLs handed out.
+    pub ws_base: String,
+    /// Lifetime of URLs and authorizations.
+    pub url_ttl: Duration,
+}
+
+/// An HTTP answer: status, reason and JSON body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub status: u16,
+    pub reason: &'static str,
+    pub body: String,
+}
+
+impl Answer {
+    fn ok<T: Serialize>(value: &T) -> Self {
+        Self {
+            status: 200,
+            reason: "OK",
+            body: serde_json::to_string(value).unwrap_or_else(|_| "{}".into()),
+        }
+    }
+
+    /// An error with the reference's `{"error":{"code","message"}}` body.
+    pub fn error(status: u16, reason: &'static str, code: &str, message: &str) -> Self {
+        Self {
+            status,
+            reason,
+            body: serde_json::to_string(&ErrorBody::new(code, message))
+                .unwrap_or_else(|_| "{}".into()),
+        }
+    }
+}
+
+/// Unix seconds now.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, Answer> {
+    serde_json::from_slice(body).map_err(|err| {
+        Answer::error(
+            400,
+            "Bad Request",
+            "invalid_request",
+            &format!("invalid request body: {err}"),
+        )
+    })
+}
+
+fn invalid_key(err: crate::relay::noise::NoiseError) -> Answer {
+    Answer::error(400, "Bad Request", "invalid_public_key", &err.to_string())
+}
+
+/// The base64url fingerprint a harness key is known by in URLs and authorizations.
+fn fingerprint(key: &crate::relay::noise::DecodedPublicKey) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key.fingerprint())
+}
+
+impl RegistryState {
+    fn authorize(
+        &self,
+        authorization: Option<&str>,
+        environment_id: &str,
+        grant: Grant,
+    ) -> Result<(), Answer> {
+        let tokens = self.tokens.read().unwrap_or_else(|e| e.into_inner());
+        let Some(table) = tokens.as_ref() else {
+            return Ok(());
+        };
+        table
+            .check(authorization, environment_id, grant)
+            .map_err(|refusal| match refusal {
+                Refusal::Unauthenticated => Answer::error(
+                    401,
+                    "Unauthorized",
+                    "unauthorized",
+                    "missing or unknown bearer token",
+                ),
+                Refusal::Forbidden => Answer::error(
+                    403,
+                    "Forbidden",
+                    "forbidden",
+                    "this token may not do that for this environment",
+                ),
+            })
+    }
+
+    /// Answers one registry call.
+    pub fn handle(
+        &self,
+        environment_id: &str,
+        call: RegistryCall,
+        authorization: Option<&str>,
+        body: &[u8],
+    ) -> Answer {
+        let outcome = match call {
+            RegistryCall::Register => self.register(environment_id, authorization, body),
+            RegistryCall::Connect => self.connect(environment_id, authorization, body),
+            RegistryCall::Validate => self.validate(environment_id, authorization, body),
+        };
+        outcome.unwrap_or_else(|answer| answer)
+    }
+
+    fn expiry(&self) -> u64 {
+        unix_now().saturating_add(self.url_ttl.as_secs())
+    }
+
+    fn register(
+        &self,
+        environment_id: &str,
+        authorization: Option<&str>,
+        body: &[u8],
+    ) -> Result<Answer, Answer> {
+        self.authorize(authorization, environment_id, Grant::Executor)?;
+        let request: RegisterRequest = parse(body)?;
+        if request.security_profile != SECURITY_PROFILE {
+            return Err(Answer::error(
+                400,
+                "Bad Request",
+                "unsupported_security_profile",
+                &format!(
+                    "unsupported security profile `{}`",
+                    request.security_profile
+                ),
+            ));
+        }
+        request.executor_public_key.decode().map_err(invalid_key)?;
+        let registration_id = format!("reg-{}", uuid::Uuid::new_v4());
+        self.hub.register(
+            environment_id,
+            Registration {
+                id: registration_id.clone(),
+                executor_key: request.executor_public_key,
+            },
+        );
+        tracing::info!(environment = %environment_id, registration = %registration_id, "executor registered");
+        let url = self.signer.url(
+            &self.ws_base,
+            Role::Environment,
+            environment_id,
+            &registration_id,
+            None,
+            self.expiry(),
+        );
+        Ok(Answer::ok(&RegisterResponse {
+            environment_id: environment_id.to_owned(),
+            url,
+            security_profile: SECURITY_PROFILE.into(),
+            executor_registration_id: registration_id,
+        }))
+    }
+
+    fn connect(
+        &self,
+        environment_id: &str,
+        authorization: Option<&str>,
+        body: &[u8],
+    ) -> Result<Answer, Answer> {
+        self.authorize(authorization, environment_id, Grant::Harness)?;
+        let request: ConnectRequest = parse(body)?;
+        let harness_key = request.harness_public_key.decode().map_err(invalid_key)?;
+        // An unknown environment is "offline" too: after a restart the
+        // registry knows nothing until the executor registers again, and
+        // harnesses should keep retrying meanwhile.
+        let registration = self
+            .hub
+            .registration(environment_id)
+            .filter(|_| self.hub.is_online(environment_id))
+            .ok_or_else(|| {
+                Answer::error(
+                    409,
+                    "Conflict",
+                    ENVIRONMENT_OFFLINE,
+                    "the environment's executor is not connected",
+                )
+            })?;
+        let fingerprint = fingerprint(&harness_key);
+        let expires_at = self.expiry();
+        let url = self.signer.url(
+            &self.ws_base,
+            Role::Harness,
+            environment_id,
+            &registration.id,
+            Some(&fingerprint),
+            expires_at,
+        );
+        let authorization =
+            self.signer
+                .authorization(environment_id, &registration.id, &fingerprint, expires_at);
+        Ok(Answer::ok(&ConnectResponse {
+            environment_id: environment_id.to_owned(),
+            url,
+            security_profile: SECURITY_PROFILE.into(),
+            executor_registration_id: registration.id,
+            executor_public_key: registration.executor_key,
+            harness_key_authorization: authorization,
+        }))
+    }
+
+    fn validate(
+        &self,
+        environment_id: &str,
+        authorization: Option<&str>,
+        body: &[u8],
+    ) -> Result<Answer, Answer> {
+        self.authorize(authorization, environment_id, Grant::Executor)?;
+        let request: ValidateRequest = parse(body)?;
+        let current = self.hub.registration(environment_id);
+        let valid = current.is_some_and(|r| r.id == request.executor_registration_id)
+            && request.harness_public_key.decode().ok().is_some_and(|key| {
+                let fingerprint =
+                    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key.fingerprint());
+                self.signer
+                    .verify_authorization(
+                        &request.harness_key_authorization,
+                        environment_id,
+                        &request.executor_registration_id,
+                        &fingerprint,
+                        unix_now(),
+                    )
+                    .is_ok()
+            });
+        tracing::info!(environment = %environment_id, valid, "harness key validated");
+        Ok(Answer::ok(&ValidateResponse { valid }))
+    }
+}

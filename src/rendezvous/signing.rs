@@ -1,0 +1,355 @@
+//! Short-lived signatures issued by the registry and checked by the
+//! rendezvous: WebSocket URLs (role, environment, registration, harness key,
+//! expiry) and harness key authorizations (bound to the harness key, the
+//! environment and the executor registration). HMAC-SHA256 under a key made
+//! at start-up, so a restart invalidates every URL (executors re-register
+//! on the 401, harnesses fetch a new bundle).
+
+use base64::Engine as _;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+/// Prefix of a harness key authorization.
+const AUTHORIZATION_PREFIX: &str = "hka1";
+
+/// Which side a rendezvous URL is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Environment,
+    Harness,
+}
+
+impl Role {
+    /// The `role=` query value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Environment => "environment",
+            Self::Harness => "harness",
+        }
+    }
+}
+
+/// What a verified rendezvous URL grants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UrlGrant {
+    pub role: Role,
+    pub environment_id: String,
+    pub registration_id: String,
+    /// Fingerprint of the harness key (harness URLs only), base64url.
+    pub harness_key: Option<String>,
+}
+
+/// Why a URL or authorization was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SignatureError {
+    #[error("the URL lacks a required parameter")]
+    Missing,
+    #[error("the signature does not match")]
+    Forged,
+    #[error("the URL or authorization has expired")]
+    Expired,
+}
+
+/// Signs and checks.
+pub struct Signer {
+    key: [u8; 32],
+}
+
+impl std::fmt::Debug for Signer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Signer(<key>)")
+    }
+}
+
+fn b64url() -> &'static base64::engine::GeneralPurpose {
+    &base64::engine::general_purpose::URL_SAFE_NO_PAD
+}
+
+/// Percent-encodes a query value (unreserved characters stay).
+pub fn percent_encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// Decodes `%XX` escapes (and `+` as space); `None` on a bad escape or bad UTF-8.
+pub fn percent_decode(value: &str) -> Option<String> {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&byte) = bytes.get(i) {
+        match byte {
+            b'%' => {
+                let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            _ => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The decoded `key=value` pairs of a query string.
+pub fn query_pairs(query: &str) -> Vec<(String, String)> {
+    query
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .filter_map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            Some((percent_decode(key)?, percent_decode(value)?))
+        })
+        .collect()
+}
+
+impl Signer {
+    /// A signer with a fresh random key.
+    pub fn generate() -> Result<Self, getrandom::Error> {
+        let mut key = [0u8; 32];
+        getrandom::fill(&mut key)?;
+        Ok(Self { key })
+    }
+
+    fn mac(&self, parts: &[&str]) -> Hmac<Sha256> {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.key)
+            .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+        for part in parts {
+            mac.update(&u64::try_from(part.len()).unwrap_or(u64::MAX).to_be_bytes());
+            mac.update(part.as_bytes());
+        }
+        mac
+    }
+
+    fn sign(&self, parts: &[&str]) -> String {
+        b64url().encode(self.mac(parts).finalize().into_bytes())
+    }
+
+    fn verify(&self, parts: &[&str], signature: &str) -> Result<(), SignatureError> {
+        let signature = b64url()
+            .decode(signature)
+            .map_err(|_| SignatureError::Forged)?;
+        self.mac(parts)
+            .verify_slice(&signature)
+            .map_err(|_| SignatureError::Forged)
+    }
+
+    /// `{base}/relay?role=…&env=…&reg=…[&hk=…]&exp=…&sig=…`.
+    pub fn url(
+        &self,
+        ws_base: &str,
+        role: Role,
+        environment_id: &str,
+        registration_id: &str,
+        harness_key: Option<&str>,
+        expires_at: u64,
+    ) -> String {
+        let exp = expires_at.to_string();
+        let hk = harness_key.unwrap_or("");
+        let sig = self.sign(&[role.as_str(), environment_id, registration_id, hk, &exp]);
+        let mut url = format!(
+            "{ws_base}/relay?role={}&env={}&reg={}",
+            role.as_str(),
+            percent_encode(environment_id),
+            percent_encode(registration_id)
+        );
+        if let Some(hk) = harness_key {
+            url.push_str("&hk=");
+            url.push_str(hk);
+        }
+        url.push_str(&format!("&exp={exp}&sig={sig}"));
+        url
+    }
+
+    /// Checks the query of a rendezvous URL at `now` (Unix seconds).
+    pub fn verify_url(&self, query: &str, now: u64) -> Result<UrlGrant, SignatureError> {
+        let pairs = query_pairs(query);
+        let get = |name: &str| {
+            pairs
+                .iter()
+                .find(|(key, _)| key == name)
+                .map(|(_, value)| value.as_str())
+        };
+        let role = match get("role") {
+            Some("environment") => Role::Environment,
+            Some("harness") => Role::Harness,
+            _ => return Err(SignatureError::Missing),
+        };
+        let (Some(env), Some(reg), Some(exp), Some(sig)) =
+            (get("env"), get("reg"), get("exp"), get("sig"))
+        else {
+            return Err(SignatureError::Missing);
+        };
+        let hk = get("hk");
+        if role == Role::Harness && hk.is_none() {
+            return Err(SignatureError::Missing);
+        }
+        self.verify(&[role.as_str(), env, reg, hk.unwrap_or(""), exp], sig)?;
+        let expires_at: u64 = exp.parse().map_err(|_| SignatureError::Forged)?;
+        if expires_at <= now {
+            return Err(SignatureError::Expired);
+        }
+        Ok(UrlGrant {
+            role,
+            environment_id: env.to_owned(),
+            registration_id: reg.to_owned(),
+            harness_key: hk.map(str::to_owned),
+        })
+    }
+
+    /// `hka1.{exp}.{sig}` over (environment, registration, harness key, exp).
+    pub fn authorization(
+        &self,
+        environment_id: &str,
+        registration_id: &str,
+        harness_key: &str,
+        expires_at: u64,
+    ) -> String {
+        let exp = expires_at.to_string();
+        let sig = self.sign(&[
+            AUTHORIZATION_PREFIX,
+            environment_id,
+            registration_id,
+            harness_key,
+            &exp,
+        ]);
+        format!("{AUTHORIZATION_PREFIX}.{exp}.{sig}")
+    }
+
+    /// Checks an authorization against the key and registration it must be bound to.
+    pub fn verify_authorization(
+        &self,
+        authorization: &str,
+        environment_id: &str,
+        registration_id: &str,
+        harness_key: &str,
+        now: u64,
+    ) -> Result<(), SignatureError> {
+        let mut parts = authorization.split('.');
+        let (Some(AUTHORIZATION_PREFIX), Some(exp), Some(sig), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(SignatureError::Forged);
+        };
+        self.verify(
+            &[
+                AUTHORIZATION_PREFIX,
+                environment_id,
+                registration_id,
+                harness_key,
+                exp,
+            ],
+            sig,
+        )?;
+        let expires_at: u64 = exp.parse().map_err(|_| SignatureError::Forged)?;
+        if expires_at <= now {
+            return Err(SignatureError::Expired);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn signer() -> Signer {
+        Signer::generate().unwrap()
+    }
+
+    fn query(url: &str) -> &str {
+        url.split_once('?').map(|(_, q)| q).unwrap_or("")
+    }
+
+    #[test]
+    fn signed_urls_verify_until_they_expire() {
+        let s = signer();
+        let url = s.url(
+            "ws://h:1",
+            Role::Harness,
+            "env 1",
+            "reg-1",
+            Some("KEY"),
+            100,
+        );
+        assert!(url
+            .starts_with("ws://h:1/relay?role=harness&env=env%201&reg=reg-1&hk=KEY&exp=100&sig="));
+        let grant = s.verify_url(query(&url), 99).unwrap();
+        assert_eq!(grant.environment_id, "env 1");
+        assert_eq!(grant.harness_key.as_deref(), Some("KEY"));
+        assert_eq!(s.verify_url(query(&url), 100), Err(SignatureError::Expired));
+    }
+
+    #[test]
+    fn forged_or_altered_urls_are_refused() {
+        let s = signer();
+        let url = s.url("ws://h", Role::Environment, "env", "reg", None, 100);
+        let altered = url.replace("env=env", "env=other");
+        assert_eq!(
+            s.verify_url(query(&altered), 1),
+            Err(SignatureError::Forged)
+        );
+        let promoted = url.replace("role=environment", "role=harness&hk=x");
+        assert_eq!(
+            s.verify_url(query(&promoted), 1),
+            Err(SignatureError::Forged)
+        );
+        let other = signer();
+        assert_eq!(
+            other.verify_url(query(&url), 1),
+            Err(SignatureError::Forged)
+        );
+        assert_eq!(
+            s.verify_url("role=harness", 1),
+            Err(SignatureError::Missing)
+        );
+        let later = url.replace("exp=100", "exp=999");
+        assert_eq!(s.verify_url(query(&later), 1), Err(SignatureError::Forged));
+    }
+
+    #[test]
+    fn authorizations_are_bound_to_key_and_registration() {
+        let s = signer();
+        let a = s.authorization("env", "reg", "key-a", 50);
+        assert!(s
+            .verify_authorization(&a, "env", "reg", "key-a", 10)
+            .is_ok());
+        assert_eq!(
+            s.verify_authorization(&a, "env", "reg", "key-b", 10),
+            Err(SignatureError::Forged)
+        );
+        assert_eq!(
+            s.verify_authorization(&a, "env", "reg-2", "key-a", 10),
+            Err(SignatureError::Forged)
+        );
+        assert_eq!(
+            s.verify_authorization(&a, "env", "reg", "key-a", 50),
+            Err(SignatureError::Expired)
+        );
+        assert!(s
+            .verify_authorization("garbage", "env", "reg", "key-a", 1)
+            .is_err());
+    }
+
+    #[test]
+    fn percent_coding_round_trips() {
+        assert_eq!(
+            percent_decode(&percent_encode("a b/ü?&=")).as_deref(),
+            Some("a b/ü?&=")
+        );
+        assert_eq!(percent_decode("%zz"), None);
+        assert_eq!(percent_decode("%4"), None);
+    }
+}

@@ -1,0 +1,157 @@
+//! One rendezvous WebSocket (executor or harness): a writer task that alone
+//! owns the sink, pings every 30 s and gives up on a peer silent past the
+//! pong deadline; a reader that decodes each binary frame just enough to
+//! route it through the [`Hub`] and forwards the original bytes. A slow
+//! receiver holds its senders back up to [`FORWARD_TIMEOUT`], then it is
+//! closed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{mpsc, Notify};
+use tokio_tungstenite::tungstenite::{Bytes, Message};
+use tokio_tungstenite::WebSocketStream;
+
+use super::hub::{Action, Delivery, Hub, Link};
+use crate::relay::frame::FrameHeader;
+
+/// Messages queued per socket before senders wait.
+const OUTBOX: usize = 256;
+/// Interval of pings to each socket.
+pub const PING_INTERVAL: Duration = Duration::from_secs(30);
+/// Without any frame from the peer for this long, the socket is dropped.
+pub const PEER_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a frame may wait for room in its receiver's queue.
+pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+/// Undecodable frames tolerated per socket.
+const MAX_MALFORMED: u32 = 8;
+
+/// The role of an accepted socket.
+#[derive(Debug, Clone)]
+pub enum SocketRole {
+    Executor,
+    /// A harness whose URL named this key fingerprint.
+    Harness {
+        harness_key: String,
+    },
+}
+
+/// Sends what the hub decided, each with the forwarding deadline.
+pub async fn deliver(deliveries: Vec<Delivery>) {
+    for delivery in deliveries {
+        forward(&delivery.to, delivery.bytes).await;
+    }
+}
+
+async fn forward(to: &Link, bytes: Bytes) {
+    match tokio::time::timeout(FORWARD_TIMEOUT, to.outbox.send(bytes)).await {
+        Ok(_) => {}
+        Err(_) => {
+            tracing::warn!(socket = to.socket, "closing a socket that stopped reading");
+            to.closer.notify_one();
+        }
+    }
+}
+
+/// Serves one upgraded socket until it ends.
+pub async fn serve<S>(
+    ws: WebSocketStream<S>,
+    hub: Arc<Hub>,
+    environment_id: String,
+    role: SocketRole,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (sink, mut source) = ws.split();
+    let (outbox, queue) = mpsc::channel::<Bytes>(OUTBOX);
+    let closer = Arc::new(Notify::new());
+    let link = Link {
+        socket: hub.socket_id(),
+        outbox,
+        closer: closer.clone(),
+    };
+    let writer = tokio::spawn(crate::relay::writer::write_frames(
+        sink,
+        queue,
+        PING_INTERVAL,
+    ));
+    if matches!(role, SocketRole::Executor) {
+        hub.executor_connected(&environment_id, link.clone());
+    }
+    tracing::info!(environment = %environment_id, socket = link.socket, role = role_name(&role), "relay socket connected");
+    let mut malformed = 0u32;
+    loop {
+        let message = tokio::select! {
+            _ = closer.notified() => break,
+            message = tokio::time::timeout(PEER_TIMEOUT, source.next()) => message,
+        };
+        let bytes = match message {
+            Err(_) => {
+                tracing::info!(socket = link.socket, "relay socket timed out");
+                break;
+            }
+            Ok(None | Some(Err(_)) | Some(Ok(Message::Close(_)))) => break,
+            Ok(Some(Ok(Message::Binary(bytes)))) => bytes,
+            Ok(Some(Ok(_))) => continue,
+        };
+        let frame = match FrameHeader::peek(&bytes) {
+            Some(frame) => frame,
+            None => {
+                malformed += 1;
+                tracing::debug!(socket = link.socket, "dropping an undecodable relay frame");
+                if malformed >= MAX_MALFORMED {
+                    tracing::warn!(socket = link.socket, "closing a socket that sends garbage");
+                    break;
+                }
+                continue;
+            }
+        };
+        let action = match &role {
+            SocketRole::Executor => hub.from_executor(&environment_id, link.socket, &frame),
+            SocketRole::Harness { harness_key } => {
+                hub.from_harness(&environment_id, &link, harness_key, &frame)
+            }
+        };
+        match action {
+            Action::Forward(to) => forward(&to, bytes).await,
+            Action::Reply(reset) => forward(&link, reset).await,
+            Action::Drop => {}
+        }
+    }
+    tracing::info!(environment = %environment_id, socket = link.socket, role = role_name(&role), "relay socket closed");
+    match role {
+        SocketRole::Executor => {
+            let (resets, held) = hub.executor_gone(&environment_id, link.socket);
+            deliver(resets).await;
+            if let Some(epoch) = held {
+                let (hub, env) = (hub.clone(), environment_id.clone());
+                tokio::spawn(async move {
+                    tokio::time::sleep(hub.limits().resume_hold).await;
+                    deliver(hub.expire_executor_hold(&env, epoch)).await;
+                });
+            }
+        }
+        SocketRole::Harness { .. } => {
+            let (resets, holds) = hub.harness_gone(&environment_id, link.socket);
+            deliver(resets).await;
+            for hold in holds {
+                let hub = hub.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(hub.limits().resume_hold).await;
+                    deliver(hub.expire_harness_hold(&hold)).await;
+                });
+            }
+        }
+    }
+    drop(link);
+    writer.abort();
+}
+
+fn role_name(role: &SocketRole) -> &'static str {
+    match role {
+        SocketRole::Executor => "environment",
+        SocketRole::Harness { .. } => "harness",
+    }
+}

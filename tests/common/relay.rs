@@ -1,0 +1,441 @@
+//! Remote-mode test utilities: start the real `codexbox rendezvous`, a
+//! remote executor (`exec-server --remote`) and `codexbox connect`, each
+//! killed on drop; and a TCP proxy between peers and the rendezvous that
+//! records what it relays, delays chunks and cuts connections at random.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::client::{collect_stderr, stderr_text, wait_exit, BIN, WAIT};
+
+/// A child process with its stderr collected, killed on drop.
+pub struct Proc {
+    pub child: Child,
+    stderr: Arc<Mutex<Vec<u8>>>,
+    what: String,
+}
+
+/// The binary with no credential from the test's own environment.
+fn command() -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .env_remove("CODEXBOX_AUTH_TOKEN")
+        .env_remove("CODEX_API_KEY")
+        .env_remove("CODEX_ACCESS_TOKEN")
+        .env_remove("CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN")
+        .env("CODEX_HOME", "/nonexistent-codex-home")
+        .env("RUST_LOG", "codexbox=info");
+    command
+}
+
+impl Proc {
+    fn spawn(mut command: Command, what: &str) -> Proc {
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(err) => panic!("spawn {what}: {err}"),
+        };
+        let (buffer, _) = collect_stderr(&mut child);
+        Proc {
+            child,
+            stderr: buffer,
+            what: what.to_owned(),
+        }
+    }
+
+    /// What the process wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        stderr_text(&self.stderr)
+    }
+
+    /// Reads the first stdout line (bounded wait).
+    fn first_line(&mut self, prefix: &str) -> String {
+        let stdout = self.child.stdout.take().expect("stdout piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx.recv_timeout(WAIT).unwrap_or_default();
+        assert!(
+            line.starts_with(prefix),
+            "{}: first line {line:?}; stderr:\n{}",
+            self.what,
+            self.stderr()
+        );
+        line.trim_end().to_owned()
+    }
+
+    /// Waits (bounded) until stderr has `needle` at least `count` times.
+    pub fn wait_stderr(&mut self, needle: &str, count: usize) {
+        let deadline = Instant::now() + WAIT * 3;
+        loop {
+            if self.stderr().matches(needle).count() >= count {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "{} exited with {status}; stderr:\n{}",
+                    self.what,
+                    self.stderr()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: no {needle:?} (x{count}) on stderr:\n{}",
+                self.what,
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits (bounded) for the exit status.
+    pub fn wait(&mut self) -> Option<std::process::ExitStatus> {
+        wait_exit(&mut self.child)
+    }
+
+    /// Kills the process now.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A running `codexbox rendezvous`.
+pub struct Rendezvous {
+    pub proc: Proc,
+    /// `http://IP:PORT`.
+    pub url: String,
+}
+
+impl Rendezvous {
+    pub fn start(extra: &[&str]) -> Rendezvous {
+        Self::start_on("127.0.0.1:0", extra)
+    }
+
+    /// Starts on a given `IP:PORT` (to restart on the same address).
+    pub fn start_on(listen: &str, extra: &[&str]) -> Rendezvous {
+        let mut command = command();
+        command.args(["rendezvous", "--listen", listen]).args(extra);
+        let mut proc = Proc::spawn(command, "rendezvous");
+        let url = proc.first_line("http://");
+        Rendezvous { proc, url }
+    }
+
+    /// `IP:PORT`.
+    pub fn addr(&self) -> SocketAddr {
+        self.url
+            .trim_start_matches("http://")
+            .parse()
+            .expect("rendezvous address")
+    }
+}
+
+/// A running `codexbox exec-server --remote`.
+pub struct Executor {
+    pub proc: Proc,
+}
+
+/// The stderr line an executor logs on each rendezvous connection.
+pub const EXECUTOR_CONNECTED: &str = "connected to the rendezvous";
+
+impl Executor {
+    /// Starts an executor and waits until it is connected to the rendezvous.
+    pub fn start(
+        registry: &str,
+        environment: &str,
+        extra: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Executor {
+        let mut executor = Self::spawn(registry, environment, extra, envs);
+        executor.proc.wait_stderr(EXECUTOR_CONNECTED, 1);
+        executor
+    }
+
+    /// Starts an executor in `dir` and waits until it is connected.
+    pub fn start_in(dir: &std::path::Path, registry: &str, environment: &str) -> Executor {
+        let mut command = command();
+        command.current_dir(dir).args([
+            "exec-server",
+            "--remote",
+            registry,
+            "--environment-id",
+            environment,
+        ]);
+        let mut executor = Executor {
+            proc: Proc::spawn(command, "executor"),
+        };
+        executor.proc.wait_stderr(EXECUTOR_CONNECTED, 1);
+        executor
+    }
+
+    /// Starts an executor without waiting for anything.
+    pub fn spawn(
+        registry: &str,
+        environment: &str,
+        extra: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Executor {
+        let mut command = command();
+        command
+            .args([
+                "exec-server",
+                "--remote",
+                registry,
+                "--environment-id",
+                environment,
+            ])
+            .args(extra)
+            .envs(envs.iter().copied());
+        Executor {
+            proc: Proc::spawn(command, "executor"),
+        }
+    }
+}
+
+/// A running `codexbox connect`.
+pub struct Bridge {
+    pub proc: Proc,
+    /// `ws://IP:PORT`.
+    pub url: String,
+}
+
+impl Bridge {
+    pub fn start(
+        registry: &str,
+        environment: &str,
+        extra: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Bridge {
+        let mut command = command();
+        command
+            .args([
+                "connect",
+                "--registry",
+                registry,
+                "--environment-id",
+                environment,
+            ])
+            .args(extra)
+            .envs(envs.iter().copied());
+        let mut proc = Proc::spawn(command, "connect");
+        let url = proc.first_line("ws://");
+        Bridge { proc, url }
+    }
+}
+
+/// How a [`Proxy`] misbehaves.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Faults {
+    /// Cut every open connection at random intervals of up to this long.
+    pub cut_every: Option<Duration>,
+    /// Delay each forwarded chunk by up to this long.
+    pub max_delay: Option<Duration>,
+    /// Keep a copy of every relayed byte (see [`Proxy::seen`]).
+    pub record: bool,
+}
+
+/// Shared state of a proxy.
+#[derive(Default)]
+struct ProxyState {
+    target: Mutex<Option<SocketAddr>>,
+    /// Every byte relayed in either direction.
+    seen: Mutex<Vec<u8>>,
+    /// Bumped to cut every connection open at that moment.
+    cut_epoch: AtomicU64,
+    cuts: AtomicU64,
+    stop: AtomicBool,
+}
+
+/// A TCP proxy on 127.0.0.1 running on its own thread and runtime.
+pub struct Proxy {
+    pub addr: SocketAddr,
+    state: Arc<ProxyState>,
+}
+
+/// A tiny deterministic RNG (xorshift) for fault timing.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, limit: Duration) -> Duration {
+        let micros = u64::try_from(limit.as_micros()).unwrap_or(u64::MAX).max(1);
+        Duration::from_micros(self.next() % micros)
+    }
+}
+
+impl Proxy {
+    /// Binds now; forwards to the target set with [`set_target`](Self::set_target).
+    pub fn start(faults: Faults, seed: u64) -> Proxy {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let addr = listener.local_addr().expect("proxy address");
+        let state = Arc::new(ProxyState::default());
+        let thread_state = state.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("proxy runtime");
+            runtime.block_on(run_proxy(listener, thread_state, faults, seed));
+        });
+        Proxy { addr, state }
+    }
+
+    pub fn set_target(&self, target: SocketAddr) {
+        *self.state.target.lock().expect("lock") = Some(target);
+    }
+
+    /// `http://IP:PORT` of the proxy.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Every byte relayed so far.
+    pub fn seen(&self) -> Vec<u8> {
+        self.state
+            .seen
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default()
+    }
+
+    /// Cuts every open connection now.
+    pub fn cut_all(&self) {
+        self.state.cut_epoch.fetch_add(1, Ordering::SeqCst);
+        self.state.cuts.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// How many times connections were cut.
+    pub fn cuts(&self) -> u64 {
+        self.state.cuts.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.state.stop.store(true, Ordering::SeqCst);
+        self.cut_all();
+    }
+}
+
+async fn run_proxy(
+    listener: std::net::TcpListener,
+    state: Arc<ProxyState>,
+    faults: Faults,
+    seed: u64,
+) {
+    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+        return;
+    };
+    if let Some(every) = faults.cut_every {
+        let state = state.clone();
+        tokio::spawn(async move {
+            let mut rng = Rng(seed | 1);
+            while !state.stop.load(Ordering::SeqCst) {
+                tokio::time::sleep(every / 4 + rng.below(every)).await;
+                state.cut_epoch.fetch_add(1, Ordering::SeqCst);
+                state.cuts.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+    }
+    let mut connection = 0u64;
+    while !state.stop.load(Ordering::SeqCst) {
+        let Ok((inbound, _)) = listener.accept().await else {
+            continue;
+        };
+        let Some(target) = *state.target.lock().expect("lock") else {
+            continue;
+        };
+        let Ok(outbound) = tokio::net::TcpStream::connect(target).await else {
+            continue;
+        };
+        let _ = inbound.set_nodelay(true);
+        let _ = outbound.set_nodelay(true);
+        connection += 1;
+        let epoch = state.cut_epoch.load(Ordering::SeqCst);
+        let (a_read, a_write) = inbound.into_split();
+        let (b_read, b_write) = outbound.into_split();
+        let seed = seed.wrapping_add(connection.wrapping_mul(0x9e37_79b9));
+        tokio::spawn(pipe(a_read, b_write, state.clone(), epoch, faults, seed));
+        tokio::spawn(pipe(
+            b_read,
+            a_write,
+            state.clone(),
+            epoch,
+            faults,
+            seed ^ 0xdead,
+        ));
+    }
+}
+
+async fn pipe(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    state: Arc<ProxyState>,
+    epoch: u64,
+    faults: Faults,
+    seed: u64,
+) {
+    let mut rng = Rng(seed | 1);
+    let mut buf = vec![0u8; 64 * 1024];
+    let cut = || state.cut_epoch.load(Ordering::SeqCst) != epoch;
+    loop {
+        let read = tokio::time::timeout(Duration::from_millis(20), from.read(&mut buf)).await;
+        if cut() {
+            return;
+        }
+        let n = match read {
+            Err(_) => continue,
+            Ok(Ok(0)) | Ok(Err(_)) => return,
+            Ok(Ok(n)) => n,
+        };
+        if let Some(limit) = faults.max_delay {
+            tokio::time::sleep(rng.below(limit)).await;
+        }
+        if faults.record {
+            if let Ok(mut seen) = state.seen.lock() {
+                seen.extend_from_slice(&buf[..n]);
+            }
+        }
+        if to.write_all(&buf[..n]).await.is_err() || cut() {
+            return;
+        }
+    }
+}
+
+/// The bytes `seq 1 N` prints, cut to `len`.
+pub fn seq_output(len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + 16);
+    let mut i = 1u64;
+    while out.len() < len {
+        out.extend_from_slice(format!("{i}\n").as_bytes());
+        i += 1;
+    }
+    out.truncate(len);
+    out
+}
