@@ -174,8 +174,9 @@ pub fn error_id(bytes: &[u8], err: &EnvelopeError) -> RequestId {
 /// builds nothing: every value but the top-level `id` and `method` is
 /// skipped as it is read. `None` unless the text is one JSON object with a
 /// string `method` and exactly one `id` that is a string or a 64-bit integer
-/// (the strings it skips are not checked for valid UTF-8: the message is
-/// refused all the same, only its id is wanted).
+/// (the values it skips are not checked, neither the UTF-8 of strings nor
+/// the range of numbers: the message is refused all the same, only its id
+/// is wanted).
 pub fn scan_request_id(bytes: &[u8]) -> Option<RequestId> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let id = de::Deserializer::deserialize_map(&mut de, RequestScan).ok()?;
