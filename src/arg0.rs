@@ -35,6 +35,7 @@ pub enum Mode {
     Sandbox,
     Doctor,
     InstallLinks,
+    Proxy,
 }
 
 impl Mode {
@@ -48,6 +49,7 @@ impl Mode {
             Mode::Sandbox => "sandbox",
             Mode::Doctor => "doctor",
             Mode::InstallLinks => "install-links",
+            Mode::Proxy => "proxy",
         }
     }
 
@@ -63,7 +65,7 @@ impl Mode {
     }
 
     fn from_subcommand(arg: &OsStr) -> Option<Mode> {
-        const ALL: [Mode; 7] = [
+        const ALL: [Mode; 8] = [
             Mode::ExecServer,
             Mode::LinuxSandbox,
             Mode::Bwrap,
@@ -71,6 +73,7 @@ impl Mode {
             Mode::Sandbox,
             Mode::Doctor,
             Mode::InstallLinks,
+            Mode::Proxy,
         ];
         ALL.into_iter().find(|mode| arg == mode.subcommand())
     }
@@ -140,6 +143,7 @@ fn run(mode: Mode, argv: Vec<OsString>) -> i32 {
         Mode::Sandbox => crate::sandbox::debug::main(argv),
         Mode::Doctor => crate::sandbox::doctor::main(argv),
         Mode::InstallLinks => install_links_main(argv),
+        Mode::Proxy => crate::net::cli::main(argv),
     }
 }
 
@@ -159,6 +163,7 @@ Modes:
   sandbox        run a command the way the server would sandbox it
   doctor         report what this host supports for sandboxing, and why
   install-links  create the alias symlinks in a directory
+  proxy          network proxy that lets through only allowed destinations
 
 Run `codexbox <MODE> --help` for the options of a mode.
 ",

@@ -8,7 +8,8 @@
 //!   Landlock), no_new_privs and seccomp;
 //! - `bwrap` ([`bwrap`]): a bubblewrap-compatible launcher in Rust;
 //! - `fs-helper` ([`fs_helper`]): the sandboxed filesystem worker;
-//! - `sandbox` and `doctor` ([`sandbox`]): for people debugging a policy or a host.
+//! - `sandbox` and `doctor` ([`sandbox`]): for people debugging a policy or a host;
+//! - `proxy` ([`net`]): the network proxy that enforces destination allowlists.
 //!
 //! The library surface: [`protocol`] types, [`client::ExecServerClient`],
 //! [`server::run_main`] and the sandbox policy types in [`sandbox::policy`].
@@ -38,6 +39,7 @@ pub mod client;
 pub mod fs;
 pub mod fs_helper;
 pub mod logging;
+pub mod net;
 pub mod process;
 pub mod protocol;
 pub mod runtime_paths;

@@ -1,0 +1,26 @@
+//! The network capability (SPEC §10): a policy-enforcing proxy (HTTP
+//! forward, CONNECT, SOCKS5) shared by `codexbox proxy`, the exec-server's
+//! per-process `networkProxy` and `codexbox sandbox --allow-domain`.
+//!
+//! - [`policy`]: patterns and the pure host decision;
+//! - [`resolve`]: local/private classification, `--resolve`, DNS checks;
+//! - [`dial`]: outbound connections to checked addresses only;
+//! - [`http_proxy`], [`socks5`]: the two listeners;
+//! - [`upstream`]: chaining to an upstream HTTP proxy;
+//! - [`decision`], [`audit`]: what was decided and where it is reported;
+//! - [`env`]: the variables a child gets;
+//! - [`proxy`]: the handle the callers share; [`cli`]: `codexbox proxy`.
+
+pub mod audit;
+pub mod cli;
+pub mod decision;
+pub mod dial;
+pub mod env;
+pub mod http_proxy;
+pub mod policy;
+pub mod proxy;
+pub mod resolve;
+pub mod socks5;
+pub mod upstream;
+
+pub use proxy::{ProxyConfig, ProxyError, ProxyHandle};
