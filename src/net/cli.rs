@@ -158,8 +158,21 @@ pub fn main(argv: Vec<OsString>) -> i32 {
                 return 1;
             }
         };
+        // Handlers first: a SIGTERM right after the URL line must not kill
+        // the proxy before the audit log is flushed.
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            eprintln!("{PREFIX}: cannot install signal handlers");
+            return 1;
+        };
         announce(&handle);
-        crate::server::shutdown_signal().await;
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
         handle.shutdown().await;
         0
     })
