@@ -7,12 +7,14 @@
 //! - [`dial`]: outbound connections to checked addresses only;
 //! - [`http_proxy`], [`socks5`]: the two listeners;
 //! - [`upstream`]: chaining to an upstream HTTP proxy;
+//! - [`client`]: the outbound HTTP client of `http/request`;
 //! - [`decision`], [`audit`]: what was decided and where it is reported;
 //! - [`env`]: the variables a child gets;
 //! - [`proxy`]: the handle the callers share; [`cli`]: `codexbox proxy`.
 
 pub mod audit;
 pub mod cli;
+pub mod client;
 pub mod decision;
 pub mod dial;
 pub mod env;

@@ -4,6 +4,8 @@
 pub mod envelope;
 pub mod environment;
 pub mod fs;
+pub mod http;
+pub mod network;
 pub mod path;
 pub mod process;
 pub mod sandbox;

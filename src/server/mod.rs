@@ -11,6 +11,7 @@ pub mod connection;
 pub mod fs_helper_pool;
 pub mod fs_methods;
 pub mod handlers;
+pub mod http_request;
 pub mod listen;
 pub mod peer_guard;
 pub mod process_sandbox;

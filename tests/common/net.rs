@@ -182,16 +182,68 @@ fn serve_origin(stream: TcpStream, port: u16, seen: &Mutex<Vec<String>>) {
         seen.lock().unwrap().push(head.clone());
         let mut parts = request_line.split(' ');
         let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-        let body = format!("origin {port} {method} {target}");
-        let response = format!(
-            "HTTP/1.1 200 OK\r\nx-origin: yes\r\ncontent-length: {}\r\n\r\n{}",
-            if method == "HEAD" { 0 } else { body.len() },
-            if method == "HEAD" { "" } else { &body }
-        );
-        if reader.get_mut().write_all(response.as_bytes()).is_err() {
+        let path = target.split('?').next().unwrap_or("");
+        let query = target.split_once('?').map_or("", |(_, q)| q);
+        let stream = reader.get_mut();
+        let written = match path {
+            // Holds the request without answering until the client leaves.
+            "/hang" => {
+                let mut sink = [0u8; 64];
+                while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
+                return;
+            }
+            "/redirect" => {
+                let to = query.strip_prefix("to=").unwrap_or("/redirect");
+                stream.write_all(
+                    format!(
+                        "HTTP/1.1 302 Found\r\nlocation: {to}\r\ncontent-length: 5\r\n\r\nmoved"
+                    )
+                    .as_bytes(),
+                )
+            }
+            // `bytes=N` of a repeating 0..=250 pattern, in 64 KiB writes.
+            "/big" => {
+                let total: usize = query
+                    .strip_prefix("bytes=")
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
+                let chunk: Vec<u8> = (0..65_536usize).map(|i| (i % 251) as u8).collect();
+                let mut result = stream.write_all(
+                    format!("HTTP/1.1 200 OK\r\ncontent-length: {total}\r\n\r\n").as_bytes(),
+                );
+                let mut sent = 0;
+                while result.is_ok() && sent < total {
+                    let n = (total - sent).min(chunk.len());
+                    result = stream.write_all(&chunk[..n]);
+                    sent += n;
+                }
+                result
+            }
+            _ => {
+                let mut reply = format!("origin {port} {method} {target}").into_bytes();
+                if !body.is_empty() {
+                    reply.push(b'\n');
+                    reply.extend_from_slice(&body);
+                }
+                let length = if method == "HEAD" { 0 } else { reply.len() };
+                let mut out =
+                    format!("HTTP/1.1 200 OK\r\nx-origin: yes\r\ncontent-length: {length}\r\n\r\n")
+                        .into_bytes();
+                if method != "HEAD" {
+                    out.extend_from_slice(&reply);
+                }
+                stream.write_all(&out)
+            }
+        };
+        if written.is_err() {
             return;
         }
     }
+}
+
+/// The byte at `offset` of a `/big` body.
+pub fn big_body_byte(offset: usize) -> u8 {
+    ((offset % 65_536) % 251) as u8
 }
 
 /// A TCP server on 127.0.0.1 that writes `banner` first, then echoes.
