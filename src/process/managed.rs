@@ -364,6 +364,7 @@ impl ManagedProcess {
             failure: None,
             sandbox_denied: state.sandbox_denied,
             truncated: selection.truncated,
+            network_denials: Vec::new(),
         };
         (result, ready)
     }

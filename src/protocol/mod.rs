@@ -26,6 +26,9 @@ pub struct InitializeParams {
     pub client_name: String,
     #[serde(default)]
     pub resume_session_id: Option<String>,
+    /// Opt-in extensions (`networkDenials`).
+    #[serde(default)]
+    pub capabilities: network::ClientCapabilities,
 }
 
 /// `initialize` result.

@@ -37,6 +37,8 @@ pub struct Shared {
     pub paths: Arc<ExecServerRuntimePaths>,
     /// Added to every sandbox the server materializes.
     pub guard: Arc<super::process_sandbox::SandboxGuard>,
+    /// Per-process proxies and who hears of their denials.
+    pub network: Arc<super::network_proxy::NetworkState>,
 }
 
 /// One connection.

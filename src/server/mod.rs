@@ -13,6 +13,7 @@ pub mod fs_methods;
 pub mod handlers;
 pub mod http_request;
 pub mod listen;
+pub mod network_proxy;
 pub mod peer_guard;
 pub mod process_sandbox;
 pub mod router;
@@ -138,6 +139,7 @@ pub async fn bind(
         config: Arc::new(config),
         paths: Arc::new(paths),
         guard: Arc::new(process_sandbox::SandboxGuard::new(denied)),
+        network: Arc::default(),
     };
     Ok(Server { shared, listener })
 }

@@ -26,6 +26,9 @@ use crate::protocol::RpcError;
 use crate::runtime_paths::ExecServerRuntimePaths;
 use crate::sandbox::cli::helper_args;
 
+/// The `codex-linux-sandbox` flag confining a command to its managed proxy.
+pub const ALLOW_NETWORK_FOR_PROXY_FLAG: &str = "--allow-network-for-proxy";
+
 /// What the server adds to every sandbox it materializes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SandboxGuard {
@@ -135,6 +138,7 @@ pub fn prepare(
     spec: &mut LaunchSpec,
     paths: &ExecServerRuntimePaths,
     guard: &SandboxGuard,
+    enforce_managed_network: bool,
 ) -> Result<(), RpcError> {
     let Some(sandbox) = sandbox.filter(|value| !value.is_null()) else {
         return Ok(());
@@ -151,12 +155,16 @@ pub fn prepare(
     guard.apply(&mut profile);
     let profile = to_policy_profile(&profile).map_err(context_error)?;
     let mut argv: Vec<OsString> = vec![paths.linux_sandbox_exe().as_os_str().to_owned()];
+    // The proxy flag suppresses the Landlock backend (it cannot route).
     argv.extend(helper_args(
         &policy_cwd,
         &spec.cwd,
         &profile.to_json(),
-        resolved.use_legacy_landlock,
+        resolved.use_legacy_landlock && !enforce_managed_network,
     ));
+    if enforce_managed_network {
+        argv.push(ALLOW_NETWORK_FOR_PROXY_FLAG.into());
+    }
     argv.push("--".into());
     argv.append(&mut spec.argv);
     spec.argv = argv;
