@@ -159,8 +159,8 @@ pub async fn fetch(
 /// The absolute URI a `Location` names, relative to `base`.
 fn resolve_location(base: &Uri, location: &HeaderValue) -> Option<Uri> {
     let location = location.to_str().ok()?;
-    let parsed: Uri = location.parse().ok()?;
-    if parsed.scheme().is_some() {
+    if location.contains("://") {
+        let parsed: Uri = location.parse().ok()?;
         return matches!(parsed.scheme_str(), Some("http" | "https")).then_some(parsed);
     }
     let mut parts = base.clone().into_parts();

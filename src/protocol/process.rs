@@ -115,12 +115,16 @@ pub struct StartParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<PtySize>,
     /// Confine the sandboxed command to the managed proxy.
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
     #[schemars(with = "Option<bool>")]
     pub enforce_managed_network: bool,
     /// Loopback ports of an already running proxy (used by macOS sandboxes;
     /// replaced by the server's own when `networkProxy` is given).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub managed_network: Option<super::network::ManagedNetworkSandboxContext>,
     /// Start a proxy for this process, living until its `process/closed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
