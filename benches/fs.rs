@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use codexbox::client::{ConnectOptions, ExecServerClient};
-use codexbox::protocol::sandbox::{to_policy_profile, FileSystemSandboxContext};
+use codexbox::protocol::sandbox::FileSystemSandboxContext;
 use serde_json::json;
 
 use crate::common::{ms, quantile, ratio_at_most, Report, Server, Value, BIN};
@@ -145,10 +145,7 @@ fn helper_command_parts(ctx: &FileSystemSandboxContext) -> BenchResult<(String, 
         .map(Path::to_path_buf)
         .ok_or("binary has no parent directory")?;
     let profile = resolved.helper_profile(&[exe_dir]);
-    Ok((
-        to_policy_profile(&profile)?.to_json(),
-        resolved.helper_cwd()?,
-    ))
+    Ok((profile.to_json(), resolved.helper_cwd()?))
 }
 
 async fn sandboxed_metadata(report: &mut Report, url: &str, root: &Path) -> BenchResult {

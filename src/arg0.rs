@@ -2,82 +2,10 @@
 //! first argument, before any other start-up work (no runtime, no logging),
 //! so the sandbox and helper paths stay fast and single-threaded.
 
-use std::ffi::{OsStr, OsString};
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::ffi::OsString;
+use std::path::PathBuf;
 
-/// argv[0] basename that selects the exec-server.
-pub const EXEC_SERVER_ARG0: &str = "codex-exec-server";
-/// argv[0] basename that selects the Linux sandbox helper.
-pub const LINUX_SANDBOX_ARG0: &str = "codex-linux-sandbox";
-/// argv[0] basename that selects the built-in bubblewrap.
-pub const BWRAP_ARG0: &str = "bwrap";
-/// argv[0] basename that selects the filesystem helper.
-pub const FS_HELPER_ARG0: &str = "codex-fs-helper";
-/// argv[1] that selects the filesystem helper (the reference's hidden flag).
-pub const FS_HELPER_ARG1: &str = "--codex-run-as-fs-helper";
-
-/// The aliases `install-links` creates, each a symlink to the binary.
-pub const ALIASES: [&str; 4] = [
-    EXEC_SERVER_ARG0,
-    LINUX_SANDBOX_ARG0,
-    BWRAP_ARG0,
-    FS_HELPER_ARG0,
-];
-
-/// One of the binary's modes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    ExecServer,
-    LinuxSandbox,
-    Bwrap,
-    FsHelper,
-    Sandbox,
-    Doctor,
-    InstallLinks,
-    Proxy,
-}
-
-impl Mode {
-    /// The subcommand name (`codexbox <name> …`).
-    pub fn subcommand(self) -> &'static str {
-        match self {
-            Mode::ExecServer => "exec-server",
-            Mode::LinuxSandbox => "linux-sandbox",
-            Mode::Bwrap => "bwrap",
-            Mode::FsHelper => "fs-helper",
-            Mode::Sandbox => "sandbox",
-            Mode::Doctor => "doctor",
-            Mode::InstallLinks => "install-links",
-            Mode::Proxy => "proxy",
-        }
-    }
-
-    fn from_arg0(arg0: &OsStr) -> Option<Mode> {
-        let name = Path::new(arg0).file_name()?;
-        match name.to_str()? {
-            EXEC_SERVER_ARG0 => Some(Mode::ExecServer),
-            LINUX_SANDBOX_ARG0 => Some(Mode::LinuxSandbox),
-            BWRAP_ARG0 => Some(Mode::Bwrap),
-            FS_HELPER_ARG0 => Some(Mode::FsHelper),
-            _ => None,
-        }
-    }
-
-    fn from_subcommand(arg: &OsStr) -> Option<Mode> {
-        const ALL: [Mode; 8] = [
-            Mode::ExecServer,
-            Mode::LinuxSandbox,
-            Mode::Bwrap,
-            Mode::FsHelper,
-            Mode::Sandbox,
-            Mode::Doctor,
-            Mode::InstallLinks,
-            Mode::Proxy,
-        ];
-        ALL.into_iter().find(|mode| arg == mode.subcommand())
-    }
-}
+use crate::mode::{Mode, ALIASES, FS_HELPER_ARG1};
 
 /// Runs the mode selected by `argv` and returns the process exit code.
 pub fn dispatch(argv: Vec<OsString>) -> i32 {
@@ -94,13 +22,13 @@ pub fn dispatch(argv: Vec<OsString>) -> i32 {
         .get(1)
         .is_some_and(|a| a == crate::process::zygote::ZYGOTE_ARG1)
     {
-        return crate::process::zygote::main(&argv);
+        return crate::process::zygote::main(&argv, crate::sandbox::cli::main);
     }
     if let Some(mode) = Mode::from_arg0(arg0) {
         return run(mode, argv);
     }
     let Some(first) = argv.get(1) else {
-        print_usage(&mut std::io::stderr());
+        eprint!("{}", usage());
         return 2;
     };
     if first == FS_HELPER_ARG1 {
@@ -110,17 +38,13 @@ pub fn dispatch(argv: Vec<OsString>) -> i32 {
         return run(mode, mode_argv(mode, &argv[2..]));
     }
     match first.to_str() {
-        Some("-h" | "--help" | "help") => {
-            print_usage(&mut std::io::stdout());
-            0
-        }
+        Some("-h" | "--help" | "help") => crate::stdout::print(&usage()),
         Some("-V" | "--version") => {
-            println!("codexbox {}", env!("CARGO_PKG_VERSION"));
-            0
+            crate::stdout::print(&format!("codexbox {}\n", env!("CARGO_PKG_VERSION")))
         }
         _ => {
             eprintln!("codexbox: unknown mode {:?}", first.to_string_lossy());
-            print_usage(&mut std::io::stderr());
+            eprint!("{}", usage());
             2
         }
     }
@@ -147,9 +71,8 @@ fn run(mode: Mode, argv: Vec<OsString>) -> i32 {
     }
 }
 
-fn print_usage(out: &mut dyn Write) {
-    let _ = write!(
-        out,
+fn usage() -> String {
+    format!(
         "\
 codexbox {version}: run commands and touch files on this machine, safely and remotely.
 
@@ -168,7 +91,7 @@ Modes:
 Run `codexbox <MODE> --help` for the options of a mode.
 ",
         version = env!("CARGO_PKG_VERSION")
-    );
+    )
 }
 
 /// `codexbox install-links [--force] DIR`: busybox `--install -s` style aliases.
@@ -178,13 +101,12 @@ fn install_links_main(argv: Vec<OsString>) -> i32 {
     for arg in argv.iter().skip(1) {
         match arg.to_str() {
             Some("-h" | "--help") => {
-                println!(
+                return crate::stdout::print(&format!(
                     "Usage: codexbox install-links [--force] DIR\n\n\
                      Creates the symlinks {} in DIR, pointing at this binary.\n\
-                     --force replaces existing entries of those names.",
+                     --force replaces existing entries of those names.\n",
                     ALIASES.join(", ")
-                );
-                return 0;
+                ));
             }
             Some("-f" | "--force") => force = true,
             _ if dir.is_none() => dir = Some(PathBuf::from(arg)),
@@ -235,7 +157,7 @@ fn install_links_main(argv: Vec<OsString>) -> i32 {
             );
             return 1;
         }
-        println!("{} -> {}", link.display(), exe.display());
+        crate::stdout::print(&format!("{} -> {}\n", link.display(), exe.display()));
     }
     0
 }

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use crate::arg0::{FS_HELPER_ARG0, LINUX_SANDBOX_ARG0};
+use crate::mode::{FS_HELPER_ARG0, LINUX_SANDBOX_ARG0};
 
 /// The running executable (`/proc/self/exe`, resolved once per process).
 pub fn self_exe() -> std::io::Result<&'static std::path::Path> {

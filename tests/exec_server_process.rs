@@ -959,3 +959,52 @@ async fn read_max_bytes_and_next_seq_follow_the_reference_rules() {
     assert_eq!(exited_of(&events).exit_code, Some(0));
     assert_no_children(server.pid()).await;
 }
+
+/// Pids of `sleep MARKER` processes anywhere on the host.
+fn sleepers(marker: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+                let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+                args.first().is_some_and(|a| a.ends_with(b"sleep"))
+                    && args.get(1) == Some(&marker.as_bytes())
+            })
+        })
+        .filter(|&pid| !is_gone(pid))
+        .collect()
+}
+
+/// After the server is SIGKILLed (OOM killer, `kill -9`, a crashed
+/// container) every supervisor kills its whole subtree: descendants that
+/// stayed in the group, left it with setsid, or double-forked away.
+#[tokio::test]
+async fn nothing_started_outlives_a_sigkilled_server() {
+    for spawn in ["zygote", "direct"] {
+        let marker = format!("{}.{}", 7000 + std::process::id() % 1000, spawn.len());
+        let mut server =
+            Server::start_listen("ws://127.0.0.1:0", &[], &[("CODEXBOX_SPAWN", spawn)]);
+        let (mut ws, _) = server.session().await;
+        let script = format!(
+            "sleep {marker} & setsid sleep {marker} & (setsid sh -c 'sleep {marker} &' &); \
+             sleep 0.05; echo ready; sleep {marker}"
+        );
+        ws.call("process/start", sh("p", &script)).await;
+        ws.output_until("p", "ready").await;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while sleepers(&marker).len() < 4 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{spawn}: sleepers did not start"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        server.kill_hard();
+        for pid in sleepers(&marker) {
+            wait_gone(pid).await;
+        }
+        assert_eq!(sleepers(&marker), Vec::<u32>::new(), "{spawn}: survivors");
+    }
+}

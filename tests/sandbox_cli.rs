@@ -433,3 +433,150 @@ fn bundled_bubblewrap_runs_through_its_verified_fd() {
     let out = run(&[]);
     assert_eq!(stdout(&out), "inside\ndenied\n", "{}", stderr(&out));
 }
+
+/// A `codex` symlink to the binary in a fresh directory, as a person who
+/// replaces the Codex CLI's sandbox with codexbox would have it.
+fn codex_link(w: &Ws) -> std::path::PathBuf {
+    let link = w.root.join("codex");
+    if link.symlink_metadata().is_err() {
+        std::os::unix::fs::symlink(BIN, &link).expect("symlink codex");
+    }
+    link
+}
+
+fn codex_sandbox(w: &Ws, args: &[&str]) -> std::process::Output {
+    Command::new(codex_link(w))
+        .arg("sandbox")
+        .args(args)
+        .current_dir(&w.ws)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run codex sandbox")
+}
+
+#[test]
+fn codex_sandbox_takes_the_codex_cli_profile_flags() {
+    require_sandbox!();
+    let w = Ws::new();
+    let write_here = "echo made > made.txt && cat made.txt";
+    for flags in [
+        &["-P", ":workspace"][..],
+        &["--permission-profile", ":workspace"],
+        &["--permissions-profile", "workspace"],
+        &["-P", ":workspace", "--include-managed-config"],
+    ] {
+        let mut args = flags.to_vec();
+        args.extend(["--", "sh", "-c", write_here]);
+        let out = codex_sandbox(&w, &args);
+        assert_eq!(out.status.code(), Some(0), "{flags:?}: {}", stderr(&out));
+        assert_eq!(stdout(&out), "made\n", "{flags:?}");
+        std::fs::remove_file(w.ws.join("made.txt")).expect("remove made.txt");
+    }
+    // Read-only (the default, and by name) refuses the same write.
+    for flags in [&[][..], &["-P", ":read-only"]] {
+        let mut args = flags.to_vec();
+        args.extend(["--", "sh", "-c", write_here]);
+        let out = codex_sandbox(&w, &args);
+        assert_ne!(out.status.code(), Some(0), "{flags:?} allowed a write");
+        assert!(!w.ws.join("made.txt").exists());
+    }
+    // -C names the workspace; a profile file works like inline JSON.
+    let other = w.root.join("other");
+    std::fs::create_dir(&other).expect("mkdir other");
+    let profile = w.root.join("profile.json");
+    std::fs::write(&profile, r#"{"type":"disabled"}"#).expect("write profile");
+    let cd = other.to_str().expect("utf-8 path");
+    let out = codex_sandbox(
+        &w,
+        &["-C", cd, "-P", ":workspace", "--", "touch", "in-other"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(other.join("in-other").exists());
+    let out = codex_sandbox(
+        &w,
+        &[
+            "-P",
+            profile.to_str().expect("utf-8"),
+            "--",
+            "touch",
+            "/tmp/../tmp",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(w.listing(), Vec::<String>::new());
+}
+
+#[test]
+fn codex_sandbox_refuses_removed_forms_and_unknown_options() {
+    let w = Ws::new();
+    for (args, needle) in [
+        (&["linux", "--", "true"][..], "`sandbox linux` was removed"),
+        (&["landlock", "true"], "`sandbox landlock` was removed"),
+        (&["macos", "--", "true"], "`sandbox macos` was removed"),
+        (&["--full-auto", "--", "true"], "--full-auto was removed"),
+        (
+            &["-P", ":workspace", "--full-auto", "true"],
+            "--full-auto was removed",
+        ),
+        (&["-X", "true"], "unexpected argument '-X'"),
+        (&["--bogus", "--", "true"], "unexpected argument '--bogus'"),
+        (&["-P", "no-such-profile", "--", "true"], "no-such-profile"),
+        (&["-P"], "a value is required"),
+    ] {
+        let out = codex_sandbox(&w, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line, got {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    // After `--`, a word that was a removed subcommand is just the command.
+    let out = codex_sandbox(&w, &["-P", ":danger-full-access", "--", "linux"]);
+    assert!(stderr(&out).contains("linux"), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("was removed"), "{}", stderr(&out));
+}
+
+/// Every report a mode prints ends cleanly when its reader goes away
+/// (`| head -1`): exit 0, no panic, nothing on stderr but the mode's own.
+#[test]
+fn a_closed_stdout_is_a_clean_end() {
+    let w = Ws::new();
+    let ws = w.ws.to_str().expect("utf-8 path");
+    let cases: [&[&str]; 6] = [
+        &["sandbox", "--explain", "-P", ":workspace", "--", "true"],
+        &[
+            "linux-sandbox",
+            "--sandbox-policy-cwd",
+            ws,
+            "--permission-profile",
+            "{\"type\":\"disabled\"}",
+            "--explain",
+            "--",
+            "true",
+        ],
+        &["doctor"],
+        &["doctor", "--json"],
+        &["--help"],
+        &["install-links", "--help"],
+    ];
+    for args in cases {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .current_dir(&w.ws)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn codexbox");
+        // Read nothing: close our end first, so every write sees EPIPE.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("wait");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(
+            matches!(out.status.code(), Some(0 | 1)),
+            "{args:?}: {:?} {err}",
+            out.status
+        );
+    }
+}

@@ -22,7 +22,7 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
 use super::{ClientError, Notification, RpcError};
-use crate::process::managed::lock;
+use crate::sync::lock;
 
 /// Messages queued for the writer task before senders wait.
 const OUTBOUND_QUEUE: usize = 1024;

@@ -112,8 +112,7 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         match arg.to_str() {
             Some("--serve") => serve = true,
             Some("-h" | "--help") => {
-                print!("{USAGE}");
-                return 0;
+                return crate::stdout::print(USAGE);
             }
             _ => {
                 eprintln!(

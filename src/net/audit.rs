@@ -12,7 +12,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{broadcast, mpsc};
 
 use super::decision::{Decision, DenyReason};
-use crate::process::managed::lock;
+use crate::sync::lock;
 
 /// Recent denials kept for [`AuditLog::recent_blocked`].
 pub const RECENT_BLOCKED: usize = 200;

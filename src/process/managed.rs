@@ -1,68 +1,32 @@
-//! One managed process as the server sees it: its state (sequence numbers,
-//! retained output, exit, close), the `process/*` operations on it, and where
-//! its notifications go ([`EventRoute`]). The output pump lives in
-//! `output.rs`; the launch in `spawn.rs`.
+//! One managed process as the server sees it: the `process/*` operations on
+//! it (write, signal, resize, terminate, tree kills) and its start, which
+//! spawns it and sets its output pump going. What the pump records lives in
+//! `record.rs`, the pump in `output.rs`, the launch in `spawn.rs`.
 
 use std::collections::{HashSet, VecDeque};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tokio::io::unix::AsyncFd;
-use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
+use super::fd::register;
 use super::kill;
+use super::launch::LaunchSpec;
+use super::output::{self, Streams};
 use super::pty;
-use super::retention::{Retention, RETAINED_CHUNKS};
-use super::spawn::{self, LaunchSpec, SpawnError};
-use crate::protocol::process::{PtySize, ReadChunk, ReadResult, WriteStatus};
+use super::record::{EventRoute, Record};
+use super::spawn::{self, SpawnError};
+use crate::protocol::process::{PtySize, ReadResult, WriteStatus};
+use crate::sync::lock;
 
 /// How many `writeId`s per process are remembered for de-duplication.
 pub const WRITE_ID_MEMORY: usize = 4096;
 /// Bytes queued for a child's stdin before `process/write` waits.
 pub const STDIN_QUEUE_BYTES: usize = 8 * 1024 * 1024;
-
-/// Where a session's notifications go: the attached connection's bounded
-/// outbound queue, or nowhere while the session is detached.
-#[derive(Debug, Clone, Default)]
-pub struct EventRoute(Arc<Mutex<Option<mpsc::Sender<String>>>>);
-
-impl EventRoute {
-    /// The queue of the attached connection, if any.
-    pub fn current(&self) -> Option<mpsc::Sender<String>> {
-        lock(&self.0).clone()
-    }
-    /// Attaches a connection's queue (or detaches with `None`).
-    pub fn set(&self, sender: Option<mpsc::Sender<String>>) {
-        *lock(&self.0) = sender;
-    }
-}
-
-/// Locks a mutex, recovering the data if a panicking thread poisoned it.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// How a process ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ExitInfo {
-    pub code: i32,
-    pub signal: Option<i32>,
-    pub seq: u64,
-}
-
-/// Mutable state shared by the pump and the request handlers.
-#[derive(Debug)]
-pub(crate) struct State {
-    pub retention: Retention,
-    /// The seq the next event gets.
-    pub next_seq: u64,
-    pub exit: Option<ExitInfo>,
-    pub closed: bool,
-    pub sandbox_denied: bool,
-}
 
 struct StdinOp {
     data: Vec<u8>,
@@ -109,22 +73,16 @@ pub struct ProcessOptions {
 
 /// A managed process.
 pub struct ManagedProcess {
-    id: String,
+    /// What the pump records; shared with it.
+    record: Arc<Record>,
     supervisor_pid: Pid,
     command_pid: Pid,
-    sandboxed: bool,
     /// The PTY master, for resize; released when the process closes.
     pty_master: Mutex<Option<Arc<AsyncFd<OwnedFd>>>>,
     tty: bool,
-    pub(crate) state: Mutex<State>,
-    /// Woken on every event (output, exit, close).
-    pub(crate) changed: Notify,
     stdin: Mutex<StdinState>,
     stdin_budget: Arc<Semaphore>,
     terminated: AtomicBool,
-    /// Tree kills under way; `closed` waits until none is, so a client that
-    /// sees `closed` after a terminate never sees a descendant still dying.
-    tree_kills: Arc<watch::Sender<usize>>,
 }
 
 /// Counts one tree kill as under way until dropped.
@@ -142,10 +100,6 @@ impl Drop for TreeKillGuard {
         self.0.send_modify(|n| *n = n.saturating_sub(1));
     }
 }
-
-/// The longest `closed` waits for a tree kill to finish (a descendant stuck
-/// in uninterruptible sleep must not hold the process open forever).
-const TREE_KILL_SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Supervisor pids of the live sandboxed processes: the roots of the
 /// subtrees whose connections the server refuses.
@@ -177,7 +131,7 @@ impl Drop for RootGuard {
 
 impl Drop for ManagedProcess {
     fn drop(&mut self) {
-        if self.sandboxed {
+        if self.is_sandboxed() {
             unregister_root(self.supervisor_pid.as_raw());
         }
     }
@@ -186,7 +140,7 @@ impl Drop for ManagedProcess {
 impl std::fmt::Debug for ManagedProcess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ManagedProcess")
-            .field("id", &self.id)
+            .field("id", &self.id())
             .field("command_pid", &self.command_pid)
             .finish_non_exhaustive()
     }
@@ -226,21 +180,14 @@ impl ManagedProcess {
             lock(&SANDBOXED_ROOTS).push(spawned.supervisor_pid.as_raw());
             root_guard.0 = Some(spawned.supervisor_pid.as_raw());
         }
-        let pty_master = spawned
-            .pty_master
-            .map(super::output::register)
-            .transpose()?
-            .map(Arc::new);
-        let stdout = spawned.stdout.map(super::output::register).transpose()?;
-        let stderr = spawned.stderr.map(super::output::register).transpose()?;
-        let status = super::output::register(spawned.status)?;
+        let pty_master = spawned.pty_master.map(register).transpose()?.map(Arc::new);
+        let stdout = spawned.stdout.map(register).transpose()?;
+        let stderr = spawned.stderr.map(register).transpose()?;
+        let status = register(spawned.status)?;
         let (tx, writer) = match (spawned.stdin, &pty_master) {
             (Some(fd), _) => {
                 let (tx, rx) = mpsc::channel(256);
-                (
-                    Some(tx),
-                    Some(StdinWriter::Pipe(super::output::register(fd)?, rx)),
-                )
+                (Some(tx), Some(StdinWriter::Pipe(register(fd)?, rx)))
             }
             (None, Some(master)) => {
                 let (tx, rx) = mpsc::channel(256);
@@ -249,28 +196,19 @@ impl ManagedProcess {
             (None, None) => (None, None),
         };
         root_guard.0 = None;
+        let record = Arc::new(Record::new(id, spec.sandboxed, options.retained_bytes));
         let process = Arc::new(Self {
-            id,
+            record: record.clone(),
             supervisor_pid: spawned.supervisor_pid,
             command_pid: spawned.command_pid,
-            sandboxed: spec.sandboxed,
             tty: pty_master.is_some(),
             pty_master: Mutex::new(pty_master.clone()),
-            state: Mutex::new(State {
-                retention: Retention::new(options.retained_bytes, RETAINED_CHUNKS),
-                next_seq: 1,
-                exit: None,
-                closed: false,
-                sandbox_denied: false,
-            }),
-            changed: Notify::new(),
             stdin: Mutex::new(StdinState {
                 tx,
                 write_ids: WriteIds::default(),
             }),
             stdin_budget: Arc::new(Semaphore::new(STDIN_QUEUE_BYTES)),
             terminated: AtomicBool::new(false),
-            tree_kills: Arc::new(watch::Sender::new(0)),
         });
         if let Some(writer) = writer {
             tokio::spawn(writer.run());
@@ -287,86 +225,58 @@ impl ManagedProcess {
             // The zygote reaps this supervisor; count it live until closed.
             None => true,
         };
-        let streams = super::output::Streams {
+        let streams = Streams {
             stdout,
             stderr,
             pty: pty_master,
             status: Some(status),
         };
-        tokio::spawn(super::output::pump(
-            process.clone(),
+        let closing = process.clone();
+        tokio::spawn(output::pump(
+            record,
             streams,
             route,
+            Box::new(move || closing.release_io()),
             on_evict,
             reaped_by_pump,
         ));
         Ok(process)
     }
 
+    /// What the output pump records about this process.
+    pub fn record(&self) -> &Record {
+        &self.record
+    }
+
     /// The caller-chosen id.
     pub fn id(&self) -> &str {
-        &self.id
+        self.record.id()
     }
 
     /// Whether the process was started sandboxed.
     pub fn is_sandboxed(&self) -> bool {
-        self.sandboxed
+        self.record.is_sandboxed()
     }
 
     /// Whether `closed` was recorded.
     pub fn is_closed(&self) -> bool {
-        lock(&self.state).closed
+        self.record.is_closed()
     }
 
     /// Whether the exit was recorded.
     pub fn has_exited(&self) -> bool {
-        lock(&self.state).exit.is_some()
-    }
-
-    /// Whether `process/terminate` (or a session kill) hit this process.
-    pub fn was_terminated(&self) -> bool {
-        self.terminated.load(Ordering::Relaxed)
-    }
-
-    /// Waits (bounded) until no tree kill of this process is under way, so
-    /// every descendant it found has finished dying.
-    pub(crate) async fn tree_kills_settled(&self) {
-        let mut kills = self.tree_kills.subscribe();
-        let _ = tokio::time::timeout(TREE_KILL_SETTLE_LIMIT, kills.wait_for(|n| *n == 0)).await;
+        self.record.has_exited()
     }
 
     /// The `process/read` answer for the current state, and whether a long
     /// poll may return now.
     pub fn snapshot(&self, after_seq: u64, max_bytes: Option<u64>) -> (ReadResult, bool) {
-        let state = lock(&self.state);
-        let selection = state.retention.select(after_seq, max_bytes);
-        let next_seq = match (max_bytes, selection.chunks.last()) {
-            (Some(_), Some(last)) => last.seq + 1,
-            _ => state.next_seq,
-        };
-        let ready = !selection.chunks.is_empty()
-            || state.closed
-            || state.exit.is_some_and(|e| after_seq < e.seq);
-        let result = ReadResult {
-            chunks: selection
-                .chunks
-                .into_iter()
-                .map(|c| ReadChunk {
-                    seq: c.seq,
-                    stream: c.stream,
-                    chunk: c.data,
-                })
-                .collect(),
-            next_seq,
-            exited: state.exit.is_some(),
-            exit_code: state.exit.map(|e| e.code),
-            closed: state.closed,
-            failure: None,
-            sandbox_denied: state.sandbox_denied,
-            truncated: selection.truncated,
-            network_denials: Vec::new(),
-        };
-        (result, ready)
+        self.record.snapshot(after_seq, max_bytes)
+    }
+
+    /// Whether `process/terminate` (or a session kill) hit this process.
+    pub fn was_terminated(&self) -> bool {
+        self.terminated.load(Ordering::Relaxed)
     }
 
     /// Whether stdin accepts writes (a PTY, or `pipeStdin` and not closed).
@@ -440,7 +350,7 @@ impl ManagedProcess {
 
     /// Drops the server's stdin and PTY descriptors once the process is
     /// closed, so a closed process holds no descriptor while it stays readable.
-    pub(crate) fn release_io(&self) {
+    fn release_io(&self) {
         lock(&self.stdin).tx = None;
         lock(&self.pty_master).take();
     }
@@ -461,11 +371,11 @@ impl ManagedProcess {
     /// grace to remove its mount points ([`kill::terminate_sandboxed_tree`]).
     pub fn kill_tree_now(&self) {
         let (supervisor, group, sandboxed) =
-            (self.supervisor_pid, self.command_pid, self.sandboxed);
+            (self.supervisor_pid, self.command_pid, self.is_sandboxed());
         if !sandboxed {
             let _ = kill::signal_group(group, Signal::SIGKILL);
         }
-        let guard = TreeKillGuard::new(&self.tree_kills);
+        let guard = TreeKillGuard::new(&self.record.tree_kills);
         let work = move || {
             let _guard = guard;
             if sandboxed {
@@ -492,7 +402,7 @@ impl ManagedProcess {
     pub fn kill_trees_blocking(processes: &[&Self]) {
         let _guards: Vec<TreeKillGuard> = processes
             .iter()
-            .map(|process| TreeKillGuard::new(&process.tree_kills))
+            .map(|process| TreeKillGuard::new(&process.record.tree_kills))
             .collect();
         let trees: Vec<_> = processes
             .iter()
@@ -501,7 +411,7 @@ impl ManagedProcess {
                 (
                     process.supervisor_pid,
                     process.command_pid,
-                    process.sandboxed,
+                    process.is_sandboxed(),
                 )
             })
             .collect();

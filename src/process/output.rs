@@ -14,16 +14,17 @@ use std::time::Duration;
 use nix::errno::Errno;
 use tokio::io::unix::AsyncFd;
 
+use super::fd::read_record;
 use super::kill::signal_name;
-use super::managed::{lock, EventRoute, ExitInfo, ManagedProcess};
+use super::record::{EventRoute, ExitInfo, Record};
 use super::retention::{Chunk, Retention};
-use super::spawn::read_record;
 use super::supervisor::decode_wait_status;
 use crate::protocol::envelope::encode_notification;
 use crate::protocol::process::{
     encode_output_notification, ClosedNotification, ExitedNotification, StreamKind, NOTIFY_CLOSED,
     NOTIFY_EXITED,
 };
+use crate::sync::lock;
 
 /// Largest chunk read at once.
 pub const CHUNK_BYTES: usize = 64 * 1024;
@@ -33,13 +34,6 @@ pub const CLOSED_PROCESS_TTL: Duration = Duration::from_secs(30);
 pub const SANDBOX_LATE_OUTPUT_GRACE: Duration = Duration::from_millis(20);
 /// At most this many chunks per stream are drained when the exit arrives.
 const DRAIN_CHUNKS: usize = 64;
-
-/// Registers an owned descriptor with the reactor.
-pub(crate) fn register(fd: OwnedFd) -> io::Result<AsyncFd<OwnedFd>> {
-    // SAFETY: an OwnedFd owns its descriptor: it stays open and names the
-    // same file description until the AsyncFd (its owner) drops it.
-    unsafe { AsyncFd::register(fd) }.map_err(|err| err.into_parts().1)
-}
 
 thread_local! {
     static SCRATCH: RefCell<Vec<u8>> = RefCell::new(vec![0; CHUNK_BYTES]);
@@ -137,10 +131,14 @@ async fn next_event(streams: &Streams, with_status: bool) -> Event {
 }
 
 /// Runs until the process is closed, then forgets it after [`CLOSED_PROCESS_TTL`].
+///
+/// `on_closed` runs once `closed` is out (the server drops its stdin and
+/// PTY descriptors then).
 pub(crate) async fn pump(
-    process: Arc<ManagedProcess>,
+    process: Arc<Record>,
     mut streams: Streams,
     route: EventRoute,
+    on_closed: Box<dyn FnOnce() + Send>,
     on_evict: Box<dyn FnOnce() + Send>,
     release_on_close: bool,
 ) {
@@ -165,7 +163,7 @@ pub(crate) async fn pump(
     }
     process.tree_kills_settled().await;
     emit_closed(&process, &route).await;
-    process.release_io();
+    on_closed();
     if release_on_close {
         super::reaper::release();
     }
@@ -174,7 +172,7 @@ pub(crate) async fn pump(
 }
 
 /// Emits what is readable right now on every open stream.
-async fn drain(process: &ManagedProcess, route: &EventRoute, streams: &mut Streams) {
+async fn drain(process: &Record, route: &EventRoute, streams: &mut Streams) {
     for kind in [StreamKind::Stdout, StreamKind::Stderr, StreamKind::Pty] {
         for _ in 0..DRAIN_CHUNKS {
             let fd = match kind {
@@ -199,7 +197,7 @@ async fn drain(process: &ManagedProcess, route: &EventRoute, streams: &mut Strea
     }
 }
 
-async fn late_output_grace(process: &ManagedProcess, route: &EventRoute, streams: &mut Streams) {
+async fn late_output_grace(process: &Record, route: &EventRoute, streams: &mut Streams) {
     let deadline = tokio::time::Instant::now() + SANDBOX_LATE_OUTPUT_GRACE;
     while !streams.outputs_closed() {
         match tokio::time::timeout_at(deadline, next_event(streams, false)).await {
@@ -210,12 +208,7 @@ async fn late_output_grace(process: &ManagedProcess, route: &EventRoute, streams
     }
 }
 
-async fn emit_output(
-    process: &ManagedProcess,
-    route: &EventRoute,
-    kind: StreamKind,
-    data: Vec<u8>,
-) {
+async fn emit_output(process: &Record, route: &EventRoute, kind: StreamKind, data: Vec<u8>) {
     let sender = route.current();
     // Only the pump advances `next_seq`, so reading it first is race-free.
     let seq = lock(&process.state).next_seq;
@@ -240,7 +233,7 @@ async fn emit_output(
 }
 
 async fn emit_exit(
-    process: &ManagedProcess,
+    process: &Record,
     route: &EventRoute,
     code: i32,
     signal: Option<i32>,
@@ -271,7 +264,7 @@ async fn emit_exit(
     }
 }
 
-async fn emit_closed(process: &ManagedProcess, route: &EventRoute) {
+async fn emit_closed(process: &Record, route: &EventRoute) {
     let seq = {
         let mut state = lock(&process.state);
         let seq = state.next_seq;

@@ -1,39 +1,20 @@
-//! Launching a managed process: the [`LaunchSpec`] built from `process/start`
-//! (and possibly rewritten by the sandbox layer), and the spawn itself.
+//! Launching a managed process under its supervisor: through the zygote,
+//! or by forking the server when the zygote cannot be reached.
 
-use std::ffi::OsString;
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, OnceLock};
 
 use nix::fcntl::OFlag;
 use nix::unistd::Pid;
 
+use super::fd::{read_record, register};
+use super::launch::LaunchSpec;
 use super::pty;
 use super::supervisor::{self, ReaperExec, SupervisorConfig};
 use super::zygote::Zygote;
-use crate::protocol::process::PtySize;
-
-/// Everything needed to start one managed process.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LaunchSpec {
-    /// The program (`argv[0]`, looked up on the child's `PATH`) and its arguments.
-    pub argv: Vec<OsString>,
-    /// The process-visible argv[0], when it differs from the program.
-    pub arg0: Option<OsString>,
-    /// Working directory (absolute).
-    pub cwd: PathBuf,
-    /// The child's whole environment.
-    pub env: Vec<(OsString, OsString)>,
-    /// Run on a PTY of this size instead of pipes.
-    pub tty: Option<PtySize>,
-    /// Keep a writable stdin pipe (non-tty only).
-    pub pipe_stdin: bool,
-    /// Set by the sandbox layer: compute `sandboxDenied` on exit.
-    pub sandboxed: bool,
-}
 
 /// A started process: the supervisor (to reap), the command's pid (its
 /// process group), and the server's ends of its descriptors.
@@ -263,7 +244,7 @@ async fn spawn_with_zygote(zygote: &Zygote, spec: &LaunchSpec) -> Result<Spawned
     drop(child_fds);
     drop(status_write);
     pty::set_nonblocking(&status_read).map_err(|e| ZygoteError::Spawn(e.into()))?;
-    let status = super::output::register(status_read).map_err(|e| ZygoteError::Spawn(e.into()))?;
+    let status = register(status_read).map_err(|e| ZygoteError::Spawn(e.into()))?;
     // No supervisor pid: the job died with an exiting zygote before any fork.
     let supervisor_pid = read_record(&status)
         .await
@@ -292,20 +273,4 @@ async fn spawn_with_zygote(zygote: &Zygote, spec: &LaunchSpec) -> Result<Spawned
         stdin: nonblocking(stdin)?,
         pty_master,
     })
-}
-
-/// One status record, or `None` at EOF (or on a short read or error).
-/// Cancel-safe: the record is only taken by a completed read.
-pub(super) async fn read_record(fd: &tokio::io::unix::AsyncFd<OwnedFd>) -> Option<i32> {
-    loop {
-        let mut guard = fd.readable().await.ok()?;
-        let mut record = [0u8; supervisor::RECORD_LEN];
-        match guard.try_io(|inner| {
-            nix::unistd::read(inner.get_ref(), &mut record).map_err(io::Error::from)
-        }) {
-            Ok(Ok(n)) if n == supervisor::RECORD_LEN => return Some(i32::from_ne_bytes(record)),
-            Ok(_) => return None,
-            Err(_would_block) => continue,
-        }
-    }
 }

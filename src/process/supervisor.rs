@@ -85,12 +85,8 @@ fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
 /// # Safety
 /// Must only be called in a freshly forked child, as a `pre_exec` hook.
 pub unsafe fn enter(config: SupervisorConfig<'_>) -> io::Result<()> {
-    // SAFETY: prctl with integer arguments only.
-    check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) })?;
-    // SAFETY: getppid has no preconditions.
-    if unsafe { libc::getppid() } != config.server_pid {
-        return Err(io::Error::from_raw_os_error(libc::ESRCH));
-    }
+    block_reaper_signals()?;
+    arm_parent_death(config.server_pid)?;
     // SAFETY: setsid has no preconditions; a new session detaches the
     // supervisor from the server's terminal and process group.
     check(unsafe { libc::setsid() })?;
@@ -106,6 +102,56 @@ pub unsafe fn enter(config: SupervisorConfig<'_>) -> io::Result<()> {
     }
     // SAFETY: called once, in the supervisor, with the command's pid.
     unsafe { supervise(pid, config) }
+}
+
+/// The signal a supervisor gets when its parent dies (the server, or the
+/// zygote, which dies with the server). It then kills its whole subtree
+/// ([`super::subtree`]) instead of leaving orphans behind; sent by hand it
+/// does the same.
+pub const PARENT_DEATH_SIGNAL: libc::c_int = libc::SIGTERM;
+
+/// The signals the reaper waits for with `sigwaitinfo`: SIGCHLD and
+/// [`PARENT_DEATH_SIGNAL`]. Async-signal-safe.
+fn reaper_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data, initialized by sigemptyset.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: filling a local set with valid signal numbers.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        libc::sigaddset(&mut set, PARENT_DEATH_SIGNAL);
+    }
+    set
+}
+
+/// Blocks the [`reaper_signals`], so they wait, pending, for the reaper
+/// loop: no handler, no race, and a blocked signal survives the reaper's
+/// exec. Async-signal-safe.
+pub fn block_reaper_signals() -> io::Result<()> {
+    let set = reaper_signals();
+    // SAFETY: adding a set built above to our own mask.
+    check(unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) })?;
+    Ok(())
+}
+
+/// Asks for [`PARENT_DEATH_SIGNAL`] when the parent dies and checks that
+/// the parent is still `parent` (one that died before the request would
+/// never signal). The request survives the reaper's exec. Async-signal-safe.
+pub fn arm_parent_death(parent: libc::pid_t) -> io::Result<()> {
+    // SAFETY: plain system calls with integer arguments.
+    unsafe {
+        check(libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            PARENT_DEATH_SIGNAL,
+            0,
+            0,
+            0,
+        ))?;
+        if libc::getppid() != parent {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+    }
+    Ok(())
 }
 
 /// Reports `command`'s wait status on `status_fd`, reaps every descendant
@@ -342,18 +388,30 @@ fn format_decimal(value: i32, buf: &mut [u8; 12]) {
 /// Reports the command's wait status (unless `status_fd` is -1: already
 /// reported), then reaps every adopted descendant until none is left, and exits.
 fn reap(command: libc::pid_t, mut status_fd: RawFd) -> ! {
+    let waited = reaper_signals();
+    // Already blocked unless the reaper was started by hand.
+    let _ = block_reaper_signals();
     loop {
-        let mut status: libc::c_int = 0;
-        // SAFETY: waitpid writes the status into a live stack variable.
-        let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
-        if pid == command {
-            status_fd = report(status_fd, status);
-        } else if pid < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            break;
+        loop {
+            let mut status: libc::c_int = 0;
+            // SAFETY: waitpid writes the status into a live stack variable.
+            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            if pid == command {
+                status_fd = report(status_fd, status);
+            } else if pid == 0 {
+                break;
+            } else if pid < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                // No child left.
+                // SAFETY: _exit is async-signal-safe and skips atexit handlers.
+                unsafe { libc::_exit(0) }
+            }
+        }
+        // SAFETY: waits for one of the blocked signals of a live set.
+        let signo = unsafe { libc::sigwaitinfo(&waited, std::ptr::null_mut()) };
+        if signo == PARENT_DEATH_SIGNAL {
+            super::subtree::kill_all_and_exit();
         }
     }
-    // SAFETY: _exit is async-signal-safe and skips atexit handlers.
-    unsafe { libc::_exit(0) }
 }
 
 /// The reaper role after re-exec: `argv = [name, SUPERVISOR_ARG1, fd, pid]`.

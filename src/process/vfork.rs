@@ -140,7 +140,7 @@ impl Launch {
     /// Starts the command as a child of the calling process: its own
     /// session, the PTY on fd 0 as controlling terminal when asked, SIGKILL
     /// when the calling thread dies (PR_SET_PDEATHSIG follows the thread),
-    /// descriptors above 2 closed on exec, default SIGPIPE, the caller's
+    /// descriptors above 2 closed on exec, default SIGPIPE, an empty
     /// signal mask. Returns once the child has exec'd (its pid) or failed
     /// (the errno of the failed step; the child is reaped).
     ///
@@ -254,7 +254,8 @@ fn setup_and_exec(context: &mut ChildContext<'_>) -> libc::c_int {
         return errno;
     }
     // SAFETY: plain system calls on our own process: descriptors above 2
-    // close at exec, then the caller's signal mask comes back.
+    // close at exec, then an empty signal mask (the supervisor blocks the
+    // signals its reaper waits for; the command must not inherit that).
     unsafe {
         libc::syscall(
             libc::SYS_close_range,
@@ -262,7 +263,9 @@ fn setup_and_exec(context: &mut ChildContext<'_>) -> libc::c_int {
             u32::MAX,
             libc::CLOSE_RANGE_CLOEXEC,
         );
-        libc::pthread_sigmask(libc::SIG_SETMASK, &context.old_mask, ptr::null_mut());
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &empty, ptr::null_mut());
     }
     exec_first_found(launch)
 }

@@ -137,7 +137,10 @@ impl JsonSchema for policy::FileSystemSpecialPath {
             "description": "A symbolic location: kind root, minimal, project_roots (alias current_working_directory, with an optional relative subpath), tmpdir, slash_tmp or unknown (path = the unknown token). Unknown kinds are kept and ignored.",
             "type": "object",
             "properties": {
-                "kind": { "type": "string" },
+                "kind": {
+                    "type": "string",
+                    "examples": ["root", "minimal", "project_roots", "current_working_directory", "tmpdir", "slash_tmp"]
+                },
                 "path": { "type": "string" },
                 "subpath": { "type": "string" }
             },
@@ -164,11 +167,7 @@ fn inbound<T: JsonSchema>() -> Value {
 
 /// Input spellings serde accepts through `#[serde(alias)]`, which schemars
 /// does not describe: (definition, canonical value, alias).
-pub const INPUT_ALIASES: [(&str, &str, &str); 3] = [
-    ("AccessMode", "deny", "none"),
-    ("FileSystemAccessMode", "deny", "none"),
-    ("SpecialPath", "project_roots", "current_working_directory"),
-];
+pub const INPUT_ALIASES: [(&str, &str, &str); 1] = [("FileSystemAccessMode", "deny", "none")];
 
 /// Adds [`INPUT_ALIASES`] to the `$defs` of an inbound schema: next to the
 /// canonical value of a string enum, or of a tag `const`.
@@ -394,11 +393,7 @@ pub fn files() -> BTreeMap<String, Value> {
             "FileSystemSandboxContext",
             inbound::<sandbox::FileSystemSandboxContext>(),
         ),
-        (
-            "ExecPermissionProfile",
-            inbound::<sandbox::ExecPermissionProfile>(),
-        ),
-        ("PermissionProfile", outbound::<policy::PermissionProfile>()),
+        ("PermissionProfile", inbound::<policy::PermissionProfile>()),
         ("SandboxPolicy", inbound::<policy::SandboxPolicy>()),
         (
             "FileSystemSandboxPolicy",
@@ -475,17 +470,18 @@ mod tests {
 
     #[test]
     fn input_aliases_are_accepted_by_the_types_and_the_schemas() {
-        let deny: sandbox::AccessMode = serde_json::from_str(r#""none""#).unwrap();
-        assert_eq!(deny, sandbox::AccessMode::Deny);
         let deny: policy::FileSystemAccessMode = serde_json::from_str(r#""none""#).unwrap();
         assert_eq!(deny, policy::FileSystemAccessMode::Deny);
-        let cwd: sandbox::SpecialPath =
+        let cwd: policy::FileSystemSpecialPath =
             serde_json::from_str(r#"{"kind":"current_working_directory"}"#).unwrap();
-        assert_eq!(cwd, sandbox::SpecialPath::ProjectRoots { subpath: None });
+        assert_eq!(
+            cwd,
+            policy::FileSystemSpecialPath::ProjectRoots { subpath: None }
+        );
         let files = files();
         let context = serde_json::to_string(&files["FileSystemSandboxContext.json"]).unwrap();
         assert!(context.contains(r#""current_working_directory""#));
-        assert!(context.contains(r#"["read","write","deny","none"]"#));
+        assert!(context.contains(r#"["deny","none"]"#));
     }
 
     #[test]

@@ -324,18 +324,17 @@ fn run_args(args: Args) -> Result<i32, Failure> {
     let needs_fs_sandbox = !prepared.resolved.full_write;
     if !needs_fs_sandbox {
         if args.explain {
-            println!("backend: none (full-disk write: no filesystem sandbox)");
-            println!("profile: {}", prepared.profile.to_json());
-            println!("network: {}", net_name(prepared.network));
-            println!(
-                "seccomp: {}",
-                if prepared.profile == PermissionProfile::Disabled {
-                    "none (sandbox disabled)"
-                } else {
-                    seccomp_mode(prepared.network).as_str()
-                }
-            );
-            return Ok(0);
+            let seccomp = if prepared.profile == PermissionProfile::Disabled {
+                "none (sandbox disabled)"
+            } else {
+                seccomp_mode(prepared.network).as_str()
+            };
+            return Ok(crate::stdout::print(&format!(
+                "backend: none (full-disk write: no filesystem sandbox)\n\
+                 profile: {}\nnetwork: {}\nseccomp: {seccomp}\n",
+                prepared.profile.to_json(),
+                net_name(prepared.network),
+            )));
         }
         std::env::set_current_dir(&prepared.command_cwd).map_err(|e| {
             fail(format!(
@@ -413,15 +412,17 @@ fn landlock_backend(args: &Args, prepared: &Prepared) -> Result<i32, Failure> {
     if args.explain {
         let abi = crate::sandbox::probe::host().landlock_abi.unwrap_or(0);
         let plan = crate::sandbox::landlock::plan(&prepared.resolved, abi).map_err(fail)?;
-        println!("backend: landlock (ABI {abi})");
-        println!("profile: {}", prepared.profile.to_json());
-        println!("network: {}", net_name(prepared.network));
-        println!("read: {}", join_paths(&plan.read));
-        println!("write: {}", join_paths(&plan.write));
+        let mut text = format!(
+            "backend: landlock (ABI {abi})\nprofile: {}\nnetwork: {}\nread: {}\nwrite: {}\n",
+            prepared.profile.to_json(),
+            net_name(prepared.network),
+            join_paths(&plan.read),
+            join_paths(&plan.write),
+        );
         if !plan.unenforced.is_empty() {
-            println!("not enforced: {}", plan.unenforced.join("; "));
+            text.push_str(&format!("not enforced: {}\n", plan.unenforced.join("; ")));
         }
-        return Ok(0);
+        return Ok(crate::stdout::print(&text));
     }
     std::env::set_current_dir(&prepared.command_cwd).map_err(|e| {
         fail(format!(
@@ -537,8 +538,7 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
         let built = bwrap_args::build(&inputs)
             .map_err(|e| fail(format!("error building bubblewrap command: {e}")))?;
         if args.explain {
-            print_explain(prepared, &choice, &built);
-            return Ok(0);
+            return Ok(crate::stdout::print(&explain(prepared, &choice, &built)));
         }
         let fds = fds.with_masks(built.fd_count()).map_err(fail)?;
         let argv = built.render(&fds.mask_numbers());
@@ -579,27 +579,32 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
     }
 }
 
-fn print_explain(
+/// The `--explain` report of the bubblewrap backend.
+fn explain(
     prepared: &Prepared,
     choice: &launcher::LauncherChoice,
     built: &bwrap_args::BwrapCommand,
-) {
+) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
     let r = &prepared.resolved;
-    println!("backend: bwrap");
-    println!(
+    let _ = writeln!(out, "backend: bwrap");
+    let _ = writeln!(
+        out,
         "launcher: {} {} ({})",
         choice.kind.as_str(),
         choice.path.display(),
         choice.reason
     );
-    println!("profile: {}", prepared.profile.to_json());
-    println!("policy cwd: {}", prepared.policy_cwd.display());
-    println!("command cwd: {}", prepared.command_cwd.display());
-    println!("network: {}", net_name(prepared.network));
-    println!("seccomp: {}", seccomp_mode(prepared.network).as_str());
-    println!("readable: {}", join_paths(&r.readable_roots()));
+    let _ = writeln!(out, "profile: {}", prepared.profile.to_json());
+    let _ = writeln!(out, "policy cwd: {}", prepared.policy_cwd.display());
+    let _ = writeln!(out, "command cwd: {}", prepared.command_cwd.display());
+    let _ = writeln!(out, "network: {}", net_name(prepared.network));
+    let _ = writeln!(out, "seccomp: {}", seccomp_mode(prepared.network).as_str());
+    let _ = writeln!(out, "readable: {}", join_paths(&r.readable_roots()));
     for w in r.writable_roots() {
-        println!(
+        let _ = writeln!(
+            out,
             "writable: {} (read-only inside: {})",
             w.root.display(),
             if w.read_only_subpaths.is_empty() && w.protected_metadata_names.is_empty() {
@@ -620,13 +625,14 @@ fn print_explain(
             }
         );
     }
-    println!("denied: {}", join_paths(&r.unreadable_roots()));
+    let _ = writeln!(out, "denied: {}", join_paths(&r.unreadable_roots()));
     if !r.unreadable_globs().is_empty() {
-        println!("denied globs: {}", r.unreadable_globs().join(" "));
+        let _ = writeln!(out, "denied globs: {}", r.unreadable_globs().join(" "));
     }
     let argv: Vec<String> = std::iter::once(OsString::from("bwrap"))
         .chain(built.render_example())
         .map(|w| quote(&w))
         .collect();
-    println!("argv: {}", argv.join(" "));
+    let _ = writeln!(out, "argv: {}", argv.join(" "));
+    out
 }

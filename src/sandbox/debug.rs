@@ -27,12 +27,24 @@ const PREFIX: &str = "codexbox sandbox";
     name = "codexbox sandbox",
     version,
     about = "Run a command the way the exec-server would sandbox it.",
-    after_help = "Profiles: read-only (default), workspace, danger-full-access, or a PermissionProfile JSON document."
+    after_help = "Profiles: read-only (default), workspace, danger-full-access (each also with a leading `:`, as in `-P :workspace`), a PermissionProfile JSON document, or a file holding one."
 )]
 struct Args {
-    /// read-only | workspace | danger-full-access | PermissionProfile JSON.
-    #[arg(long, short = 'p', default_value = "read-only", value_name = "PROFILE")]
+    /// read-only | workspace | danger-full-access (or `:read-only`, …), a
+    /// PermissionProfile JSON document, or the path of a file holding one.
+    #[arg(
+        short = 'P',
+        long = "permission-profile",
+        visible_alias = "profile",
+        alias = "permissions-profile",
+        short_alias = 'p',
+        default_value = ":read-only",
+        value_name = "PROFILE"
+    )]
     profile: String,
+    /// Accepted for the Codex CLI's sake; codexbox has no managed configuration.
+    #[arg(long, hide = true)]
+    include_managed_config: bool,
     /// Working directory (the workspace root); default: the current directory.
     #[arg(short = 'C', long = "cd", value_name = "DIR")]
     cwd: Option<PathBuf>,
@@ -51,17 +63,85 @@ struct Args {
     /// Do not mount a fresh /proc.
     #[arg(long)]
     no_proc: bool,
-    /// The command to run.
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "COMMAND"
-    )]
+    /// The command to run (after `--`, or from the first argument that is
+    /// not an option).
+    #[arg(trailing_var_arg = true, value_name = "COMMAND")]
     command: Vec<OsString>,
+}
+
+/// Subcommands of the older `codex sandbox` (the backend is now chosen by
+/// the host).
+const REMOVED_BACKEND_SUBCOMMANDS: [&str; 5] =
+    ["linux", "landlock", "macos", "seatbelt", "windows"];
+
+/// A migration message for a command line in a form the Codex CLI removed:
+/// `sandbox linux …` (and the other backends) or `--full-auto`, given
+/// before any `--`.
+fn removed_form(argv: &[OsString]) -> Option<String> {
+    let before_dashes = argv
+        .iter()
+        .skip(1)
+        .take_while(|arg| *arg != "--")
+        .filter_map(|arg| arg.to_str());
+    let mut takes_value = false;
+    for arg in before_dashes {
+        if std::mem::take(&mut takes_value) {
+            continue;
+        }
+        if arg == "--full-auto" {
+            return Some(
+                "--full-auto was removed; use `-P :workspace` (the workspace writable, no network)"
+                    .into(),
+            );
+        }
+        if arg.starts_with('-') {
+            takes_value = !arg.contains('=') && OPTIONS_WITH_VALUES.contains(&arg);
+            continue;
+        }
+        return REMOVED_BACKEND_SUBCOMMANDS.contains(&arg).then(|| {
+            format!(
+                "`sandbox {arg}` was removed; the host picks the backend: \
+                 run `sandbox [-P PROFILE] -- COMMAND...`"
+            )
+        });
+    }
+    None
+}
+
+/// The options of [`Args`] that take a value as the next argument.
+const OPTIONS_WITH_VALUES: [&str; 9] = [
+    "-P",
+    "-p",
+    "--permission-profile",
+    "--permissions-profile",
+    "--profile",
+    "-C",
+    "--cd",
+    "--writable-root",
+    "--backend",
+];
+
+/// A profile named on the command line: a name or JSON as
+/// [`PermissionProfile::parse`] takes them, or else a file holding JSON.
+fn read_profile(text: &str) -> Result<PermissionProfile, String> {
+    match PermissionProfile::parse(text) {
+        Ok(profile) => Ok(profile),
+        Err(err) if !std::path::Path::new(text).is_file() => Err(err.to_string()),
+        Err(_) => {
+            let json = std::fs::read_to_string(text)
+                .map_err(|e| format!("cannot read the profile file {text}: {e}"))?;
+            serde_json::from_str(&json)
+                .map_err(|e| format!("invalid permission profile in {text}: {e}"))
+        }
+    }
 }
 
 /// Entry point of this mode.
 pub fn main(argv: Vec<OsString>) -> i32 {
+    if let Some(message) = removed_form(&argv) {
+        eprintln!("{PREFIX}: {message}");
+        return 2;
+    }
     let args = match super::cli::parse_args::<Args>(&argv, PREFIX) {
         Ok(a) => a,
         Err(code) => return code,
@@ -88,7 +168,7 @@ fn run(args: Args) -> Result<i32, (i32, String)> {
     if !cwd.is_dir() {
         return Err((1, format!("{} is not a directory", cwd.display())));
     }
-    let mut profile = PermissionProfile::parse(&args.profile).map_err(|e| (2, e.to_string()))?;
+    let mut profile = read_profile(&args.profile).map_err(|e| (2, e))?;
     let roots: Vec<PathBuf> = args
         .writable_root
         .iter()

@@ -123,15 +123,14 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         match arg.to_str() {
             Some("--json") => json = true,
             Some("-h" | "--help") => {
-                println!(
+                return crate::stdout::print(&format!(
                     "Usage: {name} [--json]\n\n\
                      Reports what this host supports for sandboxing: kernel, user namespaces\n\
                      (and why not), Landlock ABI, seccomp, bubblewrap (system, bundled,\n\
                      built-in), ripgrep, WSL, and which backend a sandboxed command would use.\n\
                      Exit status 0 when sandboxing works, 1 otherwise.\n\n\
-                     --json  print one JSON object instead of text"
-                );
-                return 0;
+                     --json  print one JSON object instead of text\n"
+                ));
             }
             _ => {
                 eprintln!(
@@ -143,18 +142,21 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         }
     }
     let report = collect();
-    if json {
+    let text = if json {
         match serde_json::to_string_pretty(&report) {
-            Ok(text) => println!("{text}"),
+            Ok(text) => text + "\n",
             Err(err) => {
                 eprintln!("{name}: cannot encode the report: {err}");
                 return 1;
             }
         }
     } else {
-        print!("{}", render(&report));
-    }
-    if report.sandbox_works {
+        render(&report)
+    };
+    let printed = crate::stdout::print(&text);
+    if printed != 0 {
+        printed
+    } else if report.sandbox_works {
         0
     } else {
         1

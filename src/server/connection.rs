@@ -13,10 +13,10 @@ use super::config::ServerConfig;
 use super::fs_methods::FsContext;
 use super::router;
 use super::session::{ConnectionId, Registry, Session};
-use crate::process::managed::lock;
 use crate::protocol::envelope::{self, encode_error, encode_response, Incoming};
 use crate::protocol::{RequestId, RpcError, NOTIFY_INITIALIZED};
 use crate::runtime_paths::ExecServerRuntimePaths;
+use crate::sync::lock;
 
 /// Requests of one connection that may wait at the same time.
 pub const MAX_DEFERRED_REQUESTS: usize = 1024;

@@ -21,8 +21,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::Semaphore;
 
-use crate::arg0::FS_HELPER_ARG1;
 use crate::fs_helper::{HelperResponse, ServeResponse};
+use crate::mode::FS_HELPER_ARG1;
 use crate::protocol::RpcError;
 use crate::runtime_paths::ExecServerRuntimePaths;
 use crate::sandbox::cli::helper_args;

@@ -18,7 +18,7 @@ use super::fs_helper_pool::{HelperKey, HelperPool};
 use super::process_sandbox::SandboxGuard;
 use crate::fs::{ops, FileStreams, FsError};
 use crate::protocol::fs::{method, CloseParams, OpenParams, ReadBlockParams};
-use crate::protocol::sandbox::{to_policy_profile, FileSystemSandboxContext, ResolvedSandbox};
+use crate::protocol::sandbox::{FileSystemSandboxContext, ResolvedSandbox};
 use crate::protocol::RpcError;
 use crate::runtime_paths::ExecServerRuntimePaths;
 
@@ -133,9 +133,7 @@ fn placement(
         .map_err(|err| RpcError::invalid_request(err.to_string()))?;
     let mut profile = resolved.helper_profile(&exe_dirs(paths));
     guard.apply(&mut profile);
-    let profile_json = to_policy_profile(&profile)
-        .map(|profile| profile.to_json())
-        .map_err(|err| RpcError::invalid_request(format!("failed to prepare fs sandbox: {err}")))?;
+    let profile_json = profile.to_json();
     Ok(Placement::Helper(HelperKey {
         profile_json,
         cwd,

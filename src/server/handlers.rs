@@ -208,7 +208,7 @@ pub async fn read(
         let _permit = permit;
         let deadline = tokio::time::Instant::now() + wait;
         let outcome = loop {
-            let changed = process.changed.notified();
+            let changed = process.record().changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
             let (result, ready) = process.snapshot(after, params.max_bytes);

@@ -22,7 +22,7 @@ use super::connection::Connection;
 use super::handlers::Deferred;
 use crate::net::client::{fetch, Outgoing};
 use crate::net::upstream::Upstream;
-use crate::process::managed::lock;
+use crate::sync::lock;
 use crate::protocol::envelope::encode_notification;
 use crate::protocol::http::{
     BodyDeltaNotification, HttpHeader, HttpRequestParams, HttpRequestResult, RedirectPolicy,

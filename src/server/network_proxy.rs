@@ -18,7 +18,7 @@ use crate::net::env::apply_proxy_env;
 use crate::net::policy::{Mode, Policy};
 use crate::net::upstream::Upstream;
 use crate::net::{ProxyConfig, ProxyHandle};
-use crate::process::managed::lock;
+use crate::sync::lock;
 use crate::process::ManagedProcess;
 use crate::protocol::envelope::encode_notification;
 use crate::protocol::network::{
@@ -251,7 +251,7 @@ impl NetworkState {
 /// Completes once `process` is closed (exit known, every stream at EOF).
 async fn closed(process: &ManagedProcess) {
     loop {
-        let changed = process.changed.notified();
+        let changed = process.record().changed.notified();
         tokio::pin!(changed);
         changed.as_mut().enable();
         if process.is_closed() {

@@ -16,15 +16,16 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::fs_methods::exe_dirs;
-use crate::arg0::LINUX_SANDBOX_ARG0;
+use crate::mode::LINUX_SANDBOX_ARG0;
 use crate::process::LaunchSpec;
-use crate::protocol::sandbox::{
-    to_policy_profile, AccessMode, EntryPath, ExecPermissionProfile, FileSystemSandboxContext,
-    ManagedFileSystem, SandboxContextError, SandboxEntry, SpecialPath,
-};
+use crate::protocol::sandbox::{FileSystemSandboxContext, SandboxContextError};
 use crate::protocol::RpcError;
 use crate::runtime_paths::ExecServerRuntimePaths;
 use crate::sandbox::cli::helper_args;
+use crate::sandbox::policy::{
+    FileSystemAccessMode, FileSystemPath, FileSystemSandboxEntry, FileSystemSpecialPath,
+    ManagedFileSystemPermissions, PermissionProfile,
+};
 
 /// The `codex-linux-sandbox` flag confining a command to its managed proxy.
 pub const ALLOW_NETWORK_FOR_PROXY_FLAG: &str = "--allow-network-for-proxy";
@@ -66,9 +67,9 @@ impl SandboxGuard {
     /// Rewrites a materialized restricted profile: `tmpdir` entries become
     /// the server's `$TMPDIR` (or are dropped), and the denied paths are
     /// appended as `deny` entries. Other profiles are left as they are.
-    pub fn apply(&self, profile: &mut ExecPermissionProfile) {
-        let ExecPermissionProfile::Managed {
-            file_system: ManagedFileSystem::Restricted { entries, .. },
+    pub fn apply(&self, profile: &mut PermissionProfile) {
+        let PermissionProfile::Managed {
+            file_system: ManagedFileSystemPermissions::Restricted { entries, .. },
             ..
         } = profile
         else {
@@ -78,14 +79,14 @@ impl SandboxGuard {
         for entry in entries.drain(..) {
             match (&entry.path, &self.tmpdir) {
                 (
-                    EntryPath::Special {
-                        value: SpecialPath::Tmpdir,
+                    FileSystemPath::Special {
+                        value: FileSystemSpecialPath::Tmpdir,
                     },
                     Some(tmpdir),
-                ) => out.push(path_entry(tmpdir, entry.access)),
+                ) => out.push(FileSystemSandboxEntry::path(tmpdir.clone(), entry.access)),
                 (
-                    EntryPath::Special {
-                        value: SpecialPath::Tmpdir,
+                    FileSystemPath::Special {
+                        value: FileSystemSpecialPath::Tmpdir,
                     },
                     None,
                 ) => {}
@@ -93,18 +94,12 @@ impl SandboxGuard {
             }
         }
         for path in &self.denied {
-            out.push(path_entry(path, AccessMode::Deny));
+            out.push(FileSystemSandboxEntry::path(
+                path.clone(),
+                FileSystemAccessMode::Deny,
+            ));
         }
         *entries = out;
-    }
-}
-
-fn path_entry(path: &Path, access: AccessMode) -> SandboxEntry {
-    SandboxEntry {
-        path: EntryPath::Path {
-            path: path.to_string_lossy().into_owned(),
-        },
-        access,
     }
 }
 
@@ -125,7 +120,6 @@ fn context_error(err: SandboxContextError) -> RpcError {
         SandboxContextError::WorkspaceRoot { uri, error } => format!(
             "sandbox workspace root URI `{uri}` is not valid on this exec-server host: {error}"
         ),
-        SandboxContextError::PermissionPath(_) => err.to_string(),
         other => format!("failed to prepare process sandbox: {other}"),
     })
 }
@@ -153,7 +147,6 @@ pub fn prepare(
     let policy_cwd = resolved.cwd.clone().unwrap_or_else(|| spec.cwd.clone());
     let mut profile = resolved.process_profile(&exe_dirs(paths));
     guard.apply(&mut profile);
-    let profile = to_policy_profile(&profile).map_err(context_error)?;
     let mut argv: Vec<OsString> = vec![paths.linux_sandbox_exe().as_os_str().to_owned()];
     // The proxy flag suppresses the Landlock backend (it cannot route).
     argv.extend(helper_args(
@@ -183,20 +176,20 @@ mod tests {
             denied: vec![PathBuf::from("/run/token")],
             tmpdir: usable_tmpdir(Path::new("/var/tmp/x/../y")),
         };
-        let special = |value| SandboxEntry {
-            path: EntryPath::Special { value },
-            access: AccessMode::Write,
-        };
-        let mut profile = ExecPermissionProfile::Managed {
-            file_system: ManagedFileSystem::Restricted {
-                entries: vec![special(SpecialPath::Root), special(SpecialPath::Tmpdir)],
+        let special = |value| FileSystemSandboxEntry::special(value, FileSystemAccessMode::Write);
+        let mut profile = PermissionProfile::Managed {
+            file_system: ManagedFileSystemPermissions::Restricted {
+                entries: vec![
+                    special(FileSystemSpecialPath::Root),
+                    special(FileSystemSpecialPath::Tmpdir),
+                ],
                 glob_scan_max_depth: None,
             },
             network: Default::default(),
         };
         guard.apply(&mut profile);
-        let ExecPermissionProfile::Managed {
-            file_system: ManagedFileSystem::Restricted { entries, .. },
+        let PermissionProfile::Managed {
+            file_system: ManagedFileSystemPermissions::Restricted { entries, .. },
             ..
         } = profile
         else {
@@ -205,9 +198,9 @@ mod tests {
         assert_eq!(
             entries,
             vec![
-                special(SpecialPath::Root),
-                path_entry(Path::new("/var/tmp/y"), AccessMode::Write),
-                path_entry(Path::new("/run/token"), AccessMode::Deny),
+                special(FileSystemSpecialPath::Root),
+                FileSystemSandboxEntry::path("/var/tmp/y", FileSystemAccessMode::Write),
+                FileSystemSandboxEntry::path("/run/token", FileSystemAccessMode::Deny),
             ]
         );
         assert_eq!(usable_tmpdir(Path::new("/")), None);

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, Notify};
 
-use crate::process::managed::lock;
 use crate::process::{EventRoute, ManagedProcess};
 use crate::protocol::RpcError;
+use crate::sync::lock;
 
 /// Identifies a connection within the server.
 pub type ConnectionId = u64;

@@ -216,6 +216,12 @@ impl Server {
         (raw, session)
     }
 
+    /// SIGKILLs the server (no shutdown of any kind) and reaps it.
+    pub fn kill_hard(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Fails when the server has exited.
     pub fn assert_running(&mut self) {
         if let Ok(Some(status)) = self.child.try_wait() {

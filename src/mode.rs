@@ -1,0 +1,80 @@
+//! The names of the binary's modes: the argv[0] basenames and subcommands
+//! that select each one, and the aliases `install-links` creates. A leaf
+//! module: everything that spawns this binary in another mode names it from
+//! here, and only the dispatcher ([`crate::arg0`]) maps a mode to its code.
+
+use std::ffi::OsStr;
+use std::path::Path;
+
+/// argv[0] basename that selects the exec-server.
+pub const EXEC_SERVER_ARG0: &str = "codex-exec-server";
+/// argv[0] basename that selects the Linux sandbox helper.
+pub const LINUX_SANDBOX_ARG0: &str = "codex-linux-sandbox";
+/// argv[0] basename that selects the built-in bubblewrap.
+pub const BWRAP_ARG0: &str = "bwrap";
+/// argv[0] basename that selects the filesystem helper.
+pub const FS_HELPER_ARG0: &str = "codex-fs-helper";
+/// argv[1] that selects the filesystem helper (the reference's hidden flag).
+pub const FS_HELPER_ARG1: &str = "--codex-run-as-fs-helper";
+
+/// The aliases `install-links` creates, each a symlink to the binary.
+pub const ALIASES: [&str; 4] = [
+    EXEC_SERVER_ARG0,
+    LINUX_SANDBOX_ARG0,
+    BWRAP_ARG0,
+    FS_HELPER_ARG0,
+];
+
+/// One of the binary's modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    ExecServer,
+    LinuxSandbox,
+    Bwrap,
+    FsHelper,
+    Sandbox,
+    Doctor,
+    InstallLinks,
+    Proxy,
+}
+
+impl Mode {
+    /// The subcommand name (`codexbox <name> …`).
+    pub fn subcommand(self) -> &'static str {
+        match self {
+            Mode::ExecServer => "exec-server",
+            Mode::LinuxSandbox => "linux-sandbox",
+            Mode::Bwrap => "bwrap",
+            Mode::FsHelper => "fs-helper",
+            Mode::Sandbox => "sandbox",
+            Mode::Doctor => "doctor",
+            Mode::InstallLinks => "install-links",
+            Mode::Proxy => "proxy",
+        }
+    }
+
+    pub fn from_arg0(arg0: &OsStr) -> Option<Mode> {
+        let name = Path::new(arg0).file_name()?;
+        match name.to_str()? {
+            EXEC_SERVER_ARG0 => Some(Mode::ExecServer),
+            LINUX_SANDBOX_ARG0 => Some(Mode::LinuxSandbox),
+            BWRAP_ARG0 => Some(Mode::Bwrap),
+            FS_HELPER_ARG0 => Some(Mode::FsHelper),
+            _ => None,
+        }
+    }
+
+    pub fn from_subcommand(arg: &OsStr) -> Option<Mode> {
+        const ALL: [Mode; 8] = [
+            Mode::ExecServer,
+            Mode::LinuxSandbox,
+            Mode::Bwrap,
+            Mode::FsHelper,
+            Mode::Sandbox,
+            Mode::Doctor,
+            Mode::InstallLinks,
+            Mode::Proxy,
+        ];
+        ALL.into_iter().find(|mode| arg == mode.subcommand())
+    }
+}

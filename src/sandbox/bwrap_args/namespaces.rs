@@ -1,0 +1,86 @@
+//! The namespace, /proc and working-directory options, and the inner
+//! stage's command line (with `--argv0` when the launcher has it, the
+//! subcommand form otherwise).
+
+use std::path::Path;
+
+use super::*;
+
+impl Builder<'_> {
+    pub(super) fn namespace_args(&mut self) {
+        let i = self.inputs;
+        self.out.texts(&[
+            "--unshare-user",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+        ]);
+        if !i.network_enabled {
+            self.out.text("--unshare-net");
+        }
+        if i.caps.disable_userns {
+            self.out.text("--disable-userns");
+        }
+        if i.caps.cap_drop {
+            self.out.texts(&["--cap-drop", "ALL"]);
+        }
+        if i.mount_proc {
+            self.out.texts(&["--proc", "/proc"]);
+            // bubblewrap covers the kernel's global knobs only for a setuid
+            // launcher; a root caller could otherwise write /proc/sys (e.g.
+            // kernel.core_pattern). Bind them read-only over the fresh /proc.
+            self.out.path2("--ro-bind", Path::new("/proc/sys"));
+            for p in PROC_READ_ONLY_EXTRAS {
+                self.out.path2("--ro-bind-try", Path::new(p));
+            }
+            // The launcher's pid 1 has the same uid, no capabilities and is
+            // dumpable: through /proc/1 the command could reach its fds (the
+            // helper's stderr pipe among them). Hide it (pidfd_getfd is
+            // denied by seccomp).
+            self.out.texts(&[
+                "--perms",
+                "555",
+                "--tmpfs",
+                "/proc/1",
+                "--remount-ro",
+                "/proc/1",
+            ]);
+        } else {
+            // Without a fresh procfs the host's /proc (bound with `/`) would
+            // show every host process: hide it instead.
+            self.out.texts(&[
+                "--perms",
+                "555",
+                "--tmpfs",
+                "/proc",
+                "--remount-ro",
+                "/proc",
+            ]);
+        }
+        let cwd = canonical_or_self(&i.command_cwd);
+        self.out.text("--chdir");
+        self.out.text(&cwd);
+    }
+
+    pub(super) fn inner_args(&mut self) {
+        let inner = &self.inputs.inner;
+        if self.inputs.caps.argv0 {
+            self.out.texts(&["--argv0", INNER_ARGV0, "--"]);
+            self.out.text(&inner.exe);
+        } else {
+            // No --argv0 (bubblewrap < 0.9): the subcommand form dispatches
+            // whatever the executable's basename is.
+            self.out.text("--");
+            self.out.text(&inner.exe);
+            self.out.text("linux-sandbox");
+        }
+        for f in &inner.flags {
+            self.out.text(f);
+        }
+        self.out.text("--");
+        for c in &inner.command {
+            self.out.text(c);
+        }
+    }
+}

@@ -1,0 +1,357 @@
+//! Exact argv for each policy shape and each improvement.
+
+use super::*;
+use crate::sandbox::policy::{
+    FileSystemAccessMode::{Deny, Read, Write},
+    FileSystemSandboxEntry, FileSystemSandboxPolicy, PermissionProfile, ResolveContext,
+};
+
+fn inputs<'a>(policy: &'a ResolvedPolicy, cwd: &Path) -> BwrapInputs<'a> {
+    BwrapInputs {
+        policy,
+        command_cwd: cwd.to_path_buf(),
+        network_enabled: false,
+        mount_proc: true,
+        caps: LauncherCaps::ALL,
+        glob_matches: BTreeSet::new(),
+        extra_deny: Vec::new(),
+        extra_read: Vec::new(),
+        inner: InnerCommand {
+            exe: PathBuf::from("/opt/codexbox"),
+            flags: vec!["--apply-seccomp-then-exec".into()],
+            command: vec!["/bin/true".into()],
+        },
+    }
+}
+
+fn render(cmd: &BwrapCommand) -> String {
+    cmd.render_example()
+        .iter()
+        .map(|s| s.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn resolve(fs: &FileSystemSandboxPolicy, cwd: &Path) -> ResolvedPolicy {
+    fs.resolve_with(&ResolveContext {
+        cwd: cwd.to_path_buf(),
+        tmpdir: None,
+        project_roots: Vec::new(),
+    })
+}
+
+const NS: &str = "--unshare-user --unshare-pid --unshare-ipc --unshare-uts --unshare-cgroup-try";
+const PROC_RO: &str = "--ro-bind /proc/sys /proc/sys \
+    --ro-bind-try /proc/sysrq-trigger /proc/sysrq-trigger \
+    --ro-bind-try /proc/irq /proc/irq --ro-bind-try /proc/bus /proc/bus \
+    --perms 555 --tmpfs /proc/1 --remount-ro /proc/1";
+
+#[test]
+fn read_only_argv_with_argv0() {
+    let policy = resolve(&FileSystemSandboxPolicy::read_only(), Path::new("/"));
+    let cmd = build(&inputs(&policy, Path::new("/"))).unwrap();
+    assert_eq!(
+        render(&cmd),
+        format!(
+            "--new-session --die-with-parent --ro-bind / / --dev /dev {NS} --unshare-net \
+             --disable-userns --cap-drop ALL --proc /proc {PROC_RO} --chdir / --argv0 codex-linux-sandbox \
+             -- /opt/codexbox --apply-seccomp-then-exec -- /bin/true"
+        )
+    );
+    assert!(cmd.synthetic_targets.is_empty());
+}
+
+#[test]
+fn launcher_without_argv0_uses_subcommand_form_and_only_first_separator() {
+    let policy = resolve(&FileSystemSandboxPolicy::read_only(), Path::new("/"));
+    let mut i = inputs(&policy, Path::new("/"));
+    i.caps = LauncherCaps {
+        argv0: false,
+        perms: true,
+        cap_drop: true,
+        disable_userns: false,
+    };
+    i.network_enabled = true;
+    i.mount_proc = false;
+    i.inner.command = vec!["/opt/codexbox".into(), "--".into(), "x".into()];
+    let cmd = build(&i).unwrap();
+    assert_eq!(
+        render(&cmd),
+        format!(
+            "--new-session --die-with-parent --ro-bind / / --dev /dev {NS} --cap-drop ALL \
+             --perms 555 --tmpfs /proc --remount-ro /proc --chdir / -- /opt/codexbox linux-sandbox --apply-seccomp-then-exec -- \
+             /opt/codexbox -- x"
+        )
+    );
+}
+
+fn fixture() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    (dir, root)
+}
+
+#[test]
+fn workspace_masks_metadata_and_records_synthetic_targets() {
+    let (_dir, root) = fixture();
+    let repo = root.join("repo");
+    std::fs::create_dir_all(repo.join(".git")).unwrap();
+    let (fs, _) = PermissionProfile::workspace_write().to_runtime();
+    let mut fs = fs;
+    // Keep the test independent of the host's /tmp and $TMPDIR.
+    fs.entries.retain(|e| {
+        !matches!(
+            e.path,
+            crate::sandbox::policy::FileSystemPath::Special {
+                value: crate::sandbox::policy::FileSystemSpecialPath::SlashTmp
+                    | crate::sandbox::policy::FileSystemSpecialPath::Tmpdir
+            }
+        )
+    });
+    let policy = resolve(&fs, &repo);
+    let cmd = build(&inputs(&policy, &repo)).unwrap();
+    let r = repo.display();
+    assert_eq!(
+        render(&cmd),
+        format!(
+            "--new-session --die-with-parent --ro-bind / / --dev /dev --bind {r} {r} \
+             --perms 555 --tmpfs {r}/.agents --remount-ro {r}/.agents \
+             --perms 555 --tmpfs {r}/.codex --remount-ro {r}/.codex \
+             --ro-bind {r}/.git {r}/.git \
+             {NS} --unshare-net --disable-userns --cap-drop ALL --proc /proc {PROC_RO} --chdir {r} \
+             --argv0 codex-linux-sandbox -- /opt/codexbox --apply-seccomp-then-exec -- /bin/true"
+        )
+    );
+    assert_eq!(
+        cmd.synthetic_targets,
+        vec![
+            SyntheticTarget {
+                path: repo.join(".agents"),
+                is_dir: true
+            },
+            SyntheticTarget {
+                path: repo.join(".codex"),
+                is_dir: true
+            }
+        ]
+    );
+    assert!(
+        !repo.join(".codex").exists(),
+        "nothing created at build time"
+    );
+}
+
+fn split(entries: Vec<FileSystemSandboxEntry>) -> FileSystemSandboxPolicy {
+    FileSystemSandboxPolicy {
+        entries,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn split_policy_reenables_writable_subpaths_after_unreadable_parent() {
+    let (_dir, root) = fixture();
+    std::fs::create_dir_all(root.join("a/b/c")).unwrap();
+    std::fs::write(root.join("a/f.txt"), "x").unwrap();
+    let fs = split(vec![
+        FileSystemSandboxEntry::special(crate::sandbox::policy::FileSystemSpecialPath::Root, Read),
+        FileSystemSandboxEntry::path(root.join("a"), Deny),
+        FileSystemSandboxEntry::path(root.join("a/b/c"), Write),
+        FileSystemSandboxEntry::path(root.join("a/f.txt"), Write),
+    ]);
+    let policy = resolve(&fs, &root);
+    let cmd = build(&inputs(&policy, &root)).unwrap();
+    let r = root.display();
+    let text = render(&cmd);
+    let fs_part = text
+        .split(" --unshare-user")
+        .next()
+        .unwrap()
+        .trim_start_matches("--new-session --die-with-parent ");
+    // Two fds: the re-opened file's mount point and nothing else.
+    assert_eq!(
+        fs_part,
+        format!(
+            "--ro-bind / / --dev /dev --perms 111 --tmpfs {r}/a --perms 111 --dir {r}/a/b \
+             --perms 111 --dir {r}/a/b/c --perms 000 --file 3 {r}/a/f.txt --remount-ro {r}/a \
+             --bind {r}/a/f.txt {r}/a/f.txt \
+             --bind {r}/a/b/c {r}/a/b/c \
+             --perms 555 --tmpfs {r}/a/b/c/.git --remount-ro {r}/a/b/c/.git \
+             --perms 555 --tmpfs {r}/a/b/c/.agents --remount-ro {r}/a/b/c/.agents \
+             --perms 555 --tmpfs {r}/a/b/c/.codex --remount-ro {r}/a/b/c/.codex"
+        )
+    );
+}
+
+#[test]
+fn deny_under_write_is_reapplied_after_the_bind_and_files_use_their_own_fd() {
+    let (_dir, root) = fixture();
+    std::fs::create_dir_all(root.join("w/secret")).unwrap();
+    std::fs::write(root.join("w/key.pem"), "k").unwrap();
+    std::fs::write(root.join("w/other.pem"), "k").unwrap();
+    let fs = split(vec![
+        FileSystemSandboxEntry::special(crate::sandbox::policy::FileSystemSpecialPath::Root, Read),
+        FileSystemSandboxEntry::path(root.join("w"), Write),
+        FileSystemSandboxEntry::path(root.join("w/.git"), Write),
+        FileSystemSandboxEntry::path(root.join("w/.agents"), Write),
+        FileSystemSandboxEntry::path(root.join("w/.codex"), Write),
+        FileSystemSandboxEntry::path(root.join("w/secret"), Deny),
+    ]);
+    let policy = resolve(&fs, Path::new("/elsewhere"));
+    let mut i = inputs(&policy, &root);
+    i.glob_matches = [root.join("w/key.pem"), root.join("w/other.pem")].into();
+    let cmd = build(&i).unwrap();
+    let text = render(&cmd);
+    let r = root.display();
+    assert!(
+        text.contains(&format!(
+            "--bind {r}/w {r}/w --perms 000 --ro-bind-data 3 {r}/w/key.pem \
+             --perms 000 --ro-bind-data 4 {r}/w/other.pem \
+             --perms 000 --tmpfs {r}/w/secret --remount-ro {r}/w/secret"
+        )),
+        "{text}"
+    );
+    assert_eq!(cmd.fd_count(), 2);
+}
+
+#[test]
+fn restricted_read_uses_tmpfs_root_and_makes_the_helper_readable() {
+    let (_dir, root) = fixture();
+    let fs = split(vec![
+        FileSystemSandboxEntry::special(
+            crate::sandbox::policy::FileSystemSpecialPath::Minimal,
+            Read,
+        ),
+        FileSystemSandboxEntry::path(root.clone(), Read),
+    ]);
+    let policy = resolve(&fs, &root);
+    let mut i = inputs(&policy, &root);
+    i.extra_read = vec![PathBuf::from("/usr/bin/env")];
+    let text = render(&build(&i).unwrap());
+    assert!(text.starts_with("--new-session --die-with-parent --tmpfs / --dev /dev"));
+    assert!(text.contains(&format!("--ro-bind {0} {0}", root.display())));
+    assert!(text.contains("--ro-bind /usr /usr"));
+    assert!(text.contains("--ro-bind /usr/bin/env /usr/bin/env"));
+}
+
+#[test]
+fn symlinked_metadata_is_masked_at_its_target_not_refused() {
+    let (_dir, root) = fixture();
+    let w = root.join("w");
+    std::fs::create_dir_all(w.join("decoy")).unwrap();
+    std::os::unix::fs::symlink("decoy", w.join(".codex")).unwrap();
+    let fs = split(vec![
+        FileSystemSandboxEntry::special(crate::sandbox::policy::FileSystemSpecialPath::Root, Read),
+        FileSystemSandboxEntry::path(w.clone(), Write),
+    ]);
+    let policy = resolve(&fs, &w);
+    let text = render(&build(&inputs(&policy, &w)).unwrap());
+    let d = w.join("decoy");
+    assert!(
+        text.contains(&format!("--ro-bind {0} {0}", d.display())),
+        "{text}"
+    );
+}
+
+#[test]
+fn symlinked_writable_root_binds_real_target() {
+    let (_dir, root) = fixture();
+    std::fs::create_dir_all(root.join("real/.git")).unwrap();
+    std::os::unix::fs::symlink(root.join("real"), root.join("link")).unwrap();
+    let fs = split(vec![
+        FileSystemSandboxEntry::special(crate::sandbox::policy::FileSystemSpecialPath::Root, Read),
+        FileSystemSandboxEntry::path(root.join("link"), Write),
+    ]);
+    let policy = resolve(&fs, Path::new("/elsewhere"));
+    let text = render(&build(&inputs(&policy, &root)).unwrap());
+    let real = root.join("real");
+    assert!(
+        text.contains(&format!(
+            "--bind {0} {0} --ro-bind {0}/.git {0}/.git",
+            real.display()
+        )),
+        "{text}"
+    );
+}
+
+#[test]
+fn missing_writable_roots_are_skipped() {
+    let fs = split(vec![
+        FileSystemSandboxEntry::special(crate::sandbox::policy::FileSystemSpecialPath::Root, Read),
+        FileSystemSandboxEntry::path("/does/not/exist", Write),
+    ]);
+    let policy = resolve(&fs, Path::new("/"));
+    let text = render(&build(&inputs(&policy, Path::new("/"))).unwrap());
+    assert!(!text.contains("--bind /does"), "{text}");
+}
+
+#[test]
+fn helper_state_directory_is_hidden() {
+    let (_dir, root) = fixture();
+    let state = root.join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let policy = resolve(&FileSystemSandboxPolicy::read_only(), Path::new("/"));
+    let mut i = inputs(&policy, Path::new("/"));
+    i.extra_deny = vec![state.clone()];
+    let text = render(&build(&i).unwrap());
+    assert!(
+        text.contains(&format!(
+            "--perms 000 --tmpfs {0} --remount-ro {0} --unshare-user",
+            state.display()
+        )),
+        "{text}"
+    );
+}
+
+#[test]
+fn restricted_policy_chdirs_to_canonical_command_cwd() {
+    let (_dir, root) = fixture();
+    std::fs::create_dir_all(root.join("real")).unwrap();
+    std::os::unix::fs::symlink(root.join("real"), root.join("alias")).unwrap();
+    let policy = resolve(&FileSystemSandboxPolicy::read_only(), &root);
+    let text = render(&build(&inputs(&policy, &root.join("alias"))).unwrap());
+    assert!(
+        text.contains(&format!("--chdir {} --argv0", root.join("real").display())),
+        "{text}"
+    );
+}
+
+#[test]
+fn root_read_directory_carve_outs_are_masked_read_only() {
+    let (_dir, root) = fixture();
+    std::fs::create_dir_all(root.join("secrets")).unwrap();
+    let fs = split(vec![
+        FileSystemSandboxEntry::special(crate::sandbox::policy::FileSystemSpecialPath::Root, Read),
+        FileSystemSandboxEntry::path(root.join("secrets"), Deny),
+    ]);
+    let policy = resolve(&fs, &root);
+    let text = render(&build(&inputs(&policy, &root)).unwrap());
+    assert!(
+        text.starts_with(&format!(
+            "--new-session --die-with-parent --ro-bind / / --dev /dev \
+             --perms 000 --tmpfs {0} --remount-ro {0} --unshare-user",
+            root.join("secrets").display()
+        )),
+        "{text}"
+    );
+}
+
+#[test]
+fn writable_root_slash_keeps_the_minimal_dev() {
+    let fs = split(vec![
+        FileSystemSandboxEntry::special(crate::sandbox::policy::FileSystemSpecialPath::Root, Write),
+        FileSystemSandboxEntry::path("/dev/shm", Write),
+        FileSystemSandboxEntry::path("/etc", Read),
+    ]);
+    let policy = resolve(&fs, Path::new("/"));
+    let text = render(&build(&inputs(&policy, Path::new("/"))).unwrap());
+    assert!(
+        text.starts_with(
+            "--new-session --die-with-parent --ro-bind / / --dev /dev --bind / / --dev /dev "
+        ),
+        "{text}"
+    );
+    let etc = text.find("--ro-bind /etc /etc").unwrap();
+    let shm = text.find("--bind /dev/shm /dev/shm").unwrap();
+    assert!(etc < shm, "{text}");
+}

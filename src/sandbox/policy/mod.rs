@@ -1,0 +1,29 @@
+//! Sandbox policy model: the JSON shapes the reference helper accepts
+//! (`PermissionProfile`, `FileSystemSandboxPolicy`, `NetworkSandboxPolicy`,
+//! legacy `SandboxPolicy`), their conversions, the named profiles people use,
+//! and resolution of a policy against a cwd into concrete roots.
+//!
+//! Pure data plus the few filesystem reads resolution needs (does `.git`
+//! exist, where does a `gitdir:` file point, what does `$TMPDIR` say). It does
+//! not build bubblewrap arguments (`sandbox::bwrap_args`) nor enforce anything.
+//!
+//! Rules (reference notes §3): the access of a path is that of the entry with
+//! the most path components among those that contain it, ties going to the
+//! strongest (`deny > write > read`), and no entry means denied. Inside a
+//! writable entry, `.git`, `.agents` and `.codex` stay read-only unless an
+//! explicit write entry names them, except under full-disk write.
+
+// Dependencies run one way: model <- resolve <- runtime <- legacy <- profile.
+mod legacy;
+mod model;
+mod profile;
+mod resolve;
+mod runtime;
+#[cfg(test)]
+mod tests;
+
+pub use legacy::*;
+pub use model::*;
+pub use profile::*;
+pub use resolve::*;
+pub use runtime::*;
