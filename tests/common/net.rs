@@ -235,7 +235,10 @@ fn serve_origin(stream: TcpStream, port: u16, seen: &Mutex<Vec<String>>) {
                 stream.write_all(&out)
             }
         };
-        if written.is_err() {
+        let close = head
+            .lines()
+            .any(|l| l.to_ascii_lowercase().replace(' ', "") == "connection:close");
+        if written.is_err() || close {
             return;
         }
     }
