@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{broadcast, mpsc};
 
-use super::decision::{Decision, DenyReason};
+use super::decision::{Decision, DenyReason, Protocol};
 use crate::sync::lock;
 
 /// Recent denials kept for [`AuditLog::recent_blocked`].
@@ -41,7 +41,7 @@ impl AuditSink {
     }
 }
 
-/// One denied destination in the summary.
+/// One denied destination in the summary (`port` 0: a name lookup).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct BlockedDestination {
     pub host: String,
@@ -51,7 +51,9 @@ pub struct BlockedDestination {
 
 impl std::fmt::Display for BlockedDestination {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.host.contains(':') {
+        if self.port == 0 {
+            write!(f, "{} (name lookup; {})", self.host, self.reason.summary())
+        } else if self.host.contains(':') {
             write!(
                 f,
                 "[{}]:{} ({})",
@@ -140,7 +142,12 @@ impl AuditLog {
                 blocked.recent.pop_front();
             }
             blocked.recent.push_back(decision.clone());
-            let key = (decision.host.clone(), decision.port);
+            let port = if decision.protocol == Protocol::Dns {
+                0
+            } else {
+                decision.port
+            };
+            let key = (decision.host.clone(), port);
             if blocked.destinations.len() < MAX_BLOCKED_DESTINATIONS
                 || blocked.destinations.contains_key(&key)
             {
@@ -184,7 +191,6 @@ impl AuditLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::decision::Protocol;
 
     #[tokio::test]
     async fn the_recent_window_keeps_the_last_200_and_counts_all() {

@@ -44,13 +44,13 @@ pub struct PolicyArgs {
     /// Allow a destination: `host`, `*.domain` (subdomains), `**.domain`
     /// (apex and subdomains), `*` (every public host), an IP literal, each
     /// optionally `:PORT` (repeatable).
-    #[arg(long = "allow", value_name = "PATTERN")]
+    #[arg(long = "allow", visible_alias = "allow-domain", value_name = "PATTERN")]
     pub allow: Vec<String>,
     /// Deny a destination (same forms except `*`; deny wins; repeatable).
-    #[arg(long = "deny", value_name = "PATTERN")]
+    #[arg(long = "deny", visible_alias = "deny-domain", value_name = "PATTERN")]
     pub deny: Vec<String>,
     /// `full`, or `limited` (plain-HTTP GET, HEAD and OPTIONS only).
-    #[arg(long, value_enum, default_value_t = ModeArg::Full)]
+    #[arg(long, visible_alias = "network-mode", value_enum, default_value_t = ModeArg::Full)]
     pub mode: ModeArg,
     /// Let allowed names and wildcards reach local and private addresses.
     #[arg(long)]
@@ -73,6 +73,11 @@ pub enum PolicyArgsError {
 }
 
 impl PolicyArgs {
+    /// Whether any destination policy was given (a proxy is wanted).
+    pub fn is_set(&self) -> bool {
+        !self.allow.is_empty() || !self.deny.is_empty()
+    }
+
     /// A proxy configuration on ephemeral loopback ports with these flags,
     /// chaining through the upstream proxies of this process's environment.
     pub fn to_config(&self) -> Result<ProxyConfig, PolicyArgsError> {

@@ -215,15 +215,15 @@ pub struct BlockedBody<'a> {
 }
 
 impl<'a> BlockedBody<'a> {
-    /// The body for a refused plain-HTTP request.
-    pub fn new(reason: DenyReason, host: &'a str, port: u16) -> Self {
+    /// The body for a refused request.
+    pub fn new(reason: DenyReason, host: &'a str, port: u16, protocol: Protocol) -> Self {
         Self {
             status: "blocked",
             host,
             reason: reason.as_str(),
             decision: Verdict::Deny,
             source: reason.source(),
-            protocol: Protocol::Http,
+            protocol,
             port,
             message: reason.message(),
         }
@@ -278,9 +278,13 @@ mod tests {
 
     #[test]
     fn blocked_body_has_the_reference_key_order() {
-        let body =
-            serde_json::to_string(&BlockedBody::new(DenyReason::NotAllowed, "example.com", 80))
-                .unwrap();
+        let body = serde_json::to_string(&BlockedBody::new(
+            DenyReason::NotAllowed,
+            "example.com",
+            80,
+            Protocol::Http,
+        ))
+        .unwrap();
         assert_eq!(
             body,
             r#"{"status":"blocked","host":"example.com","reason":"not_allowed","decision":"deny","source":"baseline_policy","protocol":"http","port":80,"message":"Domain not in allowlist."}"#

@@ -23,7 +23,9 @@ use tokio::net::TcpStream;
 
 use super::decision::{BlockedBody, DenyReason, Protocol};
 use super::dial::dial;
+use super::dns::{ResolveAnswer, RESOLVE_PATH};
 use super::policy::{normalize_host, Mode};
+use super::proxy::DNS_PORT;
 use super::proxy::{Admission, Destination, ProxyState};
 
 /// How long a client may take to send a request head.
@@ -89,8 +91,9 @@ fn blocked_text(reason: DenyReason) -> Response<Body> {
 }
 
 /// A plain-HTTP refusal: `403`, JSON body, `x-proxy-error`.
-fn blocked_json(reason: DenyReason, host: &str, port: u16) -> Response<Body> {
-    let body = serde_json::to_string(&BlockedBody::new(reason, host, port)).unwrap_or_default();
+fn blocked_json(reason: DenyReason, host: &str, port: u16, protocol: Protocol) -> Response<Body> {
+    let body =
+        serde_json::to_string(&BlockedBody::new(reason, host, port, protocol)).unwrap_or_default();
     let mut response = Response::new(full(body));
     *response.status_mut() = StatusCode::FORBIDDEN;
     let headers = response.headers_mut();
@@ -225,6 +228,9 @@ async fn forward(
     }
     let uri = request.uri().clone();
     let Some(authority) = uri.authority().cloned() else {
+        if uri.path() == RESOLVE_PATH && request.method() == Method::GET {
+            return resolve_for_stub(&uri, client, state).await;
+        }
         return text(StatusCode::BAD_REQUEST, "missing host");
     };
     let host = authority.host().to_owned();
@@ -252,7 +258,7 @@ async fn forward(
     let upstream = state.upstream.for_plain(&host);
     let admission = match state.admit(&dest, mode_denial, upstream).await {
         Ok(admission) => admission,
-        Err(reason) => return blocked_json(reason, &host, port),
+        Err(reason) => return blocked_json(reason, &host, port, Protocol::Http),
     };
     remove_hop_by_hop(request.headers_mut());
     if !request.headers().contains_key(HOST) {
@@ -300,6 +306,34 @@ async fn forward(
             tracing::info!(%host, port, "forward failed: {err}");
             text(StatusCode::BAD_GATEWAY, "upstream failure")
         }
+    }
+}
+
+/// The DNS stub's question: `GET /.well-known/codexbox/resolve?name=N`.
+/// Answers the addresses of an allowed name, or a JSON refusal.
+async fn resolve_for_stub(uri: &Uri, client: &str, state: &ProxyState) -> Response<Body> {
+    let name = uri
+        .query()
+        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("name=")))
+        .unwrap_or("");
+    let valid = !name.is_empty()
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'));
+    if !valid {
+        return text(StatusCode::BAD_REQUEST, "invalid name");
+    }
+    match state.resolve_name(name, client).await {
+        Ok(addresses) => {
+            let body = serde_json::to_string(&ResolveAnswer { addresses }).unwrap_or_default();
+            let mut response = Response::new(full(body));
+            response
+                .headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            response
+        }
+        Err(reason) => blocked_json(reason, name, DNS_PORT, Protocol::Dns),
     }
 }
 

@@ -5,20 +5,24 @@
 //! - [`policy`]: patterns and the pure host decision;
 //! - [`resolve`]: local/private classification, `--resolve`, DNS checks;
 //! - [`dial`]: outbound connections to checked addresses only;
+//! - [`dns`]: the DNS stub inside a managed sandbox and its codec;
 //! - [`http_proxy`], [`socks5`]: the two listeners;
 //! - [`upstream`]: chaining to an upstream HTTP proxy;
 //! - [`client`]: the outbound HTTP client of `http/request`;
 //! - [`decision`], [`audit`]: what was decided and where it is reported;
 //! - [`env`]: the variables a child gets;
-//! - [`proxy`]: the handle the callers share; [`cli`]: `codexbox proxy`.
+//! - [`proxy`]: the handle the callers share; [`cli`]: `codexbox proxy`;
+//! - [`managed`]: the proxy of one `codexbox sandbox --allow-domain` run.
 
 pub mod audit;
 pub mod cli;
 pub mod client;
 pub mod decision;
 pub mod dial;
+pub mod dns;
 pub mod env;
 pub mod http_proxy;
+pub mod managed;
 pub mod policy;
 pub mod proxy;
 pub mod resolve;

@@ -124,8 +124,17 @@ impl HostPattern {
 
     /// Whether this entry covers the normalized `host` on `port`.
     pub fn matches(&self, host: &str, port: u16) -> bool {
-        if self.port.is_some_and(|p| p != port) {
-            return false;
+        self.covers(host, PortScope::Port(port))
+    }
+
+    /// Whether this entry covers `host` within `scope`: one port, or (for
+    /// name lookups, where no port is known) a deny entry must cover every
+    /// port while an allow entry may cover any.
+    fn covers(&self, host: &str, scope: PortScope) -> bool {
+        match (scope, self.port) {
+            (PortScope::Port(port), Some(p)) if p != port => return false,
+            (PortScope::EveryPort, Some(_)) => return false,
+            _ => {}
         }
         if self.global {
             return true;
@@ -137,9 +146,9 @@ impl HostPattern {
         })
     }
 
-    /// Whether this is an exact (wildcard-free) entry for `host` on `port`.
-    fn names_exactly(&self, host: &str, port: u16) -> bool {
-        self.exact && self.matches(host, port)
+    /// Whether this is an exact (wildcard-free) entry for `host` in `scope`.
+    fn names_exactly(&self, host: &str, scope: PortScope) -> bool {
+        self.exact && self.covers(host, scope)
     }
 }
 
@@ -247,6 +256,16 @@ pub fn normalize_host(host: &str) -> String {
     out
 }
 
+/// Which ports a check is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PortScope {
+    Port(u16),
+    /// Entries without a port only.
+    EveryPort,
+    /// Any entry, whatever its port.
+    AnyPort,
+}
+
 /// What a host needs before a dial, according to the lists alone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HostVerdict {
@@ -303,41 +322,44 @@ impl Policy {
         })
     }
 
-    fn denied(&self, host: &str, port: u16) -> bool {
-        self.deny.iter().any(|p| p.matches(host, port))
-    }
-
-    fn allowed(&self, host: &str, port: u16) -> bool {
-        self.allow.iter().any(|p| p.matches(host, port))
-    }
-
-    fn allowed_exactly(&self, host: &str, port: u16) -> bool {
-        self.allow.iter().any(|p| p.names_exactly(host, port))
-    }
-
     /// The decision for a destination before resolution. `host` may be
     /// unnormalized (`Example.COM.`, `[::1]`).
     pub fn check_host(&self, host: &str, port: u16) -> HostVerdict {
+        let scope = PortScope::Port(port);
+        self.check(host, scope, scope)
+    }
+
+    /// The decision for a name lookup (no port known): denied only by an
+    /// entry covering every port, allowed by an entry for any port.
+    pub fn check_name(&self, host: &str) -> HostVerdict {
+        self.check(host, PortScope::EveryPort, PortScope::AnyPort)
+    }
+
+    fn check(&self, host: &str, deny_scope: PortScope, allow_scope: PortScope) -> HostVerdict {
         let host = normalize_host(host);
         if host.is_empty() {
             return HostVerdict::Deny(DenyReason::NotAllowed);
         }
-        if self.denied(&host, port) {
+        if self.deny.iter().any(|p| p.covers(&host, deny_scope)) {
             return HostVerdict::Deny(DenyReason::Denied);
         }
+        let allowed = self.allow.iter().any(|p| p.covers(&host, allow_scope));
         let literal = parse_ip_literal(&host);
         let is_localhost = host == "localhost";
         let is_local = is_localhost || literal.is_some_and(is_non_public);
         if is_local {
-            let reachable = self.allowed_exactly(&host, port)
-                || (self.allow_local_binding && self.allowed(&host, port));
+            let reachable = self
+                .allow
+                .iter()
+                .any(|p| p.names_exactly(&host, allow_scope))
+                || (self.allow_local_binding && allowed);
             return match (reachable, literal) {
                 (false, _) => HostVerdict::Deny(DenyReason::NotAllowedLocal),
                 (true, Some(ip)) => HostVerdict::Literal { ip, local_ok: true },
                 (true, None) => HostVerdict::Localhost,
             };
         }
-        if !self.allowed(&host, port) {
+        if !allowed {
             return HostVerdict::Deny(DenyReason::NotAllowed);
         }
         match literal {
@@ -579,6 +601,20 @@ mod tests {
                 "{host}"
             );
         }
+    }
+
+    #[test]
+    fn name_lookups_ignore_ports_but_honour_port_less_denials() {
+        let p = policy(&["svc.test:8443"], &["svc.test:22", "bad.test"]);
+        assert_eq!(p.check_name("svc.test"), name(false));
+        assert_eq!(
+            p.check_name("bad.test"),
+            HostVerdict::Deny(DenyReason::Denied)
+        );
+        assert_eq!(
+            p.check_name("other.test"),
+            HostVerdict::Deny(DenyReason::NotAllowed)
+        );
     }
 
     #[test]

@@ -20,6 +20,9 @@ use super::resolve::{is_non_public, Resolver, Targets};
 use super::upstream::{ProxyEndpoint, Upstream};
 use super::{http_proxy, socks5};
 
+/// The port name lookups are recorded under.
+pub const DNS_PORT: u16 = 53;
+
 /// Connections one listener serves at once; more wait to be accepted.
 pub const MAX_CONNECTIONS: usize = 512;
 
@@ -146,6 +149,33 @@ impl ProxyState {
                 dest.protocol,
                 dest.method,
                 dest.client,
+            ))
+            .await;
+        outcome
+    }
+
+    /// A name lookup for the in-sandbox DNS stub: the policy for the name on
+    /// any port, then resolution with the same local/private rules as a
+    /// dial. Records a `dns` decision.
+    pub async fn resolve_name(
+        &self,
+        name: &str,
+        client: &str,
+    ) -> Result<Vec<std::net::IpAddr>, DenyReason> {
+        let verdict = self.policy.check_name(name);
+        let outcome = self
+            .resolver
+            .targets(&verdict, name, DNS_PORT)
+            .await
+            .map(|targets| targets.addrs.iter().map(|a| a.ip()).collect());
+        self.audit
+            .record(Decision::new(
+                outcome.as_ref().err().copied(),
+                name,
+                DNS_PORT,
+                Protocol::Dns,
+                "none",
+                client,
             ))
             .await;
         outcome

@@ -22,13 +22,13 @@ use super::connection::Connection;
 use super::handlers::Deferred;
 use crate::net::client::{fetch, Outgoing};
 use crate::net::upstream::Upstream;
-use crate::sync::lock;
 use crate::protocol::envelope::encode_notification;
 use crate::protocol::http::{
     BodyDeltaNotification, HttpHeader, HttpRequestParams, HttpRequestResult, RedirectPolicy,
     NOTIFY_BODY_DELTA,
 };
 use crate::protocol::{RequestId, RpcError};
+use crate::sync::lock;
 
 /// Largest body a buffered (not streamed) response may have.
 pub const MAX_BUFFERED_BODY_BYTES: usize = 32 * 1024 * 1024;

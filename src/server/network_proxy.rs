@@ -18,7 +18,6 @@ use crate::net::env::apply_proxy_env;
 use crate::net::policy::{Mode, Policy};
 use crate::net::upstream::Upstream;
 use crate::net::{ProxyConfig, ProxyHandle};
-use crate::sync::lock;
 use crate::process::ManagedProcess;
 use crate::protocol::envelope::encode_notification;
 use crate::protocol::network::{
@@ -26,6 +25,7 @@ use crate::protocol::network::{
     NetworkMode, RemoteNetworkProxyLaunchConfig, UnixSocketPermission, NOTIFY_NETWORK_DENIED,
 };
 use crate::protocol::RpcError;
+use crate::sync::lock;
 
 /// Denials kept per process for `process/read`.
 pub const DENIALS_PER_PROCESS: usize = 200;

@@ -21,14 +21,11 @@ use crate::process::LaunchSpec;
 use crate::protocol::sandbox::{FileSystemSandboxContext, SandboxContextError};
 use crate::protocol::RpcError;
 use crate::runtime_paths::ExecServerRuntimePaths;
-use crate::sandbox::cli::helper_args;
+use crate::sandbox::cli::{helper_args, ALLOW_NETWORK_FOR_PROXY_FLAG};
 use crate::sandbox::policy::{
     FileSystemAccessMode, FileSystemPath, FileSystemSandboxEntry, FileSystemSpecialPath,
     ManagedFileSystemPermissions, PermissionProfile,
 };
-
-/// The `codex-linux-sandbox` flag confining a command to its managed proxy.
-pub const ALLOW_NETWORK_FOR_PROXY_FLAG: &str = "--allow-network-for-proxy";
 
 /// What the server adds to every sandbox it materializes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
