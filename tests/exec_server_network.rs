@@ -253,3 +253,47 @@ async fn network_denied_notifications_go_only_to_clients_that_asked() {
     let (notes, _) = denial_notifications(json!({})).await;
     assert!(notes.is_empty(), "{notes:?}");
 }
+
+#[tokio::test]
+async fn a_sandboxed_process_with_enforced_managed_network_reaches_only_its_proxy() {
+    if !common::sandbox::sandbox_available() {
+        return;
+    }
+    let origin = Origin::start();
+    let ws = common::sandbox::Ws::new();
+    let server = server();
+    let mut raw = Raw::connect(&server.url).await;
+    raw.handshake().await;
+    let allowed = format!("127.0.0.1:{}", origin.port());
+    let script = format!(
+        "curl -s --noproxy '' -o /dev/null -w 'allowed=%{{http_code}}\\n' http://{allowed}/in; \
+         curl -s -o /dev/null -w 'denied=%{{http_code}}\\n' http://evil.test/; \
+         curl -s -o /dev/null --noproxy '*' -m 5 http://{allowed}/direct; echo direct_exit=$?"
+    );
+    let mut params = start(
+        "s",
+        &script,
+        proxy_settings(json!({allowed.clone(): "allow"})),
+    );
+    params["cwd"] = json!(ws.ws);
+    params["sandbox"] = json!({
+        "permissions": {"type": "managed", "file_system": {"type": "restricted",
+            "entries": [{"path": {"type": "special", "value": {"kind": "root"}}, "access": "read"}]},
+            "network": "restricted"},
+        "cwd": ws.ws, "workspaceRoots": [ws.ws], "windowsSandboxLevel": "disabled"
+    });
+    raw.call("process/start", params).await;
+    let (out, result) = finish(&mut raw, "s").await;
+    let line = |key: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or("")
+            .to_owned()
+    };
+    assert_eq!(line("allowed="), "200", "{out}");
+    assert_eq!(line("denied="), "403", "{out}");
+    assert_ne!(line("direct_exit="), "0", "{out}");
+    assert_eq!(origin.heads.lock().unwrap().len(), 1);
+    assert_eq!(result["exitCode"], 0, "{result}");
+    assert_eq!(result["networkDenials"][0]["host"], "evil.test");
+}

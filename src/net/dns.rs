@@ -2,8 +2,10 @@
 //! DNS stub inside the sandbox's network namespace (UDP 127.0.0.1:53) that
 //! answers `A`/`AAAA` only for names the proxy's policy allows, resolved by
 //! the proxy on the host side through its resolve endpoint. Other names get
-//! `REFUSED` (policy) or `NXDOMAIN` (no such name); the proxy records each
-//! as a `dns` decision with its reason.
+//! `NXDOMAIN` — a final answer, where `REFUSED` would make resolvers retry
+//! and report a temporary failure — and the proxy records each as a `dns`
+//! decision with its reason (`not_allowed`, `dns_failed`, …). `SERVFAIL`
+//! only when the proxy cannot be asked.
 //!
 //! The DNS wire format handled here is the minimum a stub resolver sends:
 //! one question, no compression in queries; answers use a pointer to the
@@ -55,7 +57,6 @@ pub enum Rcode {
     FormErr = 1,
     ServFail = 2,
     NxDomain = 3,
-    Refused = 5,
 }
 
 /// Parses a standard query with one question. `None` for anything else.
@@ -223,8 +224,7 @@ pub async fn answer(query: &[u8], proxy: &PathBuf) -> Option<Vec<u8>> {
     };
     let (rcode, addresses) = match ask_proxy(proxy, &question.name).await {
         Lookup::Addresses(addresses) => (Rcode::NoError, addresses),
-        Lookup::Refused => (Rcode::Refused, Vec::new()),
-        Lookup::NoSuchName => (Rcode::NxDomain, Vec::new()),
+        Lookup::Refused | Lookup::NoSuchName => (Rcode::NxDomain, Vec::new()),
         Lookup::Failed => (Rcode::ServFail, Vec::new()),
     };
     Some(build_response(query, &question, rcode, &addresses))
@@ -290,8 +290,8 @@ mod tests {
         assert_eq!(&r[..4], &[0x12, 0x34, 0x81, 0x80]);
         assert_eq!(&r[6..8], &[0, 1], "one answer");
         assert_eq!(&r[r.len() - 4..], &[1, 2, 3, 4]);
-        let refused = build_response(&q, &question, Rcode::Refused, &[]);
-        assert_eq!((refused[3] & 0x0f, refused[7]), (5, 0));
+        let refused = build_response(&q, &question, Rcode::NxDomain, &[]);
+        assert_eq!((refused[3] & 0x0f, refused[7]), (3, 0));
     }
 
     #[test]

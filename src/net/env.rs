@@ -33,7 +33,7 @@ const HTTP_PROXY_KEYS: &[&str] = &[
 const ALL_PROXY_KEYS: &[&str] = &["ALL_PROXY", "all_proxy", "FTP_PROXY", "ftp_proxy"];
 
 /// Keys set to [`NO_PROXY_VALUE`].
-const NO_PROXY_KEYS: &[&str] = &[
+pub const NO_PROXY_KEYS: &[&str] = &[
     "NO_PROXY",
     "no_proxy",
     "npm_config_noproxy",
@@ -79,6 +79,23 @@ pub fn is_proxy_url_key(key: &str) -> bool {
     PROXY_URL_ENV_KEYS
         .iter()
         .any(|k| k.eq_ignore_ascii_case(key))
+}
+
+/// A `NO_PROXY` value reduced to the entries that can still be reached
+/// directly from a network namespace whose only interface is loopback
+/// (`localhost`, `*.localhost`, `127.0.0.1`, `::1`): anything else would
+/// only make clients bypass the proxy and fail.
+pub fn loopback_no_proxy(value: &str) -> String {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|entry| {
+            let host = entry.trim_start_matches('.').to_ascii_lowercase();
+            matches!(host.as_str(), "localhost" | "127.0.0.1" | "::1" | "[::1]")
+                || host.ends_with(".localhost")
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// `http://127.0.0.1:PORT`.
@@ -163,6 +180,15 @@ mod tests {
         assert_eq!(get("PATH"), Some("/bin"));
         assert_eq!(env.iter().filter(|(k, _)| k == "HTTP_PROXY").count(), 1);
         assert_eq!(proxy_env(http, None, true).len(), 35);
+    }
+
+    #[test]
+    fn no_proxy_keeps_only_loopback_entries() {
+        assert_eq!(loopback_no_proxy(NO_PROXY_VALUE), "localhost,127.0.0.1,::1");
+        assert_eq!(
+            loopback_no_proxy(" .corp, app.localhost ,[::1]"),
+            "app.localhost,[::1]"
+        );
     }
 
     #[test]

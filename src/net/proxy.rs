@@ -279,6 +279,11 @@ impl ProxyHandle {
         self.audit.blocked_destinations()
     }
 
+    /// The decision hub (outlives the proxy: read it after shutdown).
+    pub fn log(&self) -> Arc<AuditLog> {
+        self.audit.clone()
+    }
+
     /// The last denials (at most 200) and their total count.
     pub fn recent_blocked(&self) -> (Vec<Arc<Decision>>, u64) {
         self.audit.recent_blocked()

@@ -17,7 +17,8 @@
 //! listener per socket and the DNS stub on 127.0.0.1:53, hands them to a
 //! namespace helper process (double-forked, so the command never has it as
 //! a child; the pid namespace ends it), and rewrites every routed variable
-//! to its local port. The command then runs under the `ProxyRouted`
+//! to its local port (and `NO_PROXY` to its loopback entries, the only
+//! destinations still reachable directly). The command then runs under the `ProxyRouted`
 //! seccomp mode: no new Unix sockets, so it cannot reach host daemons
 //! through the bridge directory or anything else.
 
@@ -449,6 +450,12 @@ pub fn activate_inside(spec: &RouteSpec) -> Result<(), RoutingError> {
             .ok_or_else(|| RoutingError::Rewrite(route.env_key.clone()))?;
         std::env::set_var(&route.env_key, rewritten);
     }
+    // Nothing but loopback is reachable directly from here.
+    for key in crate::net::env::NO_PROXY_KEYS {
+        if let Ok(value) = std::env::var(key) {
+            std::env::set_var(key, crate::net::env::loopback_no_proxy(&value));
+        }
+    }
     Ok(())
 }
 
@@ -503,7 +510,6 @@ fn run_namespace_helper(
     bridges: Vec<(TcpListener, PathBuf)>,
     stub: Option<(UdpSocket, PathBuf)>,
 ) -> Result<(), String> {
-    let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
     crate::sandbox::inner::confine(crate::sandbox::seccomp::SeccompMode::NetworkEnabled)
         .map_err(|e| e.to_string())?;
     let runtime = tokio::runtime::Builder::new_current_thread()

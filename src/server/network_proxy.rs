@@ -6,13 +6,13 @@
 //! `capabilities.networkDenials` in `initialize`, as
 //! `process/networkDenied` notifications.
 
-use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::{broadcast, mpsc};
 
 use super::session::Session;
+use crate::net::audit::AuditLog;
 use crate::net::decision::Decision;
 use crate::net::env::apply_proxy_env;
 use crate::net::policy::{Mode, Policy};
@@ -27,9 +27,6 @@ use crate::protocol::network::{
 use crate::protocol::RpcError;
 use crate::sync::lock;
 
-/// Denials kept per process for `process/read`.
-pub const DENIALS_PER_PROCESS: usize = 200;
-
 /// The network side of the server, shared by every connection.
 #[derive(Debug, Default)]
 pub struct NetworkState {
@@ -39,11 +36,12 @@ pub struct NetworkState {
     processes: Mutex<Vec<Arc<ProcessNetwork>>>,
 }
 
-/// The proxy of one process and what it refused.
+/// The proxy of one process; its log outlives the proxy, for
+/// `process/read` after `process/closed`.
 #[derive(Debug)]
 struct ProcessNetwork {
     process: Weak<ManagedProcess>,
-    denials: Mutex<VecDeque<NetworkDenial>>,
+    log: Arc<AuditLog>,
 }
 
 /// A proxy started for a process that is not spawned yet.
@@ -163,7 +161,10 @@ impl NetworkState {
         processes
             .iter()
             .find(|p| std::ptr::eq(p.process.as_ptr(), Arc::as_ptr(process)))
-            .map(|p| lock(&p.denials).iter().cloned().collect())
+            .map(|p| {
+                let (recent, _) = p.log.recent_blocked();
+                recent.iter().filter_map(|d| denial_of(d)).collect()
+            })
             .unwrap_or_default()
     }
 
@@ -177,7 +178,7 @@ impl NetworkState {
     ) {
         let entry = Arc::new(ProcessNetwork {
             process: Arc::downgrade(process),
-            denials: Mutex::new(VecDeque::new()),
+            log: proxy.handle.log(),
         });
         {
             let mut processes = lock(&self.processes);
@@ -193,7 +194,7 @@ impl NetworkState {
             loop {
                 tokio::select! {
                     decision = decisions.recv() => match decision {
-                        Ok(decision) => state.report(&session, &process, &entry, &decision).await,
+                        Ok(decision) => state.report(&session, &process, &decision).await,
                         Err(broadcast::error::RecvError::Lagged(missed)) => {
                             tracing::warn!(process = process.id(), missed, "network decisions lost");
                         }
@@ -206,29 +207,12 @@ impl NetworkState {
         });
     }
 
-    async fn report(
-        &self,
-        session: &Weak<Session>,
-        process: &ManagedProcess,
-        entry: &ProcessNetwork,
-        decision: &Decision,
-    ) {
-        let Some(reason) = decision.deny_reason() else {
+    /// Sends `process/networkDenied` for a denial to the attached
+    /// connection if it asked for them.
+    async fn report(&self, session: &Weak<Session>, process: &ManagedProcess, decision: &Decision) {
+        let Some(denial) = denial_of(decision) else {
             return;
         };
-        let denial = NetworkDenial {
-            host: decision.host.clone(),
-            port: decision.port,
-            protocol: decision.protocol.as_str().to_owned(),
-            reason: reason.as_str().to_owned(),
-        };
-        {
-            let mut denials = lock(&entry.denials);
-            if denials.len() == DENIALS_PER_PROCESS {
-                denials.pop_front();
-            }
-            denials.push_back(denial.clone());
-        }
         let Some(out) = session.upgrade().and_then(|s| s.route().current()) else {
             return;
         };
@@ -246,6 +230,17 @@ impl NetworkState {
             .send(encode_notification(NOTIFY_NETWORK_DENIED, &params))
             .await;
     }
+}
+
+/// A denial as the wire lists it; `None` for an allow.
+fn denial_of(decision: &Decision) -> Option<NetworkDenial> {
+    let reason = decision.deny_reason()?;
+    Some(NetworkDenial {
+        host: decision.host.clone(),
+        port: decision.port,
+        protocol: decision.protocol.as_str().to_owned(),
+        reason: reason.as_str().to_owned(),
+    })
 }
 
 /// Completes once `process` is closed (exit known, every stream at EOF).
