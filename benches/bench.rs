@@ -6,6 +6,7 @@
 mod bwrap;
 mod common;
 mod fs;
+mod net;
 mod process;
 mod sandbox;
 
@@ -19,11 +20,12 @@ fn main() {
         println!("benchmark skipped: run scripts/bench (cargo bench --bench bench)");
         return;
     }
-    let areas: [(&str, Area); 4] = [
+    let areas: [(&str, Area); 5] = [
         ("process", process::run),
         ("sandbox", sandbox::run),
         ("bwrap", bwrap::run),
         ("fs", fs::run),
+        ("net", net::run),
     ];
     let chosen: Vec<String> = std::env::args()
         .skip(1)
@@ -33,7 +35,7 @@ fn main() {
         .iter()
         .find(|name| !areas.iter().any(|(area, _)| area == name))
     {
-        eprintln!("bench: unknown area {unknown:?} (process, sandbox, bwrap, fs)");
+        eprintln!("bench: unknown area {unknown:?} (process, sandbox, bwrap, fs, net)");
         std::process::exit(2);
     }
     let mut report = common::Report::default();

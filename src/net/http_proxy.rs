@@ -30,8 +30,6 @@ use super::proxy::{Admission, Destination, ProxyState};
 
 /// How long a client may take to send a request head.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-/// Copy buffer per direction of a tunnel.
-pub const TUNNEL_BUFFER_BYTES: usize = 64 * 1024;
 
 /// The header carrying the reason of a refusal.
 pub const PROXY_ERROR_HEADER: &str = "x-proxy-error";
@@ -192,13 +190,7 @@ async fn splice(upgraded: hyper::upgrade::Upgraded, mut target: TcpStream, prefi
             if !prefix.is_empty() && client.write_all(&prefix).await.is_err() {
                 return;
             }
-            let _ = tokio::io::copy_bidirectional_with_sizes(
-                &mut client,
-                &mut target,
-                TUNNEL_BUFFER_BYTES,
-                TUNNEL_BUFFER_BYTES,
-            )
-            .await;
+            super::relay::relay(client, target).await;
         }
         Err(upgraded) => {
             let mut client = TokioIo::new(upgraded);

@@ -7,6 +7,7 @@
 //! - [`dial`]: outbound connections to checked addresses only;
 //! - [`dns`]: the DNS stub inside a managed sandbox and its codec;
 //! - [`http_proxy`], [`socks5`]: the two listeners;
+//! - [`relay`]: tunnel bytes (`splice(2)`, no copies in the proxy);
 //! - [`upstream`]: chaining to an upstream HTTP proxy;
 //! - [`client`]: the outbound HTTP client of `http/request`;
 //! - [`decision`], [`audit`]: what was decided and where it is reported;
@@ -25,6 +26,7 @@ pub mod http_proxy;
 pub mod managed;
 pub mod policy;
 pub mod proxy;
+pub mod relay;
 pub mod resolve;
 pub mod socks5;
 pub mod upstream;

@@ -15,7 +15,6 @@ use tokio::net::{TcpStream, UdpSocket};
 
 use super::decision::{DenyReason, Protocol};
 use super::dial::dial;
-use super::http_proxy::TUNNEL_BUFFER_BYTES;
 use super::policy::Mode;
 use super::proxy::{Admission, Destination, ProxyState};
 
@@ -238,7 +237,7 @@ async fn connect(
             return;
         }
     };
-    let mut target = match dial(&targets).await {
+    let target = match dial(&targets).await {
         Ok(target) => target,
         Err(err) => {
             tracing::info!(%host, port, "socks5 dial failed: {err}");
@@ -250,13 +249,7 @@ async fn connect(
     if reply(&mut stream, Reply::Succeeded, bound).await.is_err() {
         return;
     }
-    let _ = tokio::io::copy_bidirectional_with_sizes(
-        &mut stream,
-        &mut target,
-        TUNNEL_BUFFER_BYTES,
-        TUNNEL_BUFFER_BYTES,
-    )
-    .await;
+    super::relay::relay(stream, target).await;
 }
 
 /// UDP ASSOCIATE: a relay socket on the listener's address for the client,
