@@ -108,7 +108,10 @@ fn push(mut stream: TcpStream) -> BenchResult<Duration> {
 
 fn connect_through(proxy: &str, target: SocketAddr) -> BenchResult<TcpStream> {
     let mut stream = TcpStream::connect(proxy)?;
-    write!(stream, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n")?;
+    write!(
+        stream,
+        "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n"
+    )?;
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -133,7 +136,10 @@ fn tunnel(report: &mut Report, proxy: &Proxy) -> BenchResult {
         tunnelled.push(push(connect_through(&proxy.addr, target)?)?);
     }
     let (direct, tunnelled) = (quantile(&mut direct, 0.5), quantile(&mut tunnelled, 0.5));
-    let (measured, baseline) = (mib_per_s(TUNNEL_BYTES, tunnelled), mib_per_s(TUNNEL_BYTES, direct));
+    let (measured, baseline) = (
+        mib_per_s(TUNNEL_BYTES, tunnelled),
+        mib_per_s(TUNNEL_BYTES, direct),
+    );
     let ratio = measured / baseline;
     report.figure(
         Value::new("CONNECT tunnel 256 MiB", measured, "MiB/s"),
@@ -161,9 +167,9 @@ fn origin() -> BenchResult<SocketAddr> {
                 match reader.read_line(&mut line) {
                     Ok(0) | Err(_) => break,
                     Ok(_) if line == "\r\n" => {
-                        let _ = reader
-                            .get_mut()
-                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+                        let _ = reader.get_mut().write_all(
+                            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
+                        );
                         break;
                     }
                     Ok(_) => {}
@@ -181,7 +187,10 @@ fn request(addr: &str, host: &str, target: &str) -> BenchResult<Duration> {
     let started = Instant::now();
     let mut stream = TcpStream::connect(addr)?;
     stream.set_nodelay(true)?;
-    write!(stream, "GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")?;
+    write!(
+        stream,
+        "GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )?;
     let mut response = Vec::new();
     stream.read_to_end(&mut response)?;
     if !response.starts_with(b"HTTP/1.1 200") || !response.ends_with(b"ok") {
@@ -203,7 +212,10 @@ fn latency(report: &mut Report, proxy: &Proxy) -> BenchResult {
             proxied.push(p);
         }
     }
-    let (direct, proxied) = (ms(quantile(&mut direct, 0.5)), ms(quantile(&mut proxied, 0.5)));
+    let (direct, proxied) = (
+        ms(quantile(&mut direct, 0.5)),
+        ms(quantile(&mut proxied, 0.5)),
+    );
     let added = proxied - direct;
     report.figure(
         Value::new("proxied HTTP request p50", proxied, "ms"),
@@ -218,11 +230,20 @@ fn latency(report: &mut Report, proxy: &Proxy) -> BenchResult {
 
 fn sandboxed_true(proxy: Option<&str>) -> BenchResult<Duration> {
     let mut cmd = Command::new(common::BIN);
-    cmd.args(["linux-sandbox", "--sandbox-policy-cwd", "/tmp", "--permission-profile", READ_ONLY]);
+    cmd.args([
+        "linux-sandbox",
+        "--sandbox-policy-cwd",
+        "/tmp",
+        "--permission-profile",
+        READ_ONLY,
+    ]);
     if let Some(proxy) = proxy {
-        cmd.arg("--allow-network-for-proxy").env("HTTP_PROXY", format!("http://{proxy}"));
+        cmd.arg("--allow-network-for-proxy")
+            .env("HTTP_PROXY", format!("http://{proxy}"));
     }
-    cmd.args(["--", "true"]).stdout(Stdio::null()).stderr(Stdio::null());
+    cmd.args(["--", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     let started = Instant::now();
     let status = cmd.status()?;
     if !status.success() {
@@ -241,7 +262,10 @@ fn routed_sandbox(report: &mut Report, proxy: &Proxy) -> BenchResult {
             routed.push(r);
         }
     }
-    let (plain, routed) = (ms(quantile(&mut plain, 0.5)), ms(quantile(&mut routed, 0.5)));
+    let (plain, routed) = (
+        ms(quantile(&mut plain, 0.5)),
+        ms(quantile(&mut routed, 0.5)),
+    );
     let added = routed - plain;
     report.figure(
         Value::new("sandboxed true with managed routing p50", routed, "ms"),
@@ -302,7 +326,9 @@ fn direct_download(addr: SocketAddr) -> BenchResult<Duration> {
 
 fn streamed(report: &mut Report) -> BenchResult {
     let origin = big_origin()?;
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let server = Server::start(&[])?;
     let (client, mut events) = runtime.block_on(connect(&server.url))?;
     let baseline = direct_download(origin)?;
@@ -325,7 +351,9 @@ fn streamed(report: &mut Report) -> BenchResult {
                 continue;
             }
             let delta = note.params["deltaBase64"].as_str().unwrap_or("");
-            received += base64::engine::general_purpose::STANDARD.decode(delta)?.len();
+            received += base64::engine::general_purpose::STANDARD
+                .decode(delta)?
+                .len();
             if note.params["done"] == true {
                 return Ok::<_, Box<dyn std::error::Error>>(received);
             }

@@ -92,22 +92,19 @@ fn blocked_text(reason: DenyReason) -> Response<Body> {
 fn blocked_json(reason: DenyReason, host: &str, port: u16, protocol: Protocol) -> Response<Body> {
     let body =
         serde_json::to_string(&BlockedBody::new(reason, host, port, protocol)).unwrap_or_default();
-    let mut response = Response::new(full(body));
-    *response.status_mut() = StatusCode::FORBIDDEN;
-    let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    headers.insert(
-        PROXY_ERROR_HEADER,
-        HeaderValue::from_static(reason.header()),
-    );
-    response
+    json_refusal(body, reason)
 }
 
 /// The short JSON form of a unix-socket refusal.
 fn blocked_unix_socket(reason: DenyReason) -> Response<Body> {
     let body =
         serde_json::json!({"status": "blocked", "host": "unix-socket", "reason": reason.as_str()});
-    let mut response = Response::new(full(body.to_string()));
+    json_refusal(body.to_string(), reason)
+}
+
+/// `403` with a JSON `body` and the reason's `x-proxy-error`.
+fn json_refusal(body: String, reason: DenyReason) -> Response<Body> {
+    let mut response = Response::new(full(body));
     *response.status_mut() = StatusCode::FORBIDDEN;
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -103,9 +103,14 @@ impl ProxyState {
     /// Records a denial that happened before admission (malformed input
     /// excepted: those are not decisions).
     pub async fn record_denial(&self, dest: &Destination<'_>, reason: DenyReason) {
+        self.record(dest, Some(reason)).await;
+    }
+
+    /// Records the decision about `dest` (`None`: allowed).
+    async fn record(&self, dest: &Destination<'_>, denied: Option<DenyReason>) {
         self.audit
             .record(Decision::new(
-                Some(reason),
+                denied,
                 dest.host,
                 dest.port,
                 dest.protocol,
@@ -141,16 +146,7 @@ impl ProxyState {
                     .map(Admission::Direct),
             },
         };
-        self.audit
-            .record(Decision::new(
-                outcome.as_ref().err().copied(),
-                dest.host,
-                dest.port,
-                dest.protocol,
-                dest.method,
-                dest.client,
-            ))
-            .await;
+        self.record(dest, outcome.as_ref().err().copied()).await;
         outcome
     }
 
@@ -168,16 +164,14 @@ impl ProxyState {
             .targets(&verdict, name, DNS_PORT)
             .await
             .map(|targets| targets.addrs.iter().map(|a| a.ip()).collect());
-        self.audit
-            .record(Decision::new(
-                outcome.as_ref().err().copied(),
-                name,
-                DNS_PORT,
-                Protocol::Dns,
-                "none",
-                client,
-            ))
-            .await;
+        let dest = Destination {
+            host: name,
+            port: DNS_PORT,
+            protocol: Protocol::Dns,
+            method: "none",
+            client,
+        };
+        self.record(&dest, outcome.as_ref().err().copied()).await;
         outcome
     }
 

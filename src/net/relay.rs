@@ -13,6 +13,9 @@ use tokio::net::TcpStream;
 
 /// Bytes moved per `splice` call (and the buffer of the fallback copy).
 pub const RELAY_CHUNK_BYTES: usize = 64 * 1024;
+/// Pipe capacity asked for (fewer calls and wake-ups per byte; the
+/// default 64 KiB stays when the system refuses).
+const PIPE_BYTES: libc::c_int = 1024 * 1024;
 
 /// Relays both ways until both sides are done.
 pub async fn relay(mut a: TcpStream, mut b: TcpStream) {
@@ -32,10 +35,23 @@ pub async fn relay(mut a: TcpStream, mut b: TcpStream) {
     }
 }
 
-/// A non-blocking close-on-exec pipe `(read, write)`.
+/// A non-blocking close-on-exec pipe `(read, write)`, enlarged if allowed.
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    nix::unistd::pipe2(nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(io::Error::from)
+    let (read, write) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(io::Error::from)?;
+    // SAFETY: F_SETPIPE_SZ on a pipe fd we own, integer argument.
+    unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_BYTES) };
+    Ok((read, write))
+}
+
+/// What one `splice` from a socket may move: the pipe's capacity.
+fn pipe_capacity(pipe: &OwnedFd) -> usize {
+    // SAFETY: F_GETPIPE_SZ on a pipe fd we own.
+    let size = unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_GETPIPE_SZ) };
+    usize::try_from(size)
+        .unwrap_or(RELAY_CHUNK_BYTES)
+        .max(RELAY_CHUNK_BYTES)
 }
 
 /// One non-blocking `splice` of at most `len` bytes from `from` to `to`.
@@ -60,12 +76,13 @@ fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
 /// `to`.
 async fn one_way(from: &TcpStream, to: &TcpStream, pipe: &(OwnedFd, OwnedFd)) -> io::Result<()> {
     let (pipe_read, pipe_write) = (pipe.0.as_raw_fd(), pipe.1.as_raw_fd());
+    let chunk = pipe_capacity(&pipe.1);
     let result = async {
         loop {
             let filled = loop {
                 from.readable().await?;
                 match from.try_io(Interest::READABLE, || {
-                    splice(from.as_raw_fd(), pipe_write, RELAY_CHUNK_BYTES)
+                    splice(from.as_raw_fd(), pipe_write, chunk)
                 }) {
                     Ok(n) => break n,
                     Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
@@ -78,7 +95,9 @@ async fn one_way(from: &TcpStream, to: &TcpStream, pipe: &(OwnedFd, OwnedFd)) ->
             let mut left = filled;
             while left > 0 {
                 to.writable().await?;
-                match to.try_io(Interest::WRITABLE, || splice(pipe_read, to.as_raw_fd(), left)) {
+                match to.try_io(Interest::WRITABLE, || {
+                    splice(pipe_read, to.as_raw_fd(), left)
+                }) {
                     Ok(n) => left = left.saturating_sub(n),
                     Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
                     Err(err) => return Err(err),
