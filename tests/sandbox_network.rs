@@ -355,3 +355,65 @@ fn network_flag_and_domain_policy_do_not_mix() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("cannot be combined"));
 }
+
+#[test]
+fn a_normal_user_is_confined_the_same_way() {
+    require_sandbox!();
+    if !nix::unistd::geteuid().is_root()
+        || Command::new("setpriv").arg("--version").output().is_err()
+    {
+        eprintln!("SKIP: needs root and setpriv to run as an unprivileged user");
+        return;
+    }
+    let origin = Origin::start();
+    for launcher in [Launcher::System, Launcher::Builtin] {
+        if !launcher.usable() {
+            continue;
+        }
+        let script = format!(
+            "id -u; curl -s -o /dev/null -w 'allowed=%{{http_code}}\\n' http://origin.test:{port}/; \
+             curl -s -o /dev/null -w 'denied=%{{http_code}}\\n' http://evil.test/; \
+             curl -s -o /dev/null --noproxy '*' -m 5 http://127.0.0.1:{port}/; echo direct_exit=$?",
+            port = origin.port()
+        );
+        let mut cmd = Command::new("setpriv");
+        for var in PROXY_VARS {
+            cmd.env_remove(var);
+        }
+        let resolve = "origin.test=127.0.0.1";
+        let out = cmd
+            .args([
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+                "--clear-groups",
+                BIN,
+                "sandbox",
+                "-C",
+                "/tmp",
+            ])
+            .args([
+                "--allow-domain",
+                "origin.test",
+                "--allow-local-binding",
+                "--resolve",
+                resolve,
+            ])
+            .args(["--", "sh", "-c", &script])
+            .env_remove("XDG_RUNTIME_DIR")
+            .env("HOME", "/nonexistent")
+            .env("CODEXBOX_BWRAP", launcher.env())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = stdout(&out);
+        eprintln!("{launcher:?}: {text}\n{}", stderr(&out));
+        assert!(out.status.success(), "{launcher:?}: {}", stderr(&out));
+        assert_eq!(text.lines().next(), Some("65534"));
+        assert_eq!(value(&text, "allowed="), "200", "{launcher:?}");
+        assert_eq!(value(&text, "denied="), "403", "{launcher:?}");
+        assert_ne!(value(&text, "direct_exit="), "0", "{launcher:?}");
+        assert!(stderr(&out).contains("codexbox: blocked evil.test:80 (not in allowlist)"));
+    }
+}

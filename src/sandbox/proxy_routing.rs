@@ -283,6 +283,14 @@ fn allocate_dir(parent: &Path) -> Result<PathBuf, RoutingError> {
         .mode(0o700)
         .create(parent)
         .map_err(dir_error)?;
+    // Someone else's directory (or a symlink to one) could swap the
+    // sockets and so the proxy the sandbox talks to.
+    if !crate::sandbox::state::is_private_dir(parent) {
+        return Err(dir_error(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "not a directory owned by this user with mode 0700",
+        )));
+    }
     remove_stale_dirs(parent);
     let pid = std::process::id();
     let mut last = io::Error::from(io::ErrorKind::AlreadyExists);
@@ -654,14 +662,15 @@ mod tests {
 
     #[test]
     fn socket_dirs_are_private_and_stale_ones_go() {
+        use std::os::unix::fs::PermissionsExt;
         let parent = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
         let stale = parent.path().join("999999999-0");
         std::fs::create_dir(&stale).unwrap();
         let routes = plan_routes([("HTTP_PROXY", "http://127.0.0.1:9")]).unwrap();
         let routing = HostRouting::start(parent.path(), &routes).unwrap();
         assert!(!stale.exists());
         let dir = routing.mounts.socket_dir.clone();
-        use std::os::unix::fs::PermissionsExt;
         assert_eq!(
             std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
             0o700
@@ -677,6 +686,20 @@ mod tests {
         assert!(matches!(
             HostRouting::start(&long, &routes),
             Err(RoutingError::PathTooLong(_))
+        ));
+        // A parent others can write to, or a symlink, is refused.
+        let shared = parent.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(matches!(
+            HostRouting::start(&shared, &routes),
+            Err(RoutingError::Dir { .. })
+        ));
+        let link = parent.path().join("link");
+        std::os::unix::fs::symlink(parent.path(), &link).unwrap();
+        assert!(matches!(
+            HostRouting::start(&link, &routes),
+            Err(RoutingError::Dir { .. })
         ));
     }
 }
