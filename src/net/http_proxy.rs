@@ -156,10 +156,18 @@ async fn connect(request: Request<Incoming>, client: &str, state: &ProxyState) -
             }
         }
     };
+    let mut closing = state.closing.clone();
     tokio::spawn(async move {
-        match hyper::upgrade::on(request).await {
-            Ok(upgraded) => splice(upgraded, target, prefix).await,
-            Err(err) => tracing::debug!("CONNECT upgrade failed: {err}"),
+        let tunnel = async {
+            match hyper::upgrade::on(request).await {
+                Ok(upgraded) => splice(upgraded, target, prefix).await,
+                Err(err) => tracing::debug!("CONNECT upgrade failed: {err}"),
+            }
+        };
+        // The tunnel outlives this connection's task: end it with the proxy.
+        tokio::select! {
+            () = tunnel => {}
+            _ = closing.wait_for(|closed| *closed) => {}
         }
     });
     Response::new(full(Bytes::new()))

@@ -97,6 +97,9 @@ pub(crate) struct ProxyState {
     pub upstream: Upstream,
     pub audit: Arc<AuditLog>,
     pub socks5_udp: bool,
+    /// Becomes `true` when the proxy shuts down; tunnels (which outlive
+    /// their HTTP connection task) end on it.
+    pub closing: tokio::sync::watch::Receiver<bool>,
 }
 
 impl ProxyState {
@@ -201,6 +204,8 @@ pub struct ProxyHandle {
     audit: Arc<AuditLog>,
     listeners: Vec<JoinHandle<()>>,
     audit_writer: Option<JoinHandle<()>>,
+    /// Tells running tunnels to end.
+    closing: tokio::sync::watch::Sender<bool>,
 }
 
 impl ProxyHandle {
@@ -224,12 +229,14 @@ impl ProxyHandle {
         let (audit, audit_writer) = AuditLog::open(audit_sink.as_ref())
             .await
             .map_err(ProxyError::AuditLog)?;
+        let (closing_tx, closing) = tokio::sync::watch::channel(false);
         let state = Arc::new(ProxyState {
             policy,
             resolver,
             upstream,
             audit: audit.clone(),
             socks5_udp,
+            closing,
         });
         let (http_listener, http_addr) = http;
         let mut listeners = vec![tokio::spawn(accept_loop(
@@ -250,6 +257,7 @@ impl ProxyHandle {
             audit,
             listeners,
             audit_writer,
+            closing: closing_tx,
         })
     }
 
@@ -302,6 +310,7 @@ impl ProxyHandle {
 
 impl Drop for ProxyHandle {
     fn drop(&mut self) {
+        let _ = self.closing.send(true);
         for listener in &self.listeners {
             listener.abort();
         }
@@ -358,5 +367,44 @@ async fn accept_loop(listener: TcpListener, state: Arc<ProxyState>, service: Ser
             }
         });
         while connections.try_join_next().is_some() {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::policy::Mode;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn shutdown_ends_open_tunnels_and_the_listener() {
+        let origin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let origin_addr = origin.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = origin.accept().await.unwrap();
+            let mut buf = [0u8; 16];
+            while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+        });
+        let policy = Policy::new(["127.0.0.1"], [""; 0], Mode::Full, false).unwrap();
+        let handle = ProxyHandle::start(ProxyConfig::new(policy)).await.unwrap();
+        let proxy = handle.http_addr();
+        let mut client = tokio::net::TcpStream::connect(proxy).await.unwrap();
+        let request = format!("CONNECT {origin_addr} HTTP/1.1\r\nHost: {origin_addr}\r\n\r\n");
+        client.write_all(request.as_bytes()).await.unwrap();
+        let mut head = vec![0u8; 19];
+        client.read_exact(&mut head).await.unwrap();
+        assert!(head.starts_with(b"HTTP/1.1 200"), "{head:?}");
+        handle.shutdown().await;
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            client.read_to_end(&mut rest),
+        )
+        .await;
+        assert!(
+            matches!(read, Ok(Ok(_)) | Ok(Err(_))),
+            "tunnel still open after shutdown"
+        );
+        assert!(tokio::net::TcpStream::connect(proxy).await.is_err());
     }
 }
