@@ -31,6 +31,8 @@ pub struct ManagedRun {
     http: SocketAddr,
     socks5: Option<SocketAddr>,
     allow_local_binding: bool,
+    /// The policy in words, for `--explain` (our own proxy only).
+    policy: Option<String>,
 }
 
 impl ManagedRun {
@@ -51,6 +53,17 @@ impl ManagedRun {
             socks5: handle.socks5_addr(),
             own: Some((runtime, handle)),
             allow_local_binding: policy.allow_local_binding,
+            policy: Some(format!(
+                "allow: {}; deny: {}; mode: {}; local/private destinations: {}",
+                list(&policy.allow),
+                list(&policy.deny),
+                super::policy::Mode::from(policy.mode).as_str(),
+                if policy.allow_local_binding {
+                    "allowed"
+                } else {
+                    "only exact IP or localhost entries"
+                }
+            )),
         })
     }
 
@@ -72,6 +85,7 @@ impl ManagedRun {
             http: SocketAddr::new(ip, endpoint.port),
             socks5: None,
             allow_local_binding,
+            policy: None,
         })
     }
 
@@ -86,8 +100,9 @@ impl ManagedRun {
         if let Some(socks) = self.socks5 {
             line.push_str(&format!(" and {}", socks5_proxy_url(socks)));
         }
-        if self.own.is_none() {
-            line.push_str(" (external)");
+        match &self.policy {
+            Some(policy) => line.push_str(&format!("\npolicy: {policy}")),
+            None => line.push_str(" (external)"),
         }
         line
     }
@@ -104,6 +119,14 @@ impl ManagedRun {
             .collect();
         runtime.block_on(handle.shutdown());
         lines
+    }
+}
+
+fn list(entries: &[String]) -> String {
+    if entries.is_empty() {
+        "none".to_owned()
+    } else {
+        entries.join(", ")
     }
 }
 
