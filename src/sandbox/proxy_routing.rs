@@ -35,8 +35,6 @@ use crate::net::env::is_proxy_url_key;
 
 /// The longest Unix socket path (`sun_path` minus the NUL).
 pub const MAX_SOCKET_PATH_BYTES: usize = 107;
-/// Niceness of the namespace helper.
-const HELPER_NICENESS: libc::c_int = 5;
 /// Name prefix of a socket directory: `<pid>-<attempt>`.
 const DIR_ATTEMPTS: u32 = 128;
 
@@ -520,10 +518,6 @@ fn run_namespace_helper(
     bridges: Vec<(TcpListener, PathBuf)>,
     stub: Option<(UdpSocket, PathBuf)>,
 ) -> Result<(), String> {
-    // Lower priority: on a busy machine the command's own start comes
-    // first; the helper only has work once the command connects.
-    // SAFETY: setpriority on this process with integer arguments.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, HELPER_NICENESS) };
     crate::sandbox::inner::confine(crate::sandbox::seccomp::SeccompMode::NetworkEnabled)
         .map_err(|e| e.to_string())?;
     let runtime = tokio::runtime::Builder::new_current_thread()
