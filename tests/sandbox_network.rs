@@ -180,6 +180,17 @@ a, b = socket.socketpair(); a.send(b\"x\"); print(\"pair=\" + b.recv(1).decode()
         );
     }
     assert!(value(&text, "ALL_PROXY=").starts_with("socks5h://127.0.0.1:"));
+    if let Launcher::Builtin = launcher {
+        // The built-in launcher runs the command in a nested user
+        // namespace, where port 53 of the sandbox's network namespace
+        // cannot be bound: no stub, and it says so.
+        assert!(
+            stderr(&out).contains("warning: no DNS inside the sandbox"),
+            "{}",
+            stderr(&out)
+        );
+        return;
+    }
     let audit = std::fs::read_to_string(ws.root.join("audit.jsonl")).unwrap();
     assert!(
         audit.contains(r#""host":"other.test","port":53,"protocol":"dns""#),
@@ -196,16 +207,19 @@ fn system_bwrap_refuses_unix_sockets_and_answers_only_allowed_names() {
 }
 
 #[test]
-fn builtin_bwrap_refuses_unix_sockets_and_answers_only_allowed_names() {
+fn builtin_bwrap_refuses_unix_sockets_and_resolves_no_names() {
     confinement_inside(Launcher::Builtin);
 }
 
 #[test]
 fn the_dns_stub_answers_allowed_names_with_the_proxy_s_addresses() {
     require_sandbox!();
+    if !Launcher::System.usable() {
+        return;
+    }
     let ws = Ws::new();
     let out = sandbox(
-        Launcher::Builtin,
+        Launcher::System,
         &ws.ws,
         &[
             "--allow-domain",

@@ -21,10 +21,11 @@ impl Builder<'_> {
         }
         // The DNS stub binds port 53 in the sandbox's network namespace,
         // which takes CAP_NET_BIND_SERVICE in the user namespace owning it:
-        // the inner stage keeps that one capability (and drops it before the
-        // command runs), and --disable-userns, which would move it into a
-        // nested user namespace, is left out. New user namespaces stay
-        // refused by seccomp in every mode.
+        // the inner stage keeps that capability, and CAP_SETPCAP to empty
+        // the bounding set afterwards, and drops both before the command
+        // runs; --disable-userns, which would move it into a nested user
+        // namespace, is left out. New user namespaces stay refused by
+        // seccomp in every mode.
         let dns_stub = i.caps.cap_drop
             && i.managed_proxy
                 .as_ref()
@@ -35,7 +36,12 @@ impl Builder<'_> {
         if i.caps.cap_drop {
             self.out.texts(&["--cap-drop", "ALL"]);
             if dns_stub {
-                self.out.texts(&["--cap-add", "CAP_NET_BIND_SERVICE"]);
+                self.out.texts(&[
+                    "--cap-add",
+                    "CAP_NET_BIND_SERVICE",
+                    "--cap-add",
+                    "CAP_SETPCAP",
+                ]);
             }
         }
         if i.mount_proc {

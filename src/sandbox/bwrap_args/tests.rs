@@ -374,7 +374,7 @@ fn managed_proxy_binds_the_bridge_directory_last_and_keeps_the_stub_capability()
             "--new-session --die-with-parent --ro-bind / / --dev /dev \
              --ro-bind /run/codexbox/net/7-0 /run/codexbox/net/7-0 \
              --ro-bind /run/codexbox/net/7-0/resolv.conf /etc/resolv.conf {NS} --unshare-net \
-             --cap-drop ALL --cap-add CAP_NET_BIND_SERVICE --proc /proc {PROC_RO} \
+             --cap-drop ALL --cap-add CAP_NET_BIND_SERVICE --cap-add CAP_SETPCAP --proc /proc {PROC_RO} \
              --chdir / --argv0 codex-linux-sandbox -- /opt/codexbox --apply-seccomp-then-exec -- /bin/true"
         )
     );
