@@ -387,3 +387,26 @@ async fn errors_in_results_are_rpc_errors_not_results() {
     assert_eq!(error_of(&response).map(|e| e.0), Some(-32602));
     assert_eq!(origin.connection_count(), 0);
 }
+
+#[tokio::test]
+async fn https_uses_rustls_with_the_system_roots_and_codex_ca_certificate() {
+    let tls = common::net::TlsOrigin::start();
+    let url = format!("https://127.0.0.1:{}/secure", tls.addr.port());
+    let cert = tls.cert.to_str().unwrap();
+    let trusting = Server::start_listen(
+        "ws://127.0.0.1:0",
+        &[],
+        &[("NO_PROXY", "*"), ("CODEX_CA_CERTIFICATE", cert)],
+    );
+    let mut raw = connected(&trusting).await;
+    let result = raw.call("http/request", request(&url, "tls")).await;
+    assert_eq!(result["status"], 200);
+    assert_eq!(unb64(result["bodyBase64"].as_str().unwrap()), b"tls origin");
+    // Without that CA the self-signed origin is refused.
+    let strict = server();
+    let mut raw = connected(&strict).await;
+    let (code, message) = raw.call_err("http/request", request(&url, "tls")).await;
+    assert_eq!(code, -32603);
+    assert!(message.starts_with("http/request failed: "), "{message}");
+    assert!(message.to_lowercase().contains("certificate"), "{message}");
+}

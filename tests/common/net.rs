@@ -493,7 +493,7 @@ pub fn with_local_resolver(dir: &std::path::Path) -> Command {
 /// request gets `200` with the body `tls origin`.
 pub struct TlsOrigin {
     pub addr: SocketAddr,
-    /// The certificate, to trust it.
+    /// The CA certificate that signed the origin's, to trust it.
     pub cert: std::path::PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -506,26 +506,72 @@ impl TlsOrigin {
             .prefix("tls")
             .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
             .unwrap();
-        let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-        let status = Command::new("openssl")
-            .args([
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-            ])
-            .args(["-nodes", "-days", "2", "-subj", "/CN=origin.test"])
-            .args(["-addext", "subjectAltName=DNS:origin.test,IP:127.0.0.1"])
-            .arg("-keyout")
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert)
-            .stderr(Stdio::null())
-            .status()
-            .expect("openssl");
-        assert!(status.success(), "openssl req failed");
+        let path = |name: &str| dir.path().join(name);
+        let openssl = |args: &[&str]| {
+            let status = Command::new("openssl")
+                .args(args)
+                .current_dir(dir.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .expect("openssl");
+            assert!(status.success(), "openssl {args:?} failed");
+        };
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        // A CA, and a leaf for origin.test and 127.0.0.1 it signs.
+        openssl(
+            &[
+                &["req", "-x509"],
+                &ec[..],
+                &["-days", "2", "-subj", "/CN=codexbox test CA"],
+                &["-keyout", "ca.key", "-out", "ca.pem"],
+            ]
+            .concat(),
+        );
+        openssl(
+            &[
+                &["req"],
+                &ec[..],
+                &[
+                    "-subj",
+                    "/CN=origin.test",
+                    "-keyout",
+                    "key.pem",
+                    "-out",
+                    "leaf.csr",
+                ],
+            ]
+            .concat(),
+        );
+        std::fs::write(
+            path("leaf.ext"),
+            "subjectAltName=DNS:origin.test,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+        )
+        .unwrap();
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "leaf.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "leaf.ext",
+            "-out",
+            "cert.pem",
+        ]);
+        let (cert, key) = (path("cert.pem"), path("key.pem"));
         let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert)
             .unwrap()
             .map(|c| c.unwrap())
@@ -573,7 +619,7 @@ impl TlsOrigin {
         });
         TlsOrigin {
             addr,
-            cert,
+            cert: path("ca.pem"),
             _dir: dir,
         }
     }
