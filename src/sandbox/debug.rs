@@ -7,6 +7,10 @@
 //! exits with the command's status (128+signal when it was killed).
 //! `disabled` and `external` profiles run the command directly, as the
 //! server does.
+//!
+//! With `--allow-domain`/`--deny-domain` (or `--proxy URL`) the command's
+//! network goes through a proxy (`net::managed`) under managed routing, and
+//! each refused destination is named on stderr at exit.
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
@@ -63,6 +67,14 @@ struct Args {
     /// Do not mount a fresh /proc.
     #[arg(long)]
     no_proc: bool,
+    /// Destination policy: only these destinations are reachable, through a
+    /// proxy started for this command.
+    #[command(flatten)]
+    policy: crate::net::cli::PolicyArgs,
+    /// Use this already running proxy (http://127.0.0.1:PORT) instead of
+    /// starting one.
+    #[arg(long, value_name = "URL")]
+    proxy: Option<String>,
     /// The command to run (after `--`, or from the first argument that is
     /// not an option).
     #[arg(trailing_var_arg = true, value_name = "COMMAND")]
@@ -109,7 +121,7 @@ fn removed_form(argv: &[OsString]) -> Option<String> {
 }
 
 /// The options of [`Args`] that take a value as the next argument.
-const OPTIONS_WITH_VALUES: [&str; 9] = [
+const OPTIONS_WITH_VALUES: [&str; 18] = [
     "-P",
     "-p",
     "--permission-profile",
@@ -119,6 +131,15 @@ const OPTIONS_WITH_VALUES: [&str; 9] = [
     "--cd",
     "--writable-root",
     "--backend",
+    "--allow",
+    "--allow-domain",
+    "--deny",
+    "--deny-domain",
+    "--mode",
+    "--network-mode",
+    "--resolve",
+    "--audit-log",
+    "--proxy",
 ];
 
 /// A profile named on the command line: a name or JSON as
@@ -164,7 +185,7 @@ fn run(args: Args) -> Result<i32, (i32, String)> {
     }
     let here = std::env::current_dir()
         .map_err(|e| (1, format!("cannot read the current directory: {e}")))?;
-    let cwd = normalize(&here.join(args.cwd.unwrap_or_else(|| here.clone())));
+    let cwd = normalize(&here.join(args.cwd.clone().unwrap_or_else(|| here.clone())));
     if !cwd.is_dir() {
         return Err((1, format!("{} is not a directory", cwd.display())));
     }
@@ -179,9 +200,12 @@ fn run(args: Args) -> Result<i32, (i32, String)> {
         profile = profile.with_network(NetworkSandboxPolicy::Enabled);
     }
     profile = profile.materialize_project_roots(std::slice::from_ref(&cwd));
+    let managed = managed_network(&args)?;
 
     let mut cmd = match profile {
-        PermissionProfile::Disabled | PermissionProfile::External { .. } if !args.explain => {
+        PermissionProfile::Disabled | PermissionProfile::External { .. }
+            if !args.explain && managed.is_none() =>
+        {
             let Some((program, rest)) = args.command.split_first() else {
                 return Err((2, "no command given".into()));
             };
@@ -211,12 +235,21 @@ fn run(args: Args) -> Result<i32, (i32, String)> {
             if args.explain {
                 cmd.arg("--explain");
             }
+            if managed.is_some() {
+                cmd.arg(super::cli::ALLOW_NETWORK_FOR_PROXY_FLAG);
+            }
             cmd.arg("--").args(&args.command).current_dir(&cwd);
             cmd
         }
     };
     if !profile_network_enabled(&profile) {
         cmd.env("CODEX_SANDBOX_NETWORK_DISABLED", "1");
+    }
+    if let Some(managed) = &managed {
+        cmd.envs(managed.env());
+        if args.explain {
+            crate::stdout::print(&format!("{}\n", managed.describe()));
+        }
     }
     let status = cmd.status().map_err(|e| {
         (
@@ -229,11 +262,35 @@ fn run(args: Args) -> Result<i32, (i32, String)> {
             ),
         )
     })?;
+    if let Some(managed) = managed {
+        for line in managed.finish() {
+            eprintln!("{line}");
+        }
+    }
     Ok(match (status.code(), status.signal()) {
         (Some(code), _) => code,
         (None, Some(sig)) => 128 + sig,
         (None, None) => 1,
     })
+}
+
+/// The proxy of a run with a destination policy or `--proxy`, if any.
+fn managed_network(args: &Args) -> Result<Option<crate::net::managed::ManagedRun>, (i32, String)> {
+    use crate::net::managed::ManagedRun;
+    if !args.policy.is_set() && args.proxy.is_none() {
+        return Ok(None);
+    }
+    if args.network {
+        return Err((
+            2,
+            "--network allows every destination; it cannot be combined with --allow-domain, --deny-domain or --proxy".into(),
+        ));
+    }
+    let run = match &args.proxy {
+        Some(url) => ManagedRun::external(url, args.policy.allow_local_binding),
+        None => ManagedRun::start(&args.policy),
+    };
+    run.map(Some).map_err(|e| (2, e.to_string()))
 }
 
 fn profile_network_enabled(p: &PermissionProfile) -> bool {

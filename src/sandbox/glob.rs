@@ -277,6 +277,14 @@ pub fn glob_match(glob: &str, text: &str) -> bool {
     match_from(&pattern, 0, &text, 0)
 }
 
+/// Matches the whole of `text` against `glob` with no separator rules
+/// (`*` and `?` cross every character; used for host names).
+pub fn glob_match_text(glob: &str, text: &str) -> bool {
+    let pattern: Vec<char> = glob.chars().collect();
+    let text: Vec<char> = text.chars().collect();
+    match_from(&pattern, 0, &text, 0)
+}
+
 fn match_from(p: &[char], mut pi: usize, t: &[char], mut ti: usize) -> bool {
     while pi < p.len() {
         match p[pi] {

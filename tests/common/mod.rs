@@ -4,6 +4,7 @@ pub mod bwrap;
 pub mod client;
 pub mod confine;
 pub mod fs;
+pub mod net;
 pub mod redteam;
 pub mod reference_relay;
 pub mod relay;
