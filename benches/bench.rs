@@ -6,6 +6,7 @@
 mod bwrap;
 mod common;
 mod fs;
+mod net;
 mod process;
 mod relay;
 mod sandbox;
@@ -20,12 +21,13 @@ fn main() {
         println!("benchmark skipped: run scripts/bench (cargo bench --bench bench)");
         return;
     }
-    let areas: [(&str, Area); 5] = [
+    let areas: [(&str, Area); 6] = [
         ("process", process::run),
         ("sandbox", sandbox::run),
         ("bwrap", bwrap::run),
         ("fs", fs::run),
         ("relay", relay::run),
+        ("net", net::run),
     ];
     let chosen: Vec<String> = std::env::args()
         .skip(1)
@@ -35,7 +37,7 @@ fn main() {
         .iter()
         .find(|name| !areas.iter().any(|(area, _)| area == name))
     {
-        eprintln!("bench: unknown area {unknown:?} (process, sandbox, bwrap, fs, relay)");
+        eprintln!("bench: unknown area {unknown:?} (process, sandbox, bwrap, fs, net, relay)");
         std::process::exit(2);
     }
     let mut report = common::Report::default();

@@ -69,6 +69,7 @@ fn run(mode: Mode, argv: Vec<OsString>) -> i32 {
         Mode::InstallLinks => install_links_main(argv),
         Mode::Rendezvous => crate::rendezvous::cli::main(argv),
         Mode::Connect => crate::connect::cli::main(argv),
+        Mode::Proxy => crate::net::cli::main(argv),
     }
 }
 
@@ -89,6 +90,7 @@ Modes:
   install-links  create the alias symlinks in a directory
   rendezvous     registry and relay for remote executors (self-hosted)
   connect        expose a remote executor as a local exec-server endpoint
+  proxy          network proxy that lets through only allowed destinations
 
 Run `codexbox <MODE> --help` for the options of a mode.
 ",

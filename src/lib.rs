@@ -9,6 +9,7 @@
 //! - `bwrap` ([`bwrap`]): a bubblewrap-compatible launcher in Rust;
 //! - `fs-helper` ([`fs_helper`]): the sandboxed filesystem worker;
 //! - `sandbox` and `doctor` ([`sandbox`]): for people debugging a policy or a host;
+//! - `proxy` ([`net`]): the network proxy that enforces destination allowlists.
 //! - `rendezvous` ([`rendezvous`]) and `connect` ([`connect`]): remote mode's
 //!   registry and relay, and a local bridge to a remote executor; the
 //!   executor side and the wire ([`relay`]) serve `exec-server --remote`.
@@ -43,6 +44,7 @@ pub mod fs;
 pub mod fs_helper;
 pub mod logging;
 pub mod mode;
+pub mod net;
 pub mod process;
 pub mod protocol;
 pub mod relay;

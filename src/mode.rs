@@ -37,6 +37,7 @@ pub enum Mode {
     InstallLinks,
     Rendezvous,
     Connect,
+    Proxy,
 }
 
 impl Mode {
@@ -52,6 +53,7 @@ impl Mode {
             Mode::InstallLinks => "install-links",
             Mode::Rendezvous => "rendezvous",
             Mode::Connect => "connect",
+            Mode::Proxy => "proxy",
         }
     }
 
@@ -67,7 +69,7 @@ impl Mode {
     }
 
     pub fn from_subcommand(arg: &OsStr) -> Option<Mode> {
-        const ALL: [Mode; 9] = [
+        const ALL: [Mode; 10] = [
             Mode::ExecServer,
             Mode::LinuxSandbox,
             Mode::Bwrap,
@@ -77,6 +79,7 @@ impl Mode {
             Mode::InstallLinks,
             Mode::Rendezvous,
             Mode::Connect,
+            Mode::Proxy,
         ];
         ALL.into_iter().find(|mode| arg == mode.subcommand())
     }

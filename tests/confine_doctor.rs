@@ -215,3 +215,17 @@ fn a_seccomp_profile_blocking_user_namespaces_is_diagnosed() {
     );
     assert_eq!(out.status.code(), Some(if landlock { 0 } else { 1 }));
 }
+
+#[test]
+fn managed_routing_is_reported_from_a_real_routed_sandbox() {
+    let out = doctor(&["--json"], &[]);
+    let report = json(&out);
+    let works = report["sandbox_works"] == true && report["backend"] == "bwrap";
+    assert_eq!(report["managed_routing"]["usable"], works, "{report}");
+    let text = String::from_utf8_lossy(&doctor(&[], &[]).stdout).into_owned();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("managed routing"))
+        .unwrap_or_else(|| panic!("no managed routing line in {text}"));
+    assert_eq!(line.contains(" works ("), works, "{line}");
+}

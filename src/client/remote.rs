@@ -537,6 +537,7 @@ mod tests {
             failure: None,
             sandbox_denied: false,
             truncated: false,
+            network_denials: Vec::new(),
         };
         let out = backfill("p", 3, &read);
         let methods: Vec<&str> = out.iter().map(|n| n.method.as_str()).collect();

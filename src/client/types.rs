@@ -49,6 +49,9 @@ impl StartParams {
             env_policy: None,
             sandbox: None,
             size: None,
+            enforce_managed_network: false,
+            managed_network: None,
+            network_proxy: None,
         }
     }
 

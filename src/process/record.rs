@@ -134,6 +134,7 @@ impl Record {
             failure: None,
             sandbox_denied: state.sandbox_denied,
             truncated: selection.truncated,
+            network_denials: Vec::new(),
         };
         (result, ready)
     }

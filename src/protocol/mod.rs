@@ -4,6 +4,8 @@
 pub mod envelope;
 pub mod environment;
 pub mod fs;
+pub mod http;
+pub mod network;
 pub mod path;
 pub mod process;
 pub mod sandbox;
@@ -29,6 +31,9 @@ pub struct InitializeParams {
     pub client_name: String,
     #[serde(default)]
     pub resume_session_id: Option<String>,
+    /// Opt-in extensions (`networkDenials`).
+    #[serde(default)]
+    pub capabilities: network::ClientCapabilities,
 }
 
 /// `initialize` result.

@@ -114,6 +114,21 @@ pub struct StartParams {
     pub sandbox: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<PtySize>,
+    /// Confine the sandboxed command to the managed proxy.
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    #[schemars(with = "Option<bool>")]
+    pub enforce_managed_network: bool,
+    /// Loopback ports of an already running proxy (used by macOS sandboxes;
+    /// replaced by the server's own when `networkProxy` is given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub managed_network: Option<super::network::ManagedNetworkSandboxContext>,
+    /// Start a proxy for this process, living until its `process/closed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_proxy: Option<super::network::RemoteNetworkProxyLaunchConfig>,
 }
 
 /// `process/start` result.
@@ -160,6 +175,10 @@ pub struct ReadResult {
     pub sandbox_denied: bool,
     #[serde(default)]
     pub truncated: bool,
+    /// Destinations the process's managed proxy refused (last 200; absent
+    /// when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network_denials: Vec<super::network::NetworkDenial>,
 }
 
 /// `process/write` params (both dialects).
@@ -377,6 +396,7 @@ mod tests {
             failure: None,
             sandbox_denied: false,
             truncated: false,
+            network_denials: Vec::new(),
         };
         let mut want = required(include_str!(
             "../../resources/schema/process.read.result.json"

@@ -16,7 +16,7 @@ use serde_json::{json, Map, Value};
 
 use super::envelope::RequestId;
 use super::path::WirePath;
-use super::{environment as env, fs, process as proc, sandbox};
+use super::{environment as env, fs, http, network, process as proc, sandbox};
 use crate::sandbox::policy;
 
 /// Where the schema files live, relative to the crate root.
@@ -344,6 +344,11 @@ pub fn files() -> BTreeMap<String, Value> {
             outbound::<env::EnvironmentStatus>(),
         ),
         (
+            http::METHOD_HTTP_REQUEST,
+            inbound::<http::HttpRequestParams>(),
+            outbound::<http::HttpRequestResult>(),
+        ),
+        (
             m::READ_FILE,
             inbound::<fs::ReadFileParams>(),
             outbound::<fs::ReadFileResponse>(),
@@ -414,6 +419,14 @@ pub fn files() -> BTreeMap<String, Value> {
         (proc::NOTIFY_OUTPUT, outbound::<OutputNotification>()),
         (proc::NOTIFY_EXITED, outbound::<proc::ExitedNotification>()),
         (proc::NOTIFY_CLOSED, outbound::<proc::ClosedNotification>()),
+        (
+            network::NOTIFY_NETWORK_DENIED,
+            outbound::<network::NetworkDeniedNotification>(),
+        ),
+        (
+            http::NOTIFY_BODY_DELTA,
+            outbound::<http::BodyDeltaNotification>(),
+        ),
     ];
     let envelope: Vec<(&str, Value)> = vec![
         ("request", inbound::<RequestMessage>()),

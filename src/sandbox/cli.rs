@@ -10,8 +10,11 @@
 //! Never panics: every failure is one line `codex-linux-sandbox: …` and exit
 //! 1, usage errors exit 2, the command's status passes through.
 //!
-//! Managed proxy routing (`--allow-network-for-proxy`) is accepted but not
-//! implemented: such runs get no network at all (fail closed), with a note.
+//! Managed proxy routing (`--allow-network-for-proxy`): the command gets a
+//! network namespace whose only way out is the bridges to the loopback
+//! proxies of its `*_PROXY` variables (`sandbox::proxy_routing`), under the
+//! `ProxyRouted` seccomp mode. It needs the bubblewrap backend; the Landlock
+//! backend refuses it (it cannot route), never running with more network.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -24,8 +27,16 @@ use crate::sandbox::launcher;
 use crate::sandbox::policy::{
     FileSystemSandboxPolicy, NetworkSandboxPolicy, PermissionProfile, ResolvedPolicy, SandboxPolicy,
 };
+use crate::sandbox::proxy_routing::{self, HostRouting, RouteSpec};
 use crate::sandbox::seccomp::SeccompMode;
 use crate::sandbox::{glob, inner, run, state};
+
+/// The flag confining a command to its managed proxy.
+pub const ALLOW_NETWORK_FOR_PROXY_FLAG: &str = "--allow-network-for-proxy";
+/// The flag carrying the routes to the inner stage.
+const PROXY_ROUTE_SPEC_FLAG: &str = "--proxy-route-spec";
+/// Set in the caller's environment by an orchestrating proxy; never passed on.
+const ATTRIBUTION_ENV: &str = "CODEX_NETWORK_PROXY_ATTRIBUTION";
 
 /// Prefix of every message of this mode.
 pub const PREFIX: &str = "codex-linux-sandbox";
@@ -68,7 +79,8 @@ pub struct Args {
     /// Use the Landlock backend.
     #[arg(long)]
     pub use_legacy_landlock: bool,
-    /// Managed proxy mode (not implemented: network stays off).
+    /// Confine the command's network to the loopback proxies named by its
+    /// proxy variables (bubblewrap backend only).
     #[arg(long, hide = true)]
     pub allow_network_for_proxy: bool,
     /// Internal: proxy routes for the inner stage.
@@ -337,8 +349,13 @@ fn run_args(args: Args) -> Result<i32, Failure> {
         }
         return inner_stage(&args);
     }
+    if args.proxy_route_spec.is_some() {
+        return Err(usage(
+            "--proxy-route-spec is internal to the sandbox and refused here",
+        ));
+    }
     if args.allow_network_for_proxy {
-        eprintln!("{PREFIX}: note: managed proxy routing is not supported; the command runs without network");
+        std::env::remove_var(ATTRIBUTION_ENV);
     }
     let prepared = prepare(&args)?;
     let backend = if args.use_legacy_landlock {
@@ -347,8 +364,12 @@ fn run_args(args: Args) -> Result<i32, Failure> {
         args.backend
     };
 
+    if args.allow_network_for_proxy && backend == Backend::Landlock {
+        return Err(fail(LANDLOCK_CANNOT_ROUTE));
+    }
     // No filesystem sandbox needed: confine, seccomp for the network, exec.
-    let needs_fs_sandbox = !prepared.resolved.full_write;
+    // Managed routing needs the network namespace, whatever the filesystem.
+    let needs_fs_sandbox = !prepared.resolved.full_write || args.allow_network_for_proxy;
     if !needs_fs_sandbox {
         if args.explain {
             let seccomp = if prepared.profile == PermissionProfile::Disabled {
@@ -401,6 +422,9 @@ fn run_args(args: Args) -> Result<i32, Failure> {
     }
 }
 
+/// Why managed routing and the Landlock backend do not mix.
+const LANDLOCK_CANNOT_ROUTE: &str = "managed proxy routing needs the bubblewrap backend (a network namespace); the Landlock backend cannot confine the command to the proxy";
+
 fn is_wsl1() -> bool {
     crate::sandbox::probe::host_wsl() == crate::sandbox::probe::Wsl::Wsl1
 }
@@ -419,16 +443,23 @@ fn inner_stage(args: &Args) -> Result<i32, Failure> {
         inner::restore_stderr(fd).map_err(fail)?;
     }
     let profile = profile_from_args(args)?;
-    let network = if args.allow_network_for_proxy {
-        NetworkSandboxPolicy::Restricted
+    let mode = if args.allow_network_for_proxy {
+        let text = args
+            .proxy_route_spec
+            .as_deref()
+            .ok_or_else(|| fail(proxy_routing::RoutingError::MissingSpec))?;
+        let spec = RouteSpec::parse(text).map_err(fail)?;
+        proxy_routing::activate_inside(&spec)
+            .map_err(|e| fail(format!("error activating Linux proxy routing bridge: {e}")))?;
+        SeccompMode::ProxyRouted
     } else {
-        profile.network()
+        seccomp_mode(profile.network())
     };
     if let Some(cwd) = &args.command_cwd {
         // bwrap already did --chdir; a symlinked alias may not exist inside.
         let _ = std::env::set_current_dir(cwd);
     }
-    inner::confine(seccomp_mode(network)).map_err(fail)?;
+    inner::confine(mode).map_err(fail)?;
     if let Some(fd) = args.started_fd {
         inner::signal_started(fd);
     }
@@ -517,6 +548,18 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
         .flat_map(|w| w.protected_metadata_names.iter().map(|n| w.root.join(n)))
         .collect();
     let inner_profile = prepared.profile.with_network(prepared.network);
+    // Managed routing: the bridges live in this process until it returns.
+    let routing = if args.allow_network_for_proxy {
+        let env = proxy_routing::process_env();
+        let routes = proxy_routing::plan_routes(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .map_err(|e| fail(format!("failed to prepare host proxy routing bridge: {e}")))?;
+        Some(
+            HostRouting::start(&proxy_routing::socket_parent(&state_dir), &routes)
+                .map_err(|e| fail(format!("failed to prepare host proxy routing bridge: {e}")))?,
+        )
+    } else {
+        None
+    };
     let mut mount_proc = !args.no_proc;
     let mut attempt = 0;
     loop {
@@ -529,6 +572,11 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
             false,
         );
         flags.push("--apply-seccomp-then-exec".into());
+        if let Some(routing) = &routing {
+            flags.push(ALLOW_NETWORK_FOR_PROXY_FLAG.into());
+            flags.push(PROXY_ROUTE_SPEC_FLAG.into());
+            flags.push(routing.spec.to_json().into());
+        }
         if !args.explain {
             flags.push("--restore-stderr-fd".into());
             flags.push(
@@ -556,6 +604,7 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
                 Vec::new()
             },
             extra_read: vec![exe.to_path_buf()],
+            managed_proxy: routing.as_ref().map(|r| r.mounts.clone()),
             inner: InnerCommand {
                 exe: exe.to_path_buf(),
                 flags,
@@ -565,7 +614,12 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
         let built = bwrap_args::build(&inputs)
             .map_err(|e| fail(format!("error building bubblewrap command: {e}")))?;
         if args.explain {
-            return Ok(crate::stdout::print(&explain(prepared, &choice, &built)));
+            return Ok(crate::stdout::print(&explain(
+                prepared,
+                &choice,
+                &built,
+                routing.as_ref(),
+            )));
         }
         let fds = fds.with_masks(built.fd_count()).map_err(fail)?;
         let argv = built.render(&fds.mask_numbers());
@@ -597,6 +651,9 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
             && setup_failed
             && (run::is_userns_failure(&text) || !crate::sandbox::probe::host().userns_usable())
         {
+            if routing.is_some() {
+                return Err(fail(LANDLOCK_CANNOT_ROUTE));
+            }
             eprintln!("{PREFIX}: note: bubblewrap cannot create user namespaces here; using the Landlock backend");
             return landlock_backend(args, prepared);
         }
@@ -611,6 +668,7 @@ fn explain(
     prepared: &Prepared,
     choice: &launcher::LauncherChoice,
     built: &bwrap_args::BwrapCommand,
+    routing: Option<&HostRouting>,
 ) -> String {
     use std::fmt::Write;
     let mut out = String::new();
@@ -626,8 +684,34 @@ fn explain(
     let _ = writeln!(out, "profile: {}", prepared.profile.to_json());
     let _ = writeln!(out, "policy cwd: {}", prepared.policy_cwd.display());
     let _ = writeln!(out, "command cwd: {}", prepared.command_cwd.display());
-    let _ = writeln!(out, "network: {}", net_name(prepared.network));
-    let _ = writeln!(out, "seccomp: {}", seccomp_mode(prepared.network).as_str());
+    match routing {
+        Some(routing) => {
+            let _ = writeln!(out, "network: managed proxy only");
+            let _ = writeln!(out, "seccomp: {}", SeccompMode::ProxyRouted.as_str());
+            for route in &routing.spec.routes {
+                let value = std::env::var(&route.env_key).unwrap_or_default();
+                let _ = writeln!(
+                    out,
+                    "route: {}={value} via {}",
+                    route.env_key,
+                    route.uds_path.display()
+                );
+            }
+            let _ = writeln!(
+                out,
+                "dns stub: {}",
+                if routing.spec.dns_uds_path.is_some() {
+                    "127.0.0.1:53 (allowed names only, resolved by the proxy)"
+                } else {
+                    "none"
+                }
+            );
+        }
+        None => {
+            let _ = writeln!(out, "network: {}", net_name(prepared.network));
+            let _ = writeln!(out, "seccomp: {}", seccomp_mode(prepared.network).as_str());
+        }
+    }
     let _ = writeln!(out, "readable: {}", join_paths(&r.readable_roots()));
     for w in r.writable_roots() {
         let _ = writeln!(

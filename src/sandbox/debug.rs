@@ -8,8 +8,12 @@
 //! `disabled` and `external` profiles run the command directly, as the
 //! server does.
 //!
+//! With `--allow-domain`/`--deny-domain` (or `--proxy URL`) the command's
+//! network goes through a proxy (`net::managed`) under managed routing, and
+//! each refused destination is named on stderr at exit.
+//!
 //! [`parse`] and [`plan`] only read (the command line, the profile file,
-//! the working directory); running is separate, in `main`.
+//! the working directory); running, the proxy included, is separate.
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
@@ -66,6 +70,14 @@ pub struct Args {
     /// Do not mount a fresh /proc.
     #[arg(long)]
     no_proc: bool,
+    /// Destination policy: only these destinations are reachable, through a
+    /// proxy started for this command.
+    #[command(flatten)]
+    policy: crate::net::cli::PolicyArgs,
+    /// Use this already running proxy (http://127.0.0.1:PORT) instead of
+    /// starting one.
+    #[arg(long, value_name = "URL")]
+    proxy: Option<String>,
     /// The command to run (after `--`, or from the first argument that is
     /// not an option).
     #[arg(trailing_var_arg = true, value_name = "COMMAND")]
@@ -112,7 +124,7 @@ fn removed_form(argv: &[OsString]) -> Option<String> {
 }
 
 /// The options of [`Args`] that take a value as the next argument.
-const OPTIONS_WITH_VALUES: [&str; 9] = [
+const OPTIONS_WITH_VALUES: [&str; 18] = [
     "-P",
     "-p",
     "--permission-profile",
@@ -122,6 +134,15 @@ const OPTIONS_WITH_VALUES: [&str; 9] = [
     "--cd",
     "--writable-root",
     "--backend",
+    "--allow",
+    "--allow-domain",
+    "--deny",
+    "--deny-domain",
+    "--mode",
+    "--network-mode",
+    "--resolve",
+    "--audit-log",
+    "--proxy",
 ];
 
 /// A profile named on the command line: a name or JSON as
@@ -173,6 +194,10 @@ pub struct Plan {
     pub explain: bool,
     pub backend: Backend,
     pub no_proc: bool,
+    /// The destination policy, enforced through a proxy started by `run`.
+    pub policy: crate::net::cli::PolicyArgs,
+    /// An already running proxy to use instead.
+    pub proxy: Option<String>,
 }
 
 /// Parses the command line (argv[0] first): the arguments, or how the mode
@@ -212,6 +237,11 @@ pub fn plan(args: Args, here: &Path) -> Result<Plan, Refusal> {
         profile = profile.with_network(NetworkSandboxPolicy::Enabled);
     }
     profile = profile.materialize_project_roots(std::slice::from_ref(&cwd));
+    if args.network && (args.policy.is_set() || args.proxy.is_some()) {
+        return Err(Refusal::usage(
+            "--network allows every destination; it cannot be combined with --allow-domain, --deny-domain or --proxy",
+        ));
+    }
     Ok(Plan {
         profile,
         cwd,
@@ -219,6 +249,8 @@ pub fn plan(args: Args, here: &Path) -> Result<Plan, Refusal> {
         explain: args.explain,
         backend: args.backend,
         no_proc: args.no_proc,
+        policy: args.policy,
+        proxy: args.proxy,
     })
 }
 
@@ -243,8 +275,11 @@ pub fn main(argv: Vec<OsString>) -> i32 {
 
 /// Runs the planned command and waits for it; returns its exit status.
 fn run(plan: Plan) -> Result<i32, Refusal> {
+    let managed = managed_network(&plan)?;
     let mut cmd = match plan.profile {
-        PermissionProfile::Disabled | PermissionProfile::External { .. } if !plan.explain => {
+        PermissionProfile::Disabled | PermissionProfile::External { .. }
+            if !plan.explain && managed.is_none() =>
+        {
             let Some((program, rest)) = plan.command.split_first() else {
                 return Err(Refusal::usage("no command given"));
             };
@@ -274,12 +309,21 @@ fn run(plan: Plan) -> Result<i32, Refusal> {
             if plan.explain {
                 cmd.arg("--explain");
             }
+            if managed.is_some() {
+                cmd.arg(super::cli::ALLOW_NETWORK_FOR_PROXY_FLAG);
+            }
             cmd.arg("--").args(&plan.command).current_dir(&plan.cwd);
             cmd
         }
     };
     if !plan.profile.network().is_enabled() {
         cmd.env("CODEX_SANDBOX_NETWORK_DISABLED", "1");
+    }
+    if let Some(managed) = &managed {
+        cmd.envs(managed.env());
+        if plan.explain {
+            crate::stdout::print(&format!("{}\n", managed.describe()));
+        }
     }
     let status = cmd.status().map_err(|e| {
         Refusal::failure(format!(
@@ -289,9 +333,28 @@ fn run(plan: Plan) -> Result<i32, Refusal> {
                 .map_or_else(String::new, |c| c.to_string_lossy().into_owned())
         ))
     })?;
+    if let Some(managed) = managed {
+        for line in managed.finish() {
+            eprintln!("{line}");
+        }
+    }
     Ok(match (status.code(), status.signal()) {
         (Some(code), _) => code,
         (None, Some(sig)) => 128 + sig,
         (None, None) => 1,
     })
+}
+
+/// The proxy of a run with a destination policy or `--proxy`, if any:
+/// started (or reached) here, when the command is about to run.
+fn managed_network(plan: &Plan) -> Result<Option<crate::net::managed::ManagedRun>, Refusal> {
+    use crate::net::managed::ManagedRun;
+    if !plan.policy.is_set() && plan.proxy.is_none() {
+        return Ok(None);
+    }
+    let run = match &plan.proxy {
+        Some(url) => ManagedRun::external(url, plan.policy.allow_local_binding),
+        None => ManagedRun::start(&plan.policy),
+    };
+    run.map(Some).map_err(|e| Refusal::usage(e.to_string()))
 }

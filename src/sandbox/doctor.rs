@@ -38,6 +38,10 @@ pub struct DoctorReport {
     pub ripgrep: Option<ToolReport>,
     pub launcher: Option<LauncherReport>,
     pub backend: &'static str,
+    /// Whether `--allow-network-for-proxy` (managed proxy routing) works.
+    pub managed_routing: TrialReport,
+    /// Whether its DNS stub could start.
+    pub dns_stub: bool,
     pub sandbox_works: bool,
     /// Why sandboxing does not work (None when it does).
     pub problem: Option<String>,
@@ -230,6 +234,16 @@ fn finish(
     launcher_problem: Option<String>,
 ) -> DoctorReport {
     let backend = probe::auto_backend(host);
+    let (managed_routing, dns_stub) = match (&launcher, backend) {
+        (Some(l), Backend::Bwrap) if l.trial.usable => routing_trial(),
+        _ => (
+            TrialReport {
+                usable: false,
+                detail: Some("needs a working bubblewrap launcher".to_owned()),
+            },
+            false,
+        ),
+    };
     let problem = match backend {
         Backend::Bwrap => match &launcher {
             Some(l) if l.trial.usable => None,
@@ -278,6 +292,8 @@ fn finish(
         ripgrep,
         launcher,
         backend: backend.as_str(),
+        managed_routing,
+        dns_stub,
         sandbox_works: problem.is_none(),
         problem,
     }
@@ -402,6 +418,79 @@ fn trial(mut launcher: Command) -> TrialReport {
             usable: false,
             detail: Some(format!("no answer within {}s", TRIAL_DEADLINE.as_secs())),
         },
+    }
+}
+
+/// Runs `true` under managed proxy routing towards a listener of this
+/// process (bridges, network namespace, ProxyRouted seccomp); also tells
+/// whether the DNS stub started.
+fn routing_trial() -> (TrialReport, bool) {
+    let listener = match std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
+        Ok(addr) => addr,
+        Err(err) => {
+            return (
+                TrialReport {
+                    usable: false,
+                    detail: Some(format!("cannot bind a loopback port: {err}")),
+                },
+                false,
+            )
+        }
+    };
+    let exe = match crate::runtime_paths::self_exe() {
+        Ok(exe) => exe.to_path_buf(),
+        Err(err) => {
+            return (
+                TrialReport {
+                    usable: false,
+                    detail: Some(format!("cannot locate this executable: {err}")),
+                },
+                false,
+            )
+        }
+    };
+    let mut cmd = Command::new(&exe);
+    cmd.args([
+        "linux-sandbox",
+        "--sandbox-policy-cwd",
+        "/",
+        "--permission-profile",
+        "read-only",
+    ])
+    .arg(crate::sandbox::cli::ALLOW_NETWORK_FOR_PROXY_FLAG)
+    .args(["--", "true"])
+    .env("HTTP_PROXY", format!("http://{listener}"))
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    match cmd.output() {
+        Ok(out) if out.status.success() => {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            (
+                TrialReport {
+                    usable: true,
+                    detail: None,
+                },
+                !stderr.contains("no DNS inside the sandbox"),
+            )
+        }
+        Ok(out) => (
+            TrialReport {
+                usable: false,
+                detail: String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .find(|l| !l.trim().is_empty())
+                    .map(|l| l.trim().to_owned()),
+            },
+            false,
+        ),
+        Err(err) => (
+            TrialReport {
+                usable: false,
+                detail: Some(format!("cannot start: {err}")),
+            },
+            false,
+        ),
     }
 }
 
@@ -561,6 +650,19 @@ pub fn render(r: &DoctorReport) -> String {
                 "landlock + seccomp (no user namespaces: weaker, see the README)".to_owned()
             }
             _ => "none".to_owned(),
+        },
+    );
+    line(
+        "managed routing",
+        match (r.managed_routing.usable, r.dns_stub) {
+            (true, true) => "works (proxy bridges, DNS stub for allowed names)".to_owned(),
+            (true, false) => {
+                "works (proxy bridges; no DNS stub: clients must let the proxy resolve)".to_owned()
+            }
+            (false, _) => format!(
+                "does not work: {}",
+                r.managed_routing.detail.as_deref().unwrap_or("unknown")
+            ),
         },
     );
     match &r.problem {

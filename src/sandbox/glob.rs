@@ -278,8 +278,19 @@ pub fn glob_match(glob: &str, text: &str) -> bool {
     } else {
         format!("**/{glob}").chars().collect()
     };
-    let tokens = compile(&pattern);
-    let mut run = GlobRun::new(&tokens);
+    matches_whole(&compile(&pattern), text)
+}
+
+/// Matches the whole of `text` against `glob` as it is, without the rule
+/// for globs without `/` (used for host names, which have no `/`). Linear
+/// like [`glob_match`]: a policy's domain pattern is outside input too.
+pub fn glob_match_text(glob: &str, text: &str) -> bool {
+    let pattern: Vec<char> = glob.chars().collect();
+    matches_whole(&compile(&pattern), text)
+}
+
+fn matches_whole(tokens: &[GlobToken], text: &str) -> bool {
+    let mut run = GlobRun::new(tokens);
     for c in text.chars() {
         if run.accepts_anything || !run.step(c) {
             break;

@@ -9,6 +9,7 @@ pub mod landlock;
 pub mod launcher;
 pub mod policy;
 pub mod probe;
+pub mod proxy_routing;
 pub mod run;
 pub mod seccomp;
 pub mod state;

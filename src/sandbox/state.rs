@@ -66,7 +66,7 @@ fn candidates() -> Vec<PathBuf> {
 }
 
 /// True when `dir` is a directory (not a symlink) owned by us, mode 0700.
-fn is_private_dir(dir: &Path) -> bool {
+pub(crate) fn is_private_dir(dir: &Path) -> bool {
     match dir.symlink_metadata() {
         Ok(m) => m.file_type().is_dir() && m.uid() == euid() && m.mode() & 0o077 == 0,
         Err(_) => false,

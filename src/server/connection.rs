@@ -39,6 +39,8 @@ pub struct Shared {
     pub paths: Arc<ExecServerRuntimePaths>,
     /// Added to every sandbox the server materializes.
     pub guard: Arc<super::process_sandbox::SandboxGuard>,
+    /// Per-process proxies and who hears of their denials.
+    pub network: Arc<super::network_proxy::NetworkState>,
 }
 
 /// One connection.
@@ -53,6 +55,8 @@ pub struct Connection {
     /// Caps requests answered later (long polls): the reader waits for a
     /// permit instead of spawning without bound.
     pub deferred: Arc<tokio::sync::Semaphore>,
+    /// Request ids of this connection's streamed `http/request` bodies.
+    pub http_streams: super::http_request::ActiveStreams,
     /// `failed to parse … message from exec-server …` for this transport.
     parse_error_prefix: String,
     handshake: Mutex<HandshakeState>,
@@ -66,6 +70,7 @@ impl Connection {
             id: shared.registry.connection_id(),
             fs: Arc::new(FsContext::new(shared.paths.clone(), shared.guard.clone())),
             deferred: Arc::new(tokio::sync::Semaphore::new(MAX_DEFERRED_REQUESTS)),
+            http_streams: Default::default(),
             shared,
             out,
             parse_error_prefix,

@@ -45,6 +45,9 @@ pub fn initialize(
         Some(id) => registry.resume(id, conn.id, conn.out.clone())?,
         None => registry.create(conn.id, conn.out.clone()),
     };
+    if params.capabilities.network_denials {
+        conn.shared.network.add_denial_client(conn.out.clone());
+    }
     let result = InitializeResult {
         session_id: session.id().to_owned(),
     };
@@ -72,7 +75,7 @@ pub fn environment_info() -> EnvironmentInfo {
         _ => "sh",
     };
     let mut capabilities = Map::new();
-    capabilities.insert("networkProxyLaunch".into(), Value::Bool(false));
+    capabilities.insert("networkProxyLaunch".into(), Value::Bool(true));
     EnvironmentInfo {
         shell: ShellInfo {
             name: name.to_owned(),
@@ -98,7 +101,12 @@ pub async fn start(
 ) -> Result<StartResult, RpcError> {
     // The server's token never reaches a child through `envPolicy`.
     let server_env = std::env::vars_os().filter(|(name, _)| name != AUTH_TOKEN_ENV);
-    let env = child_env(&params.env, params.env_policy.as_ref(), server_env);
+    let mut env = child_env(&params.env, params.env_policy.as_ref(), server_env);
+    // Before the sandbox and duplicate-id checks, as the reference orders it.
+    let proxy = match &params.network_proxy {
+        Some(launch) => Some(super::network_proxy::launch(launch, &mut env).await?),
+        None => None,
+    };
     let mut spec = LaunchSpec {
         argv: params.argv.iter().map(OsString::from).collect(),
         arg0: params.arg0.map(OsString::from),
@@ -113,6 +121,7 @@ pub async fn start(
         &mut spec,
         &conn.shared.paths,
         &conn.shared.guard,
+        params.enforce_managed_network,
     )?;
     if spec.argv.is_empty() {
         return Err(RpcError::invalid_params("argv must not be empty"));
@@ -155,7 +164,10 @@ pub async fn start(
             other => RpcError::internal(other.to_string()),
         }
     })?;
-    session.insert(process);
+    session.insert(process.clone());
+    if let Some(proxy) = proxy {
+        conn.shared.network.attach(session, &process, proxy);
+    }
     Ok(StartResult { process_id: id })
 }
 
@@ -175,11 +187,17 @@ pub async fn read(
     let process = session
         .process(&params.process_id)
         .ok_or_else(|| unknown_process(&params.process_id))?;
+    let process_of_read = process.clone();
     let after = params.after_seq.unwrap_or(0);
     let wait = Duration::from_millis(params.wait_ms.unwrap_or(0));
+    let network = conn.shared.network.clone();
+    let with_denials = move |mut result: crate::protocol::process::ReadResult| {
+        result.network_denials = network.denials_of(&process_of_read);
+        result
+    };
     let (result, ready) = process.snapshot(after, params.max_bytes);
     if ready || wait.is_zero() {
-        return super::router::to_json(&result).map(Deferred::Now);
+        return super::router::to_json(&with_denials(result)).map(Deferred::Now);
     }
     let Ok(permit) = conn.deferred.clone().acquire_owned().await else {
         return Err(RpcError::internal("connection is shutting down"));
@@ -203,7 +221,7 @@ pub async fn read(
                 _ = session.taken_over(epoch) => break Err(resumed_elsewhere()),
             }
         };
-        match outcome.and_then(|result| super::router::to_json(&result)) {
+        match outcome.and_then(|result| super::router::to_json(&with_denials(result))) {
             Ok(text) => conn.reply_raw(&id, text).await,
             Err(error) => conn.reply(&id, Err(error)).await,
         }

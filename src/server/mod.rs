@@ -11,7 +11,9 @@ pub mod connection;
 pub mod fs_helper_pool;
 pub mod fs_methods;
 pub mod handlers;
+pub mod http_request;
 pub mod listen;
+pub mod network_proxy;
 pub mod peer_guard;
 pub mod process_sandbox;
 pub mod router;
@@ -151,6 +153,7 @@ pub fn shared_state(
         config: Arc::new(config),
         paths: Arc::new(paths),
         guard: Arc::new(process_sandbox::SandboxGuard::new(denied)),
+        network: Arc::default(),
     }
 }
 

@@ -21,7 +21,7 @@ use crate::process::LaunchSpec;
 use crate::protocol::sandbox::{FileSystemSandboxContext, SandboxContextError};
 use crate::protocol::RpcError;
 use crate::runtime_paths::ExecServerRuntimePaths;
-use crate::sandbox::cli::helper_args;
+use crate::sandbox::cli::{helper_args, ALLOW_NETWORK_FOR_PROXY_FLAG};
 use crate::sandbox::policy::{
     FileSystemAccessMode, FileSystemPath, FileSystemSandboxEntry, FileSystemSpecialPath,
     ManagedFileSystemPermissions, PermissionProfile,
@@ -129,6 +129,7 @@ pub fn prepare(
     spec: &mut LaunchSpec,
     paths: &ExecServerRuntimePaths,
     guard: &SandboxGuard,
+    enforce_managed_network: bool,
 ) -> Result<(), RpcError> {
     let Some(sandbox) = sandbox.filter(|value| !value.is_null()) else {
         return Ok(());
@@ -144,12 +145,16 @@ pub fn prepare(
     let mut profile = resolved.process_profile(&exe_dirs(paths));
     guard.apply(&mut profile);
     let mut argv: Vec<OsString> = vec![paths.linux_sandbox_exe().as_os_str().to_owned()];
+    // The proxy flag suppresses the Landlock backend (it cannot route).
     argv.extend(helper_args(
         &policy_cwd,
         &spec.cwd,
         &profile.to_json(),
-        resolved.use_legacy_landlock,
+        resolved.use_legacy_landlock && !enforce_managed_network,
     ));
+    if enforce_managed_network {
+        argv.push(ALLOW_NETWORK_FOR_PROXY_FLAG.into());
+    }
     argv.push("--".into());
     argv.append(&mut spec.argv);
     spec.argv = argv;

@@ -11,6 +11,7 @@ use super::fs_methods;
 use super::handlers::{self, Deferred};
 use crate::protocol::envelope::decode_params;
 use crate::protocol::environment::{METHOD_INFO, METHOD_STATUS};
+use crate::protocol::http::METHOD_HTTP_REQUEST;
 use crate::protocol::process::{
     METHOD_READ, METHOD_RESIZE, METHOD_SIGNAL, METHOD_START, METHOD_TERMINATE, METHOD_WRITE,
 };
@@ -18,6 +19,8 @@ use crate::protocol::{NoParams, RequestId, RpcError, METHOD_INITIALIZE};
 
 /// Gate family of the process methods.
 const FAMILY_EXEC: &str = "exec";
+/// Gate family of `http/request`.
+const FAMILY_HTTP: &str = "http";
 /// Gate family of `fs/*`.
 const FAMILY_FS: &str = "filesystem";
 
@@ -93,6 +96,11 @@ async fn route(
             let params = decode_params(params)?;
             let (session, _) = conn.gate(FAMILY_EXEC)?;
             to_value(handlers::terminate(&session, params))
+        }
+        METHOD_HTTP_REQUEST => {
+            let params = decode_params(params)?;
+            conn.gate(FAMILY_HTTP)?;
+            super::http_request::http_request(conn, id, params).await
         }
         method if fs_methods::is_fs_method(method) => {
             conn.gate(FAMILY_FS)?;

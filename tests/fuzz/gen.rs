@@ -376,9 +376,11 @@ fn string_for(key: &str, object: &Map<String, Value>, pool: &Pool) -> BoxedStrat
         "processId" if !pool.process_ids.is_empty() => from(&pool.process_ids),
         "handleId" if !pool.handle_ids.is_empty() => from(&pool.handle_ids),
         "signal" if !pool.signals.is_empty() => from(&pool.signals),
-        "dataBase64" | "chunk" => prop::collection::vec(any::<u8>(), 0..64)
-            .prop_map(|bytes| Value::String(crate::common::client::b64(&bytes)))
-            .boxed(),
+        _ if object.get("contentEncoding").and_then(Value::as_str) == Some("base64") => {
+            prop::collection::vec(any::<u8>(), 0..64)
+                .prop_map(|bytes| Value::String(crate::common::client::b64(&bytes)))
+                .boxed()
+        }
         "arg0" => Just(Value::String("true".into())).boxed(),
         _ => safe_string()
             .prop_filter("shorter than minLength", move |s| {

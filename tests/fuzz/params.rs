@@ -7,6 +7,7 @@
 use codexbox::fs::ops;
 use codexbox::protocol::envelope::decode_params;
 use codexbox::protocol::fs::{method, CloseParams, OpenParams, ReadBlockParams, WriteBlockParams};
+use codexbox::protocol::http::HttpRequestParams;
 use codexbox::protocol::process::{
     ReadParams, ResizeParams, SignalParams, StartParams, TerminateParams, WriteParams,
 };
@@ -39,6 +40,7 @@ pub fn methods() -> Vec<&'static str> {
         "process/signal",
         "process/terminate",
         "process/resize",
+        "http/request",
     ];
     methods.extend_from_slice(fs_methods::METHODS);
     methods
@@ -72,6 +74,22 @@ pub fn pool(paths: Vec<String>) -> Pool {
             ("subpath", [".git", "a/b", "./x"].map(Value::from).to_vec()),
             // Empty means "no id" to the server, which refuses it.
             ("writeId", ["w1", "w2"].map(Value::from).to_vec()),
+            // http/request: only a closed port on loopback is ever dialled.
+            (
+                "url",
+                [
+                    "http://127.0.0.1:1/x",
+                    "https://127.0.0.1:1/",
+                    "http://[::1]:1/",
+                ]
+                .map(Value::from)
+                .to_vec(),
+            ),
+            ("method", ["GET", "POST", "HEAD"].map(Value::from).to_vec()),
+            ("name", ["Accept", "X-Fuzz"].map(Value::from).to_vec()),
+            ("value", ["*/*", "1"].map(Value::from).to_vec()),
+            ("requestId", ["r1", "r2"].map(Value::from).to_vec()),
+            ("timeoutMs", [Value::Null, Value::from(1000)].to_vec()),
         ],
     }
 }
@@ -107,6 +125,9 @@ pub fn decode(method: &str, params: &Value) -> Result<(), RpcError> {
         "environment/info" | "environment/status" => process::<Option<NoParams>>(params).map(drop),
         "process/start" => {
             let start = process::<StartParams>(params)?;
+            if let Some(launch) = &start.network_proxy {
+                codexbox::server::network_proxy::proxy_config(launch)?;
+            }
             if let Some(sandbox) = start
                 .sandbox
                 .filter(|s| !s.is_null() && !start.argv.is_empty())
@@ -123,6 +144,10 @@ pub fn decode(method: &str, params: &Value) -> Result<(), RpcError> {
         "process/signal" => process::<SignalParams>(params).map(drop),
         "process/terminate" => process::<TerminateParams>(params).map(drop),
         "process/resize" => process::<ResizeParams>(params).map(drop),
+        "http/request" => {
+            let request = process::<HttpRequestParams>(params)?;
+            codexbox::server::http_request::prepare(&request).map(drop)
+        }
         method::OPEN => {
             let checked = ops::check_paths(params.clone())
                 .map_err(|err| RpcError::new(err.code(), err.to_string()))?;

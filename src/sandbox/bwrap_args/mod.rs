@@ -95,6 +95,10 @@ pub struct BwrapInputs<'a> {
     pub extra_deny: Vec<PathBuf>,
     /// Extra paths that must be readable (the helper executable).
     pub extra_read: Vec<PathBuf>,
+    /// Managed proxy routing: the bridge directory (and resolv.conf) bound
+    /// read-only after every other mount, and the capability the inner
+    /// stage needs to bind the DNS stub's port 53.
+    pub managed_proxy: Option<crate::sandbox::proxy_routing::ProxyMounts>,
     pub inner: InnerCommand,
 }
 
@@ -211,6 +215,7 @@ pub fn build(inputs: &BwrapInputs<'_>) -> Result<BwrapCommand, BwrapArgsError> {
     } else {
         b.fs_args()?;
     }
+    b.proxy_mount_args();
     b.namespace_args();
     b.inner_args();
     let mut out = b.out;

@@ -19,11 +19,30 @@ impl Builder<'_> {
         if !i.network_enabled {
             self.out.text("--unshare-net");
         }
-        if i.caps.disable_userns {
+        // The DNS stub binds port 53 in the sandbox's network namespace,
+        // which takes CAP_NET_BIND_SERVICE in the user namespace owning it:
+        // the inner stage keeps that capability, and CAP_SETPCAP to empty
+        // the bounding set afterwards, and drops both before the command
+        // runs; --disable-userns, which would move it into a nested user
+        // namespace, is left out. New user namespaces stay refused by
+        // seccomp in every mode.
+        let dns_stub = i.caps.cap_drop
+            && i.managed_proxy
+                .as_ref()
+                .is_some_and(|m| m.resolv_conf.is_some());
+        if i.caps.disable_userns && !dns_stub {
             self.out.text("--disable-userns");
         }
         if i.caps.cap_drop {
             self.out.texts(&["--cap-drop", "ALL"]);
+            if dns_stub {
+                self.out.texts(&[
+                    "--cap-add",
+                    "CAP_NET_BIND_SERVICE",
+                    "--cap-add",
+                    "CAP_SETPCAP",
+                ]);
+            }
         }
         if i.mount_proc {
             self.out.texts(&["--proc", "/proc"]);
@@ -61,6 +80,20 @@ impl Builder<'_> {
         let cwd = canonical_or_self(&i.command_cwd);
         self.out.text("--chdir");
         self.out.text(&cwd);
+    }
+
+    /// The bridge directory and resolv.conf of managed routing, last, so no
+    /// earlier tmpfs or mask hides them.
+    pub(super) fn proxy_mount_args(&mut self) {
+        let Some(mounts) = &self.inputs.managed_proxy else {
+            return;
+        };
+        self.out.path2("--ro-bind", &mounts.socket_dir);
+        if let Some((file, target)) = &mounts.resolv_conf {
+            self.out.text("--ro-bind");
+            self.out.text(file);
+            self.out.text(target);
+        }
     }
 
     pub(super) fn inner_args(&mut self) {

@@ -16,6 +16,7 @@ fn inputs<'a>(policy: &'a ResolvedPolicy, cwd: &Path) -> BwrapInputs<'a> {
         glob_matches: BTreeSet::new(),
         extra_deny: Vec::new(),
         extra_read: Vec::new(),
+        managed_proxy: None,
         inner: InnerCommand {
             exe: PathBuf::from("/opt/codexbox"),
             flags: vec!["--apply-seccomp-then-exec".into()],
@@ -354,4 +355,27 @@ fn writable_root_slash_keeps_the_minimal_dev() {
     let etc = text.find("--ro-bind /etc /etc").unwrap();
     let shm = text.find("--bind /dev/shm /dev/shm").unwrap();
     assert!(etc < shm, "{text}");
+}
+
+#[test]
+fn managed_proxy_binds_the_bridge_directory_last_and_keeps_the_stub_capability() {
+    let policy = resolve(&FileSystemSandboxPolicy::read_only(), Path::new("/"));
+    let mut i = inputs(&policy, Path::new("/"));
+    i.managed_proxy = Some(crate::sandbox::proxy_routing::ProxyMounts {
+        socket_dir: PathBuf::from("/run/codexbox/net/7-0"),
+        resolv_conf: Some((
+            PathBuf::from("/run/codexbox/net/7-0/resolv.conf"),
+            PathBuf::from("/etc/resolv.conf"),
+        )),
+    });
+    assert_eq!(
+        render(&build(&i).unwrap()),
+        format!(
+            "--new-session --die-with-parent --ro-bind / / --dev /dev \
+             --ro-bind /run/codexbox/net/7-0 /run/codexbox/net/7-0 \
+             --ro-bind /run/codexbox/net/7-0/resolv.conf /etc/resolv.conf {NS} --unshare-net \
+             --cap-drop ALL --cap-add CAP_NET_BIND_SERVICE --cap-add CAP_SETPCAP --proc /proc {PROC_RO} \
+             --chdir / --argv0 codex-linux-sandbox -- /opt/codexbox --apply-seccomp-then-exec -- /bin/true"
+        )
+    );
 }

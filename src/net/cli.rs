@@ -1,0 +1,193 @@
+//! `codexbox proxy` (SPEC §10): the proxy stand-alone. Prints its
+//! `http://…` URL line (and `socks5h://…` with `--socks5-listen`) on stdout
+//! once the listeners are bound, then serves until SIGINT/SIGTERM.
+//!
+//! [`PolicyArgs`] are the policy flags, shared with `codexbox sandbox
+//! --allow-domain`.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::net::SocketAddr;
+
+use clap::Parser;
+
+use super::audit::AuditSink;
+use super::env::{http_proxy_url, socks5_proxy_url};
+use super::policy::{Mode, Policy, PolicyError};
+use super::proxy::{ProxyConfig, ProxyHandle};
+use super::resolve::{ResolveError, Resolver};
+use super::upstream::Upstream;
+use crate::logging::{self, LogFormat};
+
+const PREFIX: &str = "codexbox proxy";
+
+/// `full` or `limited` on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ModeArg {
+    #[default]
+    Full,
+    Limited,
+}
+
+impl From<ModeArg> for Mode {
+    fn from(mode: ModeArg) -> Mode {
+        match mode {
+            ModeArg::Full => Mode::Full,
+            ModeArg::Limited => Mode::Limited,
+        }
+    }
+}
+
+/// The policy flags of `codexbox proxy` and `codexbox sandbox`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct PolicyArgs {
+    /// Allow a destination: `host`, `*.domain` (subdomains), `**.domain`
+    /// (apex and subdomains), `*` (every public host), an IP literal, each
+    /// optionally `:PORT` (repeatable).
+    #[arg(long = "allow", visible_alias = "allow-domain", value_name = "PATTERN")]
+    pub allow: Vec<String>,
+    /// Deny a destination (same forms except `*`; deny wins; repeatable).
+    #[arg(long = "deny", visible_alias = "deny-domain", value_name = "PATTERN")]
+    pub deny: Vec<String>,
+    /// `full`, or `limited` (plain-HTTP GET, HEAD and OPTIONS only).
+    #[arg(long, visible_alias = "network-mode", value_enum, default_value_t = ModeArg::Full)]
+    pub mode: ModeArg,
+    /// Let allowed names and wildcards reach local and private addresses.
+    #[arg(long)]
+    pub allow_local_binding: bool,
+    /// Pin NAME to IP instead of asking DNS (repeatable, like curl's).
+    #[arg(long, value_name = "NAME=IP")]
+    pub resolve: Vec<String>,
+    /// Write every decision as a JSON line to FILE (`-`: stdout).
+    #[arg(long, value_name = "FILE|-")]
+    pub audit_log: Option<String>,
+}
+
+/// Why policy flags are unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyArgsError {
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
+}
+
+impl PolicyArgs {
+    /// Whether any destination policy was given (a proxy is wanted).
+    pub fn is_set(&self) -> bool {
+        !self.allow.is_empty() || !self.deny.is_empty()
+    }
+
+    /// A proxy configuration on ephemeral loopback ports with these flags,
+    /// chaining through the upstream proxies of this process's environment.
+    pub fn to_config(&self) -> Result<ProxyConfig, PolicyArgsError> {
+        let policy = Policy::new(
+            &self.allow,
+            &self.deny,
+            self.mode.into(),
+            self.allow_local_binding,
+        )?;
+        let mut config = ProxyConfig::new(policy);
+        config.resolver = Resolver::with_overrides(&self.resolve)?;
+        config.audit_sink = self.audit_log.as_deref().map(AuditSink::parse);
+        config.upstream = Upstream::from_process_env();
+        Ok(config)
+    }
+}
+
+/// Command line of `codexbox proxy`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "codexbox proxy",
+    version,
+    about = "A network proxy (HTTP forward, CONNECT, SOCKS5) that lets through only the allowed destinations.",
+    after_help = "Prints its http:// URL (and socks5h:// URL) on stdout, then serves until SIGINT/SIGTERM.\n\
+                  Example: codexbox proxy --allow pypi.org --allow '**.pythonhosted.org' --audit-log -"
+)]
+struct Args {
+    /// HTTP proxy listener (loopback only).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Also serve SOCKS5 here (loopback only).
+    #[arg(long = "socks5-listen", value_name = "ADDR")]
+    socks5_listen: Option<SocketAddr>,
+    /// Refuse SOCKS5 UDP ASSOCIATE.
+    #[arg(long)]
+    no_socks5_udp: bool,
+    /// Never chain to the upstream proxy named by HTTP_PROXY/HTTPS_PROXY/ALL_PROXY.
+    #[arg(long)]
+    no_upstream_proxy: bool,
+    #[command(flatten)]
+    policy: PolicyArgs,
+    /// Log line format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+/// Entry point of this mode.
+pub fn main(argv: Vec<OsString>) -> i32 {
+    let args = match crate::sandbox::cli::try_parse_args::<Args>(&argv, PREFIX) {
+        Ok(args) => args,
+        Err(exit) => return exit.report(),
+    };
+    logging::init(args.log_format);
+    let mut config = match args.policy.to_config() {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("{PREFIX}: {err}");
+            return 2;
+        }
+    };
+    config.http_listen = args.listen;
+    config.socks5_listen = args.socks5_listen;
+    config.socks5_udp = !args.no_socks5_udp;
+    if args.no_upstream_proxy {
+        config.upstream = Upstream::default();
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("{PREFIX}: cannot start the runtime: {err}");
+            return 1;
+        }
+    };
+    runtime.block_on(async move {
+        let handle = match ProxyHandle::start(config).await {
+            Ok(handle) => handle,
+            Err(err) => {
+                eprintln!("{PREFIX}: {err}");
+                return 1;
+            }
+        };
+        // Handlers first: a SIGTERM right after the URL line must not kill
+        // the proxy before the audit log is flushed.
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            eprintln!("{PREFIX}: cannot install signal handlers");
+            return 1;
+        };
+        announce(&handle);
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        handle.shutdown().await;
+        0
+    })
+}
+
+fn announce(handle: &ProxyHandle) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{}", http_proxy_url(handle.http_addr()));
+    if let Some(socks) = handle.socks5_addr() {
+        let _ = writeln!(stdout, "{}", socks5_proxy_url(socks));
+    }
+    let _ = stdout.flush();
+}

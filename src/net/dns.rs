@@ -1,0 +1,309 @@
+//! Name resolution for sandboxed commands under managed routing: a small
+//! DNS stub inside the sandbox's network namespace (UDP 127.0.0.1:53) that
+//! answers `A`/`AAAA` only for names the proxy's policy allows, resolved by
+//! the proxy on the host side through its resolve endpoint. Other names get
+//! `NXDOMAIN` — a final answer, where `REFUSED` would make resolvers retry
+//! and report a temporary failure — and the proxy records each as a `dns`
+//! decision with its reason (`not_allowed`, `dns_failed`, …). `SERVFAIL`
+//! only when the proxy cannot be asked.
+//!
+//! The DNS wire format handled here is the minimum a stub resolver sends:
+//! one question, no compression in queries; answers use a pointer to the
+//! question name.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// The proxy's resolve endpoint (origin-form request on its HTTP listener).
+pub const RESOLVE_PATH: &str = "/.well-known/codexbox/resolve";
+/// TTL of a stub answer, seconds.
+const ANSWER_TTL_SECS: u32 = 30;
+/// Largest query handled.
+const MAX_QUERY_BYTES: usize = 512;
+
+/// The resolve endpoint's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResolveAnswer {
+    pub addresses: Vec<IpAddr>,
+}
+
+/// `A` or `AAAA`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueryType {
+    A,
+    Aaaa,
+    Other(u16),
+}
+
+/// The question of a query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Question {
+    pub id: u16,
+    /// Lowercase, without the trailing dot.
+    pub name: String,
+    pub qtype: QueryType,
+    /// Offset of the end of the question section.
+    end: usize,
+    /// The RD bit of the query.
+    recursion_desired: bool,
+}
+
+/// Response codes the stub sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rcode {
+    NoError = 0,
+    FormErr = 1,
+    ServFail = 2,
+    NxDomain = 3,
+}
+
+/// Parses a standard query with one question. `None` for anything else.
+pub fn parse_query(query: &[u8]) -> Option<Question> {
+    let header = query.get(..12)?;
+    let id = u16::from_be_bytes([header[0], header[1]]);
+    let flags = header[2];
+    // QR must be 0 (a query) and OPCODE 0 (standard).
+    if flags & 0x80 != 0 || (flags >> 3) & 0x0f != 0 {
+        return None;
+    }
+    if u16::from_be_bytes([header[4], header[5]]) != 1 {
+        return None;
+    }
+    let mut i = 12;
+    let mut labels: Vec<String> = Vec::new();
+    loop {
+        let len = usize::from(*query.get(i)?);
+        i += 1;
+        if len == 0 {
+            break;
+        }
+        // Compression pointers and extended labels are not valid here.
+        if len > 63 {
+            return None;
+        }
+        let label = query.get(i..i + len)?;
+        if !label
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_')
+        {
+            return None;
+        }
+        labels.push(String::from_utf8_lossy(label).to_ascii_lowercase());
+        i += len;
+    }
+    let qtype = u16::from_be_bytes([*query.get(i)?, *query.get(i + 1)?]);
+    let qclass = u16::from_be_bytes([*query.get(i + 2)?, *query.get(i + 3)?]);
+    if qclass != 1 || labels.is_empty() {
+        return None;
+    }
+    Some(Question {
+        id,
+        name: labels.join("."),
+        qtype: match qtype {
+            1 => QueryType::A,
+            28 => QueryType::Aaaa,
+            other => QueryType::Other(other),
+        },
+        end: i + 4,
+        recursion_desired: flags & 0x01 != 0,
+    })
+}
+
+/// A response to `question` (echoing it) with `rcode` and the addresses of
+/// the asked family.
+pub fn build_response(
+    query: &[u8],
+    question: &Question,
+    rcode: Rcode,
+    addresses: &[IpAddr],
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(question.end + 16 * addresses.len());
+    out.extend_from_slice(&question.id.to_be_bytes());
+    // QR=1, RD copied, RA=1.
+    out.push(0x80 | u8::from(question.recursion_desired));
+    out.push(0x80 | rcode as u8);
+    let answers: Vec<&IpAddr> = addresses
+        .iter()
+        .filter(|ip| match question.qtype {
+            QueryType::A => ip.is_ipv4(),
+            QueryType::Aaaa => ip.is_ipv6(),
+            QueryType::Other(_) => false,
+        })
+        .collect();
+    let count = u16::try_from(answers.len()).unwrap_or(u16::MAX);
+    out.extend_from_slice(&1u16.to_be_bytes());
+    out.extend_from_slice(&count.to_be_bytes());
+    out.extend_from_slice(&[0, 0, 0, 0]);
+    out.extend_from_slice(query.get(12..question.end).unwrap_or_default());
+    for ip in answers.into_iter().take(usize::from(count)) {
+        // Name: pointer to offset 12.
+        out.extend_from_slice(&[0xc0, 12]);
+        let (rtype, data): (u16, Vec<u8>) = match ip {
+            IpAddr::V4(v4) => (1, v4.octets().to_vec()),
+            IpAddr::V6(v6) => (28, v6.octets().to_vec()),
+        };
+        out.extend_from_slice(&rtype.to_be_bytes());
+        out.extend_from_slice(&1u16.to_be_bytes());
+        out.extend_from_slice(&ANSWER_TTL_SECS.to_be_bytes());
+        out.extend_from_slice(&u16::try_from(data.len()).unwrap_or(0).to_be_bytes());
+        out.extend_from_slice(&data);
+    }
+    out
+}
+
+/// A bare error response when the question could not be parsed.
+fn format_error(query: &[u8]) -> Option<Vec<u8>> {
+    let id = query.get(..2)?;
+    let mut out = id.to_vec();
+    out.extend_from_slice(&[0x80, 0x80 | Rcode::FormErr as u8, 0, 0, 0, 0, 0, 0, 0, 0]);
+    Some(out)
+}
+
+/// What the proxy said about a name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    Addresses(Vec<IpAddr>),
+    /// Refused by policy.
+    Refused,
+    /// The name does not resolve.
+    NoSuchName,
+    /// The proxy could not be asked.
+    Failed,
+}
+
+/// Asks the proxy's resolve endpoint, reached through the Unix socket at
+/// `proxy` (the sandbox's bridge to the proxy's HTTP listener).
+pub async fn ask_proxy(proxy: &PathBuf, name: &str) -> Lookup {
+    use http_body_util::{BodyExt, Empty};
+    use hyper_util::rt::TokioIo;
+    let Ok(stream) = tokio::net::UnixStream::connect(proxy).await else {
+        return Lookup::Failed;
+    };
+    let Ok((mut sender, connection)) =
+        hyper::client::conn::http1::handshake::<_, Empty<bytes::Bytes>>(TokioIo::new(stream)).await
+    else {
+        return Lookup::Failed;
+    };
+    tokio::spawn(connection);
+    let Ok(request) = http::Request::get(format!("{RESOLVE_PATH}?name={name}"))
+        .header(http::header::HOST, "codexbox-proxy")
+        .body(Empty::new())
+    else {
+        return Lookup::Failed;
+    };
+    let Ok(response) = sender.send_request(request).await else {
+        return Lookup::Failed;
+    };
+    let status = response.status();
+    let Ok(body) = response.into_body().collect().await else {
+        return Lookup::Failed;
+    };
+    let body = body.to_bytes();
+    if status == http::StatusCode::OK {
+        return match serde_json::from_slice::<ResolveAnswer>(&body) {
+            Ok(answer) => Lookup::Addresses(answer.addresses),
+            Err(_) => Lookup::Failed,
+        };
+    }
+    let reason = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v.get("reason").and_then(|r| r.as_str().map(str::to_owned)));
+    match reason.as_deref() {
+        Some("dns_failed") => Lookup::NoSuchName,
+        Some(_) => Lookup::Refused,
+        None => Lookup::Failed,
+    }
+}
+
+/// Answers one query.
+pub async fn answer(query: &[u8], proxy: &PathBuf) -> Option<Vec<u8>> {
+    let Some(question) = parse_query(query) else {
+        return format_error(query);
+    };
+    let (rcode, addresses) = match ask_proxy(proxy, &question.name).await {
+        Lookup::Addresses(addresses) => (Rcode::NoError, addresses),
+        Lookup::Refused | Lookup::NoSuchName => (Rcode::NxDomain, Vec::new()),
+        Lookup::Failed => (Rcode::ServFail, Vec::new()),
+    };
+    Some(build_response(query, &question, rcode, &addresses))
+}
+
+/// Serves the stub on `socket` until the process ends.
+pub async fn serve(socket: tokio::net::UdpSocket, proxy: PathBuf) {
+    let socket = std::sync::Arc::new(socket);
+    let proxy = std::sync::Arc::new(proxy);
+    let limit = std::sync::Arc::new(tokio::sync::Semaphore::new(64));
+    let mut buf = vec![0u8; MAX_QUERY_BYTES];
+    loop {
+        let Ok((n, from)) = socket.recv_from(&mut buf).await else {
+            continue;
+        };
+        let Some(query) = buf.get(..n).map(<[u8]>::to_vec) else {
+            continue;
+        };
+        let Ok(permit) = limit.clone().acquire_owned().await else {
+            return;
+        };
+        let (socket, proxy) = (socket.clone(), proxy.clone());
+        tokio::spawn(async move {
+            let _permit = permit;
+            if let Some(response) = answer(&query, &proxy).await {
+                let _ = socket.send_to(&response, from).await;
+            }
+        });
+    }
+}
+
+/// Where the stub listens inside the namespace.
+pub fn stub_address() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 53))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(name: &str, qtype: u16) -> Vec<u8> {
+        let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+        for label in name.split('.') {
+            q.push(label.len() as u8);
+            q.extend_from_slice(label.as_bytes());
+        }
+        q.push(0);
+        q.extend_from_slice(&qtype.to_be_bytes());
+        q.extend_from_slice(&[0, 1]);
+        q
+    }
+
+    #[test]
+    fn queries_parse_and_answers_carry_only_the_asked_family() {
+        let q = query("PyPI.org", 1);
+        let question = parse_query(&q).unwrap();
+        assert_eq!(
+            (question.id, question.name.as_str(), question.qtype),
+            (0x1234, "pypi.org", QueryType::A)
+        );
+        let ips: Vec<IpAddr> = vec!["1.2.3.4".parse().unwrap(), "::1".parse().unwrap()];
+        let r = build_response(&q, &question, Rcode::NoError, &ips);
+        assert_eq!(&r[..4], &[0x12, 0x34, 0x81, 0x80]);
+        assert_eq!(&r[6..8], &[0, 1], "one answer");
+        assert_eq!(&r[r.len() - 4..], &[1, 2, 3, 4]);
+        let refused = build_response(&q, &question, Rcode::NxDomain, &[]);
+        assert_eq!((refused[3] & 0x0f, refused[7]), (3, 0));
+    }
+
+    #[test]
+    fn malformed_queries_are_rejected() {
+        assert!(parse_query(&[0; 5]).is_none());
+        let mut response = query("a.b", 1);
+        response[2] |= 0x80;
+        assert!(parse_query(&response).is_none());
+        let mut pointer = query("a.b", 1);
+        pointer[12] = 0xc0;
+        assert!(parse_query(&pointer).is_none());
+        assert!(parse_query(&query("a/b.c", 1)).is_none());
+        assert_eq!(format_error(&[1, 2, 3]).unwrap()[3] & 0x0f, 1);
+    }
+}

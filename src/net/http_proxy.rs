@@ -1,0 +1,464 @@
+//! The HTTP listener of the proxy, on hyper: absolute-form forwarding of
+//! plain HTTP and CONNECT tunnels (reference network.md §2.8–2.9), with the
+//! reference's statuses, `x-proxy-error` headers and 403 bodies.
+//!
+//! Unlike the reference, a CONNECT destination is dialed before the `200`
+//! is sent, so a client learns of a failed dial as `502` instead of a tunnel
+//! that closes at once.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, CONTENT_TYPE, HOST};
+use http::{Method, Request, Response, StatusCode, Uri};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use super::decision::{BlockedBody, DenyReason, Protocol};
+use super::dial::dial;
+use super::dns::{ResolveAnswer, RESOLVE_PATH};
+use super::policy::{normalize_host, Mode};
+use super::proxy::DNS_PORT;
+use super::proxy::{Admission, Destination, ProxyState};
+
+/// How long a client may take to send a request head.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The header carrying the reason of a refusal.
+pub const PROXY_ERROR_HEADER: &str = "x-proxy-error";
+const UNIX_SOCKET_HEADER: &str = "x-unix-socket";
+
+type Body = BoxBody<Bytes, hyper::Error>;
+
+/// Serves HTTP/1.1 proxy requests on one client connection.
+pub(crate) async fn serve_connection(stream: TcpStream, peer: SocketAddr, state: Arc<ProxyState>) {
+    let client = peer.to_string();
+    let service = hyper::service::service_fn(move |request| {
+        let state = state.clone();
+        let client = client.clone();
+        async move { Ok::<_, Infallible>(handle(request, &client, &state).await) }
+    });
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades();
+    if let Err(err) = connection.await {
+        tracing::debug!(%peer, "proxy connection ended: {err}");
+    }
+}
+
+async fn handle(request: Request<Incoming>, client: &str, state: &ProxyState) -> Response<Body> {
+    if request.method() == Method::CONNECT {
+        connect(request, client, state).await
+    } else {
+        forward(request, client, state).await
+    }
+}
+
+fn full(body: impl Into<Bytes>) -> Body {
+    Full::new(body.into())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+fn text(status: StatusCode, body: &str) -> Response<Body> {
+    let mut response = Response::new(full(body.to_owned()));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    response
+}
+
+/// A CONNECT refusal: `403`, text body, `x-proxy-error`.
+fn blocked_text(reason: DenyReason) -> Response<Body> {
+    let mut response = text(StatusCode::FORBIDDEN, reason.message());
+    response.headers_mut().insert(
+        PROXY_ERROR_HEADER,
+        HeaderValue::from_static(reason.header()),
+    );
+    response
+}
+
+/// A plain-HTTP refusal: `403`, JSON body, `x-proxy-error`.
+fn blocked_json(reason: DenyReason, host: &str, port: u16, protocol: Protocol) -> Response<Body> {
+    let body =
+        serde_json::to_string(&BlockedBody::new(reason, host, port, protocol)).unwrap_or_default();
+    json_refusal(body, reason)
+}
+
+/// The short JSON form of a unix-socket refusal.
+fn blocked_unix_socket(reason: DenyReason) -> Response<Body> {
+    let body =
+        serde_json::json!({"status": "blocked", "host": "unix-socket", "reason": reason.as_str()});
+    json_refusal(body.to_string(), reason)
+}
+
+/// `403` with a JSON `body` and the reason's `x-proxy-error`.
+fn json_refusal(body: String, reason: DenyReason) -> Response<Body> {
+    let mut response = Response::new(full(body));
+    *response.status_mut() = StatusCode::FORBIDDEN;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(
+        PROXY_ERROR_HEADER,
+        HeaderValue::from_static(reason.header()),
+    );
+    response
+}
+
+async fn connect(request: Request<Incoming>, client: &str, state: &ProxyState) -> Response<Body> {
+    let Some(authority) = request.uri().authority().cloned() else {
+        return text(StatusCode::BAD_REQUEST, "missing authority");
+    };
+    let host = authority.host();
+    if normalize_host(host).is_empty() {
+        return text(StatusCode::BAD_REQUEST, "invalid host");
+    }
+    let port = authority.port_u16().unwrap_or(443);
+    let dest = Destination {
+        host,
+        port,
+        protocol: Protocol::HttpsConnect,
+        method: "CONNECT",
+        client,
+    };
+    // Limited mode would need TLS interception for HTTPS; there is none.
+    let mode_denial = (state.policy.mode == Mode::Limited).then_some(DenyReason::MitmRequired);
+    let upstream = state.upstream.for_tunnel(host);
+    let admission = match state.admit(&dest, mode_denial, upstream).await {
+        Ok(admission) => admission,
+        Err(reason) => return blocked_text(reason),
+    };
+    let (target, prefix) = match admission {
+        Admission::Direct(targets) => match dial(&targets).await {
+            Ok(stream) => (stream, Bytes::new()),
+            Err(err) => {
+                tracing::info!(%host, port, "CONNECT dial failed: {err}");
+                return text(StatusCode::BAD_GATEWAY, "upstream failure");
+            }
+        },
+        Admission::Upstream(endpoint) => {
+            match endpoint.tunnel(&format!("{}:{port}", bracket(host))).await {
+                Ok(tunnel) => tunnel,
+                Err(err) => {
+                    tracing::info!(%host, port, "CONNECT through upstream failed: {err}");
+                    return text(StatusCode::BAD_GATEWAY, "upstream failure");
+                }
+            }
+        }
+    };
+    let mut closing = state.closing.clone();
+    tokio::spawn(async move {
+        let tunnel = async {
+            match hyper::upgrade::on(request).await {
+                Ok(upgraded) => splice(upgraded, target, prefix).await,
+                Err(err) => tracing::debug!("CONNECT upgrade failed: {err}"),
+            }
+        };
+        // The tunnel outlives this connection's task: end it with the proxy.
+        tokio::select! {
+            () = tunnel => {}
+            _ = closing.wait_for(|closed| *closed) => {}
+        }
+    });
+    Response::new(full(Bytes::new()))
+}
+
+/// `[v6]` for an IPv6 literal host, the host otherwise.
+fn bracket(host: &str) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    }
+}
+
+/// Copies both ways between the client's upgraded connection and the
+/// target until both sides are done. `prefix` is what the target side sent
+/// before the tunnel was handed over.
+async fn splice(upgraded: hyper::upgrade::Upgraded, mut target: TcpStream, prefix: Bytes) {
+    match upgraded.downcast::<TokioIo<TcpStream>>() {
+        Ok(parts) => {
+            let mut client = parts.io.into_inner();
+            if !parts.read_buf.is_empty() && target.write_all(&parts.read_buf).await.is_err() {
+                return;
+            }
+            if !prefix.is_empty() && client.write_all(&prefix).await.is_err() {
+                return;
+            }
+            super::relay::relay(client, target).await;
+        }
+        Err(upgraded) => {
+            let mut client = TokioIo::new(upgraded);
+            if !prefix.is_empty() && client.write_all(&prefix).await.is_err() {
+                return;
+            }
+            let _ = tokio::io::copy_bidirectional(&mut client, &mut target).await;
+        }
+    }
+}
+
+async fn forward(
+    mut request: Request<Incoming>,
+    client: &str,
+    state: &ProxyState,
+) -> Response<Body> {
+    let method = request.method().as_str().to_owned();
+    let method_allowed = state.policy.mode.allows_method(&method);
+    if let Some(value) = request.headers().get(UNIX_SOCKET_HEADER) {
+        if value.to_str().is_err() {
+            return text(StatusCode::BAD_REQUEST, "invalid x-unix-socket header");
+        }
+        if !method_allowed {
+            return blocked_unix_socket(DenyReason::MethodNotAllowed);
+        }
+        return text(StatusCode::NOT_IMPLEMENTED, "unix sockets unsupported");
+    }
+    let uri = request.uri().clone();
+    let Some(authority) = uri.authority().cloned() else {
+        if uri.path() == RESOLVE_PATH && request.method() == Method::GET {
+            return resolve_for_stub(&uri, client, state).await;
+        }
+        return text(StatusCode::BAD_REQUEST, "missing host");
+    };
+    let host = authority.host().to_owned();
+    if normalize_host(&host).is_empty() {
+        return text(StatusCode::BAD_REQUEST, "missing host");
+    }
+    if uri.scheme_str() != Some("http") {
+        return text(
+            StatusCode::BAD_REQUEST,
+            "only http:// targets can be forwarded; use CONNECT for https",
+        );
+    }
+    let port = authority.port_u16().unwrap_or(80);
+    if let Err(message) = check_host_header(&uri, request.headers()) {
+        return text(StatusCode::BAD_REQUEST, message);
+    }
+    let dest = Destination {
+        host: &host,
+        port,
+        protocol: Protocol::Http,
+        method: &method,
+        client,
+    };
+    let mode_denial = (!method_allowed).then_some(DenyReason::MethodNotAllowed);
+    let upstream = state.upstream.for_plain(&host);
+    let admission = match state.admit(&dest, mode_denial, upstream).await {
+        Ok(admission) => admission,
+        Err(reason) => return blocked_json(reason, &host, port, Protocol::Http),
+    };
+    remove_hop_by_hop(request.headers_mut());
+    if !request.headers().contains_key(HOST) {
+        if let Ok(value) = HeaderValue::from_str(authority.as_str()) {
+            request.headers_mut().insert(HOST, value);
+        }
+    }
+    let stream = match admission {
+        Admission::Direct(targets) => {
+            // Origin-form towards the origin itself.
+            let origin_form = uri
+                .path_and_query()
+                .map_or("/", |pq| pq.as_str())
+                .parse::<Uri>()
+                .unwrap_or_else(|_| Uri::from_static("/"));
+            *request.uri_mut() = origin_form;
+            dial(&targets).await.map_err(|err| err.to_string())
+        }
+        Admission::Upstream(endpoint) => {
+            if let Some(auth) = endpoint
+                .authorization
+                .as_deref()
+                .and_then(|a| HeaderValue::from_str(a).ok())
+            {
+                request
+                    .headers_mut()
+                    .insert(http::header::PROXY_AUTHORIZATION, auth);
+            }
+            endpoint.connect().await.map_err(|err| err.to_string())
+        }
+    };
+    let stream = match stream {
+        Ok(stream) => stream,
+        Err(err) => {
+            tracing::info!(%host, port, "forward dial failed: {err}");
+            return text(StatusCode::BAD_GATEWAY, "upstream failure");
+        }
+    };
+    match send(stream, request).await {
+        Ok(mut response) => {
+            remove_hop_by_hop(response.headers_mut());
+            response.map(|body| body.boxed())
+        }
+        Err(err) => {
+            tracing::info!(%host, port, "forward failed: {err}");
+            text(StatusCode::BAD_GATEWAY, "upstream failure")
+        }
+    }
+}
+
+/// The DNS stub's question: `GET /.well-known/codexbox/resolve?name=N`.
+/// Answers the addresses of an allowed name, or a JSON refusal.
+async fn resolve_for_stub(uri: &Uri, client: &str, state: &ProxyState) -> Response<Body> {
+    let name = uri
+        .query()
+        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("name=")))
+        .unwrap_or("");
+    let valid = !name.is_empty()
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'));
+    if !valid {
+        return text(StatusCode::BAD_REQUEST, "invalid name");
+    }
+    match state.resolve_name(name, client).await {
+        Ok(addresses) => {
+            let body = serde_json::to_string(&ResolveAnswer { addresses }).unwrap_or_default();
+            let mut response = Response::new(full(body));
+            response
+                .headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            response
+        }
+        Err(reason) => blocked_json(reason, name, DNS_PORT, Protocol::Dns),
+    }
+}
+
+/// Sends one request on a fresh connection and returns the response head;
+/// the body streams from the connection task.
+async fn send(
+    stream: TcpStream,
+    request: Request<Incoming>,
+) -> Result<Response<Incoming>, hyper::Error> {
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(async move {
+        if let Err(err) = connection.await {
+            tracing::debug!("upstream connection ended: {err}");
+        }
+    });
+    sender.send_request(request).await
+}
+
+/// The absolute-form Host check: the header (when present) names the URI's
+/// host, and its port (or the scheme default) is the URI's.
+fn check_host_header(uri: &Uri, headers: &HeaderMap) -> Result<(), &'static str> {
+    let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
+        return Ok(());
+    };
+    let Some(value) = headers.get(HOST) else {
+        return Ok(());
+    };
+    let header: http::uri::Authority = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .ok_or("invalid Host header")?;
+    if normalize_host(header.host()) != normalize_host(authority.host()) {
+        return Err("Host header does not match request target");
+    }
+    let default_port = if scheme.eq_ignore_ascii_case("https") {
+        443
+    } else {
+        80
+    };
+    let uri_port = authority.port_u16().unwrap_or(default_port);
+    let matches = match header.port_u16() {
+        Some(port) => port == uri_port,
+        None => uri_port == default_port,
+    };
+    if matches {
+        Ok(())
+    } else {
+        Err("Host header does not match request target")
+    }
+}
+
+/// Removes `Connection` and what it names, and the other hop-by-hop
+/// headers; `Host` and `X-Forwarded-For` stay.
+pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authorization",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "te",
+    ] {
+        headers.remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (k, v) in pairs {
+            map.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        map
+    }
+
+    #[test]
+    fn host_header_must_match_the_absolute_target() {
+        let uri: Uri = "http://example.com/x".parse().unwrap();
+        assert!(check_host_header(&uri, &headers(&[("host", "EXAMPLE.com")])).is_ok());
+        assert!(check_host_header(&uri, &headers(&[("host", "example.com:80")])).is_ok());
+        assert_eq!(
+            check_host_header(&uri, &headers(&[("host", "evil.com")])),
+            Err("Host header does not match request target")
+        );
+        let with_port: Uri = "http://example.com:8080/".parse().unwrap();
+        assert!(check_host_header(&with_port, &headers(&[("host", "example.com")])).is_err());
+        assert!(check_host_header(&with_port, &headers(&[("host", "example.com:8080")])).is_ok());
+        assert_eq!(
+            check_host_header(&uri, &headers(&[("host", "a b")])),
+            Err("invalid Host header")
+        );
+    }
+
+    #[test]
+    fn hop_by_hop_headers_go_and_forwarding_headers_stay() {
+        let mut map = headers(&[
+            ("connection", "keep-alive, x-secret"),
+            ("x-secret", "1"),
+            ("keep-alive", "5"),
+            ("proxy-authorization", "Basic x"),
+            ("te", "trailers"),
+            ("upgrade", "websocket"),
+            ("host", "example.com"),
+            ("x-forwarded-for", "1.2.3.4"),
+        ]);
+        remove_hop_by_hop(&mut map);
+        let mut names: Vec<&str> = map.keys().map(|k| k.as_str()).collect();
+        names.sort();
+        assert_eq!(names, vec!["host", "x-forwarded-for"]);
+    }
+}

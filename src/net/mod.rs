@@ -1,0 +1,34 @@
+//! The network capability (SPEC §10): a policy-enforcing proxy (HTTP
+//! forward, CONNECT, SOCKS5) shared by `codexbox proxy`, the exec-server's
+//! per-process `networkProxy` and `codexbox sandbox --allow-domain`.
+//!
+//! - [`policy`]: patterns and the pure host decision;
+//! - [`resolve`]: local/private classification, `--resolve`, DNS checks;
+//! - [`dial`]: outbound connections to checked addresses only;
+//! - [`dns`]: the DNS stub inside a managed sandbox and its codec;
+//! - [`http_proxy`], [`socks5`]: the two listeners;
+//! - [`relay`]: tunnel bytes (`splice(2)`, no copies in the proxy);
+//! - [`upstream`]: chaining to an upstream HTTP proxy;
+//! - [`client`]: the outbound HTTP client of `http/request`;
+//! - [`decision`], [`audit`]: what was decided and where it is reported;
+//! - [`env`]: the variables a child gets;
+//! - [`proxy`]: the handle the callers share; [`cli`]: `codexbox proxy`;
+//! - [`managed`]: the proxy of one `codexbox sandbox --allow-domain` run.
+
+pub mod audit;
+pub mod cli;
+pub mod client;
+pub mod decision;
+pub mod dial;
+pub mod dns;
+pub mod env;
+pub mod http_proxy;
+pub mod managed;
+pub mod policy;
+pub mod proxy;
+pub mod relay;
+pub mod resolve;
+pub mod socks5;
+pub mod upstream;
+
+pub use proxy::{ProxyConfig, ProxyError, ProxyHandle};

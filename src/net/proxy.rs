@@ -1,0 +1,410 @@
+//! The proxy's handle, the API its three callers share (`codexbox proxy`,
+//! the exec-server's per-process `networkProxy`, `codexbox sandbox
+//! --allow-domain`): [`ProxyHandle::start`] with a [`ProxyConfig`], learn the
+//! bound addresses, [`ProxyHandle::subscribe`] to decisions, read the
+//! blocked summary, [`ProxyHandle::shutdown`]. Dropping the handle stops it
+//! too. Also owns the admission step every protocol shares: host policy,
+//! mode guard, resolution, upstream choice, one recorded decision.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::{broadcast, Semaphore};
+use tokio::task::{JoinHandle, JoinSet};
+
+use super::audit::{AuditLog, AuditSink, BlockedDestination};
+use super::decision::{Decision, DenyReason, Protocol};
+use super::policy::{HostVerdict, Policy};
+use super::resolve::{is_non_public, Resolver, Targets};
+use super::upstream::{ProxyEndpoint, Upstream};
+use super::{http_proxy, socks5};
+
+/// The port name lookups are recorded under.
+pub const DNS_PORT: u16 = 53;
+
+/// Connections one listener serves at once; more wait to be accepted.
+pub const MAX_CONNECTIONS: usize = 512;
+
+/// Why a proxy could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("refusing to listen on non-loopback address {0}: the proxy serves this host only")]
+    NonLoopback(SocketAddr),
+    #[error("reserve managed loopback proxy listeners: cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot open the audit log: {0}")]
+    AuditLog(#[source] std::io::Error),
+}
+
+/// Everything a proxy needs to start.
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    pub policy: Policy,
+    pub resolver: Resolver,
+    /// HTTP listener (loopback; port 0 = ephemeral).
+    pub http_listen: SocketAddr,
+    /// SOCKS5 listener, if any (loopback).
+    pub socks5_listen: Option<SocketAddr>,
+    /// SOCKS5 UDP ASSOCIATE.
+    pub socks5_udp: bool,
+    /// Upstream proxies to chain HTTP and CONNECT through (empty: direct).
+    pub upstream: Upstream,
+    pub audit_sink: Option<AuditSink>,
+}
+
+impl ProxyConfig {
+    /// A proxy for `policy` on ephemeral loopback ports, HTTP only, direct.
+    pub fn new(policy: Policy) -> Self {
+        Self {
+            policy,
+            resolver: Resolver::default(),
+            http_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            socks5_listen: None,
+            socks5_udp: false,
+            upstream: Upstream::default(),
+            audit_sink: None,
+        }
+    }
+}
+
+/// One destination asked for, as the policy sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct Destination<'a> {
+    pub host: &'a str,
+    pub port: u16,
+    pub protocol: Protocol,
+    pub method: &'a str,
+    pub client: &'a str,
+}
+
+/// Where an admitted destination is reached.
+#[derive(Debug)]
+pub(crate) enum Admission {
+    Direct(Targets),
+    Upstream(ProxyEndpoint),
+}
+
+/// What the connection handlers share.
+#[derive(Debug)]
+pub(crate) struct ProxyState {
+    pub policy: Policy,
+    pub resolver: Resolver,
+    pub upstream: Upstream,
+    pub audit: Arc<AuditLog>,
+    pub socks5_udp: bool,
+    /// Becomes `true` when the proxy shuts down; tunnels (which outlive
+    /// their HTTP connection task) end on it.
+    pub closing: tokio::sync::watch::Receiver<bool>,
+}
+
+impl ProxyState {
+    /// Records a denial that happened before admission (malformed input
+    /// excepted: those are not decisions).
+    pub async fn record_denial(&self, dest: &Destination<'_>, reason: DenyReason) {
+        self.record(dest, Some(reason)).await;
+    }
+
+    /// Records the decision about `dest` (`None`: allowed).
+    async fn record(&self, dest: &Destination<'_>, denied: Option<DenyReason>) {
+        self.audit
+            .record(Decision::new(
+                denied,
+                dest.host,
+                dest.port,
+                dest.protocol,
+                dest.method,
+                dest.client,
+            ))
+            .await;
+    }
+
+    /// Host policy, then `mode_denial` (the protocol's mode guard), then
+    /// resolution; records the decision. `upstream` is where the request
+    /// would be chained: a name that does not resolve locally is then left
+    /// to the upstream, but a private answer is still refused.
+    pub async fn admit(
+        &self,
+        dest: &Destination<'_>,
+        mode_denial: Option<DenyReason>,
+        upstream: Option<&ProxyEndpoint>,
+    ) -> Result<Admission, DenyReason> {
+        let verdict = self.policy.check_host(dest.host, dest.port);
+        let outcome = match (&verdict, mode_denial) {
+            (HostVerdict::Deny(reason), _) => Err(*reason),
+            (_, Some(reason)) => Err(reason),
+            (_, None) => match upstream {
+                Some(endpoint) => self
+                    .check_upstream_target(&verdict, dest)
+                    .await
+                    .map(|()| Admission::Upstream(endpoint.clone())),
+                None => self
+                    .resolver
+                    .targets(&verdict, dest.host, dest.port)
+                    .await
+                    .map(Admission::Direct),
+            },
+        };
+        self.record(dest, outcome.as_ref().err().copied()).await;
+        outcome
+    }
+
+    /// A name lookup for the in-sandbox DNS stub: the policy for the name on
+    /// any port, then resolution with the same local/private rules as a
+    /// dial. Records a `dns` decision.
+    pub async fn resolve_name(
+        &self,
+        name: &str,
+        client: &str,
+    ) -> Result<Vec<std::net::IpAddr>, DenyReason> {
+        let verdict = self.policy.check_name(name);
+        let outcome = self
+            .resolver
+            .targets(&verdict, name, DNS_PORT)
+            .await
+            .map(|targets| targets.addrs.iter().map(|a| a.ip()).collect());
+        let dest = Destination {
+            host: name,
+            port: DNS_PORT,
+            protocol: Protocol::Dns,
+            method: "none",
+            client,
+        };
+        self.record(&dest, outcome.as_ref().err().copied()).await;
+        outcome
+    }
+
+    async fn check_upstream_target(
+        &self,
+        verdict: &HostVerdict,
+        dest: &Destination<'_>,
+    ) -> Result<(), DenyReason> {
+        let HostVerdict::Name { local_ok: false } = verdict else {
+            return Ok(());
+        };
+        let host = super::policy::normalize_host(dest.host);
+        match self.resolver.lookup(&host, dest.port).await {
+            Some(addrs) if addrs.iter().any(|a| is_non_public(a.ip())) => {
+                Err(DenyReason::NotAllowedLocal)
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A running proxy.
+#[derive(Debug)]
+pub struct ProxyHandle {
+    http_addr: SocketAddr,
+    socks5_addr: Option<SocketAddr>,
+    audit: Arc<AuditLog>,
+    listeners: Vec<JoinHandle<()>>,
+    audit_writer: Option<JoinHandle<()>>,
+    /// Tells running tunnels to end.
+    closing: tokio::sync::watch::Sender<bool>,
+}
+
+impl ProxyHandle {
+    /// Binds the listeners (so their ports are live when this returns) and
+    /// starts serving.
+    pub async fn start(config: ProxyConfig) -> Result<Self, ProxyError> {
+        let ProxyConfig {
+            policy,
+            resolver,
+            http_listen,
+            socks5_listen,
+            socks5_udp,
+            upstream,
+            audit_sink,
+        } = config;
+        let http = bind_loopback(http_listen).await?;
+        let socks = match socks5_listen {
+            Some(addr) => Some(bind_loopback(addr).await?),
+            None => None,
+        };
+        let (audit, audit_writer) = AuditLog::open(audit_sink.as_ref())
+            .await
+            .map_err(ProxyError::AuditLog)?;
+        let (closing_tx, closing) = tokio::sync::watch::channel(false);
+        let state = Arc::new(ProxyState {
+            policy,
+            resolver,
+            upstream,
+            audit: audit.clone(),
+            socks5_udp,
+            closing,
+        });
+        let (http_listener, http_addr) = http;
+        let mut listeners = vec![tokio::spawn(accept_loop(
+            http_listener,
+            state.clone(),
+            Service::Http,
+        ))];
+        let socks5_addr = match socks {
+            Some((listener, addr)) => {
+                listeners.push(tokio::spawn(accept_loop(listener, state, Service::Socks5)));
+                Some(addr)
+            }
+            None => None,
+        };
+        Ok(Self {
+            http_addr,
+            socks5_addr,
+            audit,
+            listeners,
+            audit_writer,
+            closing: closing_tx,
+        })
+    }
+
+    /// The HTTP listener's address.
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http_addr
+    }
+
+    /// The SOCKS5 listener's address, if one was asked for.
+    pub fn socks5_addr(&self) -> Option<SocketAddr> {
+        self.socks5_addr
+    }
+
+    /// Every later decision (bounded; a subscriber that lags loses the oldest).
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Decision>> {
+        self.audit.subscribe()
+    }
+
+    /// Distinct denied destinations so far.
+    pub fn blocked_destinations(&self) -> Vec<BlockedDestination> {
+        self.audit.blocked_destinations()
+    }
+
+    /// The decision hub (outlives the proxy: read it after shutdown).
+    pub fn log(&self) -> Arc<AuditLog> {
+        self.audit.clone()
+    }
+
+    /// The last denials (at most 200) and their total count.
+    pub fn recent_blocked(&self) -> (Vec<Arc<Decision>>, u64) {
+        self.audit.recent_blocked()
+    }
+
+    /// Stops the listeners and every connection, then flushes the audit log.
+    pub async fn shutdown(mut self) {
+        for listener in self.listeners.drain(..) {
+            listener.abort();
+            let _ = listener.await;
+        }
+        let writer = self.audit_writer.take();
+        // The audit hub (and its sender) goes with the last state reference.
+        drop(self);
+        if let Some(writer) = writer {
+            // Aborted connection tasks release their senders when the
+            // runtime drops them; bounded in case one is stuck.
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), writer).await;
+        }
+    }
+}
+
+impl Drop for ProxyHandle {
+    fn drop(&mut self) {
+        let _ = self.closing.send(true);
+        for listener in &self.listeners {
+            listener.abort();
+        }
+    }
+}
+
+async fn bind_loopback(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), ProxyError> {
+    if !addr.ip().is_loopback() {
+        return Err(ProxyError::NonLoopback(addr));
+    }
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| ProxyError::Bind { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| ProxyError::Bind { addr, source })?;
+    Ok((listener, bound))
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Service {
+    Http,
+    Socks5,
+}
+
+/// Accepts connections, at most [`MAX_CONNECTIONS`] at once. The
+/// connection tasks live in this task's `JoinSet`, so aborting it ends them.
+async fn accept_loop(listener: TcpListener, state: Arc<ProxyState>, service: Service) {
+    let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut connections = JoinSet::new();
+    loop {
+        let Ok(permit) = limit.clone().acquire_owned().await else {
+            return;
+        };
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(err) => {
+                tracing::warn!("proxy accept failed: {err}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let state = state.clone();
+        connections.spawn(async move {
+            let _permit = permit;
+            match service {
+                Service::Http => http_proxy::serve_connection(stream, peer, state).await,
+                Service::Socks5 => socks5::serve_connection(stream, peer, state).await,
+            }
+        });
+        while connections.try_join_next().is_some() {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::policy::Mode;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn shutdown_ends_open_tunnels_and_the_listener() {
+        let origin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let origin_addr = origin.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = origin.accept().await.unwrap();
+            let mut buf = [0u8; 16];
+            while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+        });
+        let policy = Policy::new(["127.0.0.1"], [""; 0], Mode::Full, false).unwrap();
+        let handle = ProxyHandle::start(ProxyConfig::new(policy)).await.unwrap();
+        let proxy = handle.http_addr();
+        let mut client = tokio::net::TcpStream::connect(proxy).await.unwrap();
+        let request = format!("CONNECT {origin_addr} HTTP/1.1\r\nHost: {origin_addr}\r\n\r\n");
+        client.write_all(request.as_bytes()).await.unwrap();
+        let mut head = vec![0u8; 19];
+        client.read_exact(&mut head).await.unwrap();
+        assert!(head.starts_with(b"HTTP/1.1 200"), "{head:?}");
+        handle.shutdown().await;
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            client.read_to_end(&mut rest),
+        )
+        .await;
+        assert!(
+            matches!(read, Ok(Ok(_)) | Ok(Err(_))),
+            "tunnel still open after shutdown"
+        );
+        assert!(tokio::net::TcpStream::connect(proxy).await.is_err());
+    }
+}
