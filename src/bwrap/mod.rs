@@ -28,7 +28,7 @@ pub mod caps;
 mod child;
 pub mod cli;
 mod command;
-mod log;
+pub mod log;
 pub mod namespaces;
 pub mod numbers;
 pub mod ops;
@@ -300,14 +300,17 @@ fn apply_env(ops: &[EnvOp]) -> Result<(), BwrapError> {
     Ok(())
 }
 
-fn pipe() -> Result<(OwnedFd, OwnedFd), BwrapError> {
+/// A close-on-exec pipe whose ends are numbered above `floor`.
+fn pipe(floor: Option<libc::c_int>) -> Result<(OwnedFd, OwnedFd), BwrapError> {
     let mut ends = [0 as libc::c_int; 2];
     // SAFETY: pipe2 writes two fds into the live two-element array.
     if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(BwrapError::Pipe(io::Error::last_os_error()));
     }
     // SAFETY: both fds were just created by pipe2 and are owned by no one else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) })
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+    let raise = |fd| fds::above(fd, floor).map_err(BwrapError::Pipe);
+    Ok((raise(read)?, raise(write)?))
 }
 
 /// Arms SIGKILL for when the parent of this process goes away, then checks
@@ -329,7 +332,8 @@ pub(crate) fn die_with_parent(parent: libc::pid_t) -> Result<(), BwrapError> {
     Ok(())
 }
 
-fn open_proc() -> Result<OwnedFd, BwrapError> {
+/// `/proc` as an `O_PATH` descriptor numbered above `floor`.
+fn open_proc(floor: Option<libc::c_int>) -> Result<OwnedFd, BwrapError> {
     // SAFETY: the path is a NUL-terminated literal.
     let fd = unsafe {
         libc::open(
@@ -341,7 +345,8 @@ fn open_proc() -> Result<OwnedFd, BwrapError> {
         return Err(BwrapError::OpenProc(io::Error::last_os_error()));
     }
     // SAFETY: open just returned this fd; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    fds::above(fd, floor).map_err(BwrapError::OpenProc)
 }
 
 /// Creates the sandbox and runs the command; returns bwrap's exit status.
@@ -357,12 +362,15 @@ fn launch(
     if config.die_with_parent {
         die_with_parent(parent.as_raw())?;
     }
-    let proc_fd = open_proc()?;
+    // The launcher's own descriptors live through the setup, whose options
+    // read and close the fds the caller named: none may share a number.
+    let floor = config.highest_named_fd();
+    let proc_fd = open_proc(floor)?;
     let flags = namespaces::clone_flags(&config.unshare)?;
-    let (status_read, status_write) = pipe()?;
-    let (alive_read, alive_write) = pipe()?;
+    let (status_read, status_write) = pipe(floor)?;
+    let (alive_read, alive_write) = pipe(floor)?;
     let setup_finished = match config.json_status_fd {
-        Some(_) => Some(pipe()?),
+        Some(_) => Some(pipe(floor)?),
         None => None,
     };
     match namespaces::clone_into(flags)? {

@@ -23,14 +23,18 @@ use crate::protocol::fs::{
     READ_FILE_MAX_BYTES,
 };
 
-/// Null params as `{}`, refusing a bad wire path with ‑32600 naming the
-/// path (SPEC §2.4). The probe only looks at the path fields, so a large
-/// `dataBase64` is not copied.
+/// Null params as `{}`, refusing params by position (‑32602) and a bad
+/// wire path with ‑32600 naming the path (SPEC §2.4). The probe only looks
+/// at the path fields, so a large `dataBase64` is not copied.
 pub fn check_paths(params: Value) -> Result<Value> {
-    let params = if params.is_null() {
-        Value::Object(Default::default())
-    } else {
-        params
+    let params = match params {
+        Value::Null => Value::Object(Default::default()),
+        Value::Array(_) => {
+            return Err(FsError::InvalidParams(
+                crate::protocol::envelope::POSITIONAL_PARAMS.into(),
+            ))
+        }
+        params => params,
     };
     if let Some(path_err) = PathFieldsProbe::deserialize(&params)
         .ok()

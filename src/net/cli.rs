@@ -126,9 +126,9 @@ struct Args {
 
 /// Entry point of this mode.
 pub fn main(argv: Vec<OsString>) -> i32 {
-    let args = match crate::sandbox::cli::parse_args::<Args>(&argv, PREFIX) {
+    let args = match crate::sandbox::cli::try_parse_args::<Args>(&argv, PREFIX) {
         Ok(args) => args,
-        Err(code) => return code,
+        Err(exit) => return exit.report(),
     };
     logging::init(args.log_format);
     let mut config = match args.policy.to_config() {

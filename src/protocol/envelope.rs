@@ -11,6 +11,9 @@ use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+/// The error of params given by position (an array).
+pub const POSITIONAL_PARAMS: &str = "invalid type: sequence, expected params as an object";
+
 /// At most this many JSON values in one inbound message.
 pub const MAX_JSON_VALUES: usize = 256 * 1024;
 
@@ -156,11 +159,24 @@ pub fn decode(bytes: &[u8], max_bytes: usize) -> Result<Incoming, EnvelopeError>
     classify(value)
 }
 
+/// The id the error about an undecodable message carries (SPEC §2.2): the
+/// request's own id when the message was refused only for its size and a
+/// scan finds one ([`scan_request_id`]), else [`RequestId::MALFORMED`].
+pub fn error_id(bytes: &[u8], err: &EnvelopeError) -> RequestId {
+    match err {
+        EnvelopeError::TooLarge { .. } => scan_request_id(bytes).unwrap_or(RequestId::MALFORMED),
+        _ => RequestId::MALFORMED,
+    }
+}
+
 /// The `id` of a request that is not decoded in full (it is over the size
 /// limit), so that its error can carry it. A single pass over the text that
 /// builds nothing: every value but the top-level `id` and `method` is
 /// skipped as it is read. `None` unless the text is one JSON object with a
-/// string `method` and exactly one `id` that is a string or a 64-bit integer.
+/// string `method` and exactly one `id` that is a string or a 64-bit integer
+/// (the values it skips are not checked, neither the UTF-8 of strings nor
+/// the range of numbers: the message is refused all the same, only its id
+/// is wanted).
 pub fn scan_request_id(bytes: &[u8]) -> Option<RequestId> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let id = de::Deserializer::deserialize_map(&mut de, RequestScan).ok()?;
@@ -475,8 +491,13 @@ fn to_text<T: Serialize>(value: &T) -> String {
 
 /// Decodes request params: absent means `null`, and a failure on exactly `{}`
 /// is retried as `null`, so unit-param methods accept absent, `null` and `{}`.
+/// Params by position (an array) are refused: every method's params are an
+/// object, as the schemas say (serde's derived structs would take them).
 pub fn decode_params<T: serde::de::DeserializeOwned>(params: Option<Value>) -> Result<T, RpcError> {
     let params = params.unwrap_or(Value::Null);
+    if params.is_array() {
+        return Err(RpcError::invalid_params(POSITIONAL_PARAMS));
+    }
     let is_empty_object = matches!(&params, Value::Object(o) if o.is_empty());
     match serde_json::from_value::<T>(params) {
         Ok(value) => Ok(value),

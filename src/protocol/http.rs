@@ -38,6 +38,7 @@ pub struct HttpRequestParams {
     pub headers: Vec<HttpHeader>,
     /// Request body, base64; `null` = none.
     #[serde(default)]
+    #[schemars(extend("contentEncoding" = "base64"))]
     pub body_base64: Option<String>,
     /// Total deadline (connect, headers and body); absent or `null` = none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -59,6 +60,7 @@ pub struct HttpRequestResult {
     /// Lowercase names; values that are not UTF-8 are dropped.
     pub headers: Vec<HttpHeader>,
     /// The whole body, base64; `""` when streamed.
+    #[schemars(extend("contentEncoding" = "base64"))]
     pub body_base64: String,
 }
 
@@ -70,6 +72,7 @@ pub struct BodyDeltaNotification {
     /// Starts at 1 for each request, +1 per notification.
     pub seq: u64,
     /// At most 1 MiB decoded; `""` in the final notification.
+    #[schemars(extend("contentEncoding" = "base64"))]
     pub delta_base64: String,
     #[serde(default)]
     pub done: bool,

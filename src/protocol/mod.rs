@@ -19,6 +19,11 @@ pub const METHOD_INITIALIZE: &str = "initialize";
 /// The client's handshake acknowledgement notification.
 pub const NOTIFY_INITIALIZED: &str = "initialized";
 
+/// Params of a method that takes none (`environment/*`): absent, `null`, or
+/// an object whose members are ignored. Decode it as `Option<NoParams>`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+pub struct NoParams {}
+
 /// `initialize` params.
 #[derive(Debug, Clone, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -82,6 +82,8 @@ pub struct AuditMetadata {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RemoteNetworkProxyLaunchConfig {
+    /// Must be `enabled`: a launch of a disabled proxy is refused.
+    #[schemars(extend("allOf" = [{"properties": {"enabled": {"const": true}}}]))]
     pub proxy: NetworkProxySettings,
     #[serde(default)]
     pub audit_metadata: AuditMetadata,

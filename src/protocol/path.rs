@@ -117,13 +117,15 @@ impl WirePath {
             None if rest.starts_with('/') => rest,
             None => return Err(PathError::NotAbsolute(text.to_owned())),
         };
+        // The drive letter is a shape of the URI text: `file:///C%3A/x` is
+        // the Unix path `/C:/x`, as `to_file_uri` writes it.
+        if is_windows_drive(encoded_path.as_bytes()) {
+            return Err(PathError::ForeignHost(text.to_owned()));
+        }
         let bytes =
             percent_decode(encoded_path).ok_or_else(|| PathError::BadEncoding(text.to_owned()))?;
         if bytes.contains(&0) {
             return Err(PathError::Nul(text.to_owned()));
-        }
-        if is_windows_drive(&bytes) {
-            return Err(PathError::ForeignHost(text.to_owned()));
         }
         Ok(Self {
             path: PathBuf::from(OsString::from_vec(bytes)),
@@ -157,19 +159,24 @@ impl WirePath {
     }
 }
 
-/// Renders `path` in `dialect`.
+/// Renders `path` in `dialect`. A path that is not UTF-8 is written as a
+/// `file:` URI in either dialect, so no byte of it is lost.
 pub fn render(path: &Path, dialect: PathDialect) -> String {
-    match dialect {
-        PathDialect::Native => path.to_string_lossy().into_owned(),
-        PathDialect::FileUri => to_file_uri(path.as_os_str()),
+    match (dialect, path.to_str()) {
+        (PathDialect::Native, Some(text)) => text.to_owned(),
+        _ => to_file_uri(path.as_os_str()),
     }
 }
 
-/// `file://` + the percent-encoded absolute path.
+/// `file://` + the percent-encoded absolute path. A first component shaped
+/// like a Windows drive (`/C:`, `/c|`) gets its `:` or `|` encoded, so the
+/// URI reads back as the Unix path it is.
 pub fn to_file_uri(path: &OsStr) -> String {
+    let bytes = path.as_bytes();
+    let drive_mark = is_windows_drive(bytes).then_some(2);
     let mut out = String::from("file://");
-    for &byte in path.as_bytes() {
-        if is_path_safe(byte) {
+    for (index, &byte) in bytes.iter().enumerate() {
+        if is_path_safe(byte) && drive_mark != Some(index) {
             out.push(byte as char);
         } else {
             out.push('%');
@@ -235,10 +242,20 @@ fn hex_value(byte: u8) -> Option<u8> {
     }
 }
 
-/// `/C:` or `/c|` at the start of a URI path: a Windows drive letter.
+/// `/C:` or `/c|` at the start of a path, alone or before a separator
+/// (`/`, `\`, or `%5C`): a Windows drive letter.
 fn is_windows_drive(path: &[u8]) -> bool {
-    matches!(path, [b'/', letter, b':' | b'|', ..] if letter.is_ascii_alphabetic())
-        && (path.len() == 3 || path[3] == b'/' || path[3] == b'\\')
+    match path {
+        [b'/', letter, b':' | b'|', rest @ ..] if letter.is_ascii_alphabetic() => {
+            rest.is_empty()
+                || rest.starts_with(b"/")
+                || rest.starts_with(b"\\")
+                || rest
+                    .get(..3)
+                    .is_some_and(|sep| sep.eq_ignore_ascii_case(b"%5c"))
+        }
+        _ => false,
+    }
 }
 
 impl fmt::Display for WirePath {

@@ -37,6 +37,10 @@ pub enum WindowsSandboxLevel {
 /// shape, with `sandboxPolicyCwd`) must be present.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("anyOf" = [
+    {"required": ["permissions"], "properties": {"permissions": {"type": "object"}}},
+    {"required": ["sandboxPolicy"], "properties": {"sandboxPolicy": {"type": "object"}}}
+]))]
 pub struct FileSystemSandboxContext {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permissions: Option<PermissionProfile>,

@@ -81,12 +81,7 @@ pub struct OutputNotification {
     pub chunk: String,
 }
 
-/// Params of a method or notification that takes none: absent, `null` or
-/// an object whose keys are ignored.
-#[derive(Debug, Clone, Copy)]
-pub struct NoParams;
-
-impl JsonSchema for NoParams {
+impl JsonSchema for super::NoParams {
     fn schema_name() -> Cow<'static, str> {
         "NoParams".into()
     }
@@ -94,6 +89,22 @@ impl JsonSchema for NoParams {
         json_schema!({
             "description": "No params: absent, null or {} (unknown keys are ignored).",
             "type": ["object", "null"]
+        })
+    }
+}
+
+/// Params the receiver ignores whatever they are (the `initialized`
+/// notification).
+#[derive(Debug, Clone, Copy)]
+pub struct IgnoredParams;
+
+impl JsonSchema for IgnoredParams {
+    fn schema_name() -> Cow<'static, str> {
+        "IgnoredParams".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "Ignored: any value, or none."
         })
     }
 }
@@ -141,11 +152,41 @@ impl JsonSchema for policy::FileSystemSpecialPath {
                     "type": "string",
                     "examples": ["root", "minimal", "project_roots", "current_working_directory", "tmpdir", "slash_tmp"]
                 },
-                "path": { "type": "string" },
-                "subpath": { "type": "string" }
+                "path": { "type": ["string", "null"] },
+                "subpath": { "type": ["string", "null"] }
             },
             "required": ["kind"]
         })
+    }
+}
+
+/// Adds the untagged shape older writers produced to the schema of
+/// [`policy::PermissionProfile`], whose `Deserialize` takes it (an object
+/// without `type`: `network.enabled`, `file_system.entries`, `read`,
+/// `write`; a managed, restricted profile).
+pub(crate) fn add_legacy_profile_shape(schema: &mut Schema) {
+    let legacy = json!({
+        "description": "The untagged shape of older writers (no `type`): a managed, restricted profile whose entries are `entries` plus `read` and `write` paths.",
+        "type": "object",
+        "not": { "required": ["type"] },
+        "properties": {
+            "network": {
+                "type": ["object", "null"],
+                "properties": { "enabled": { "type": "boolean", "default": false } }
+            },
+            "file_system": {
+                "type": ["object", "null"],
+                "properties": {
+                    "entries": { "type": "array", "items": { "$ref": "#/$defs/FileSystemSandboxEntry" } },
+                    "glob_scan_max_depth": { "type": ["integer", "null"], "minimum": 1 },
+                    "read": { "type": "array", "items": WirePath::json_schema(&mut SchemaGenerator::default()) },
+                    "write": { "type": "array", "items": WirePath::json_schema(&mut SchemaGenerator::default()) }
+                }
+            }
+        }
+    });
+    if let Some(Value::Array(branches)) = schema.get_mut("oneOf") {
+        branches.push(legacy);
     }
 }
 
@@ -294,12 +335,12 @@ pub fn files() -> BTreeMap<String, Value> {
         ),
         (
             env::METHOD_INFO,
-            inbound::<NoParams>(),
+            inbound::<super::NoParams>(),
             outbound::<env::EnvironmentInfo>(),
         ),
         (
             env::METHOD_STATUS,
-            inbound::<NoParams>(),
+            inbound::<super::NoParams>(),
             outbound::<env::EnvironmentStatus>(),
         ),
         (
@@ -374,7 +415,7 @@ pub fn files() -> BTreeMap<String, Value> {
         ),
     ];
     let notifications: Vec<(&str, Value)> = vec![
-        (super::NOTIFY_INITIALIZED, inbound::<NoParams>()),
+        (super::NOTIFY_INITIALIZED, inbound::<IgnoredParams>()),
         (proc::NOTIFY_OUTPUT, outbound::<OutputNotification>()),
         (proc::NOTIFY_EXITED, outbound::<proc::ExitedNotification>()),
         (proc::NOTIFY_CLOSED, outbound::<proc::ClosedNotification>()),

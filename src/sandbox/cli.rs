@@ -135,15 +135,43 @@ fn fail(message: impl std::fmt::Display) -> Failure {
     }
 }
 
-/// Parses `argv` for a sandbox mode; on `--help`/`--version` prints them
-/// and gives `Err(0)`, on a usage error prints one `prefix: …` line and
-/// gives `Err(2)`.
-pub(crate) fn parse_args<A: Parser>(argv: &[OsString], prefix: &str) -> Result<A, i32> {
+/// How a command line that does not parse ends a sandbox mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParseExit {
+    /// `--help` or `--version`: this text on stdout, exit 0.
+    Print(String),
+    /// A usage error: this one line on stderr, exit 2.
+    Usage(String),
+}
+
+impl ParseExit {
+    /// The exit status.
+    pub fn code(&self) -> i32 {
+        match self {
+            ParseExit::Print(_) => 0,
+            ParseExit::Usage(_) => 2,
+        }
+    }
+
+    /// Prints the text where it goes; returns the exit status.
+    pub fn report(&self) -> i32 {
+        match self {
+            ParseExit::Print(text) => crate::stdout::print(text),
+            ParseExit::Usage(line) => {
+                eprintln!("{line}");
+                self.code()
+            }
+        }
+    }
+}
+
+/// Parses `argv` for a sandbox mode: the arguments, or how the mode ends
+/// (help and version text, or one `prefix: …` usage line). Prints nothing.
+pub fn try_parse_args<A: Parser>(argv: &[OsString], prefix: &str) -> Result<A, ParseExit> {
     A::try_parse_from(argv).map_err(|e| {
         use clap::error::ErrorKind;
         if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-            let _ = e.print();
-            return 0;
+            return ParseExit::Print(e.render().to_string());
         }
         let text = e.to_string();
         let line = text
@@ -151,12 +179,10 @@ pub(crate) fn parse_args<A: Parser>(argv: &[OsString], prefix: &str) -> Result<A
             .next()
             .unwrap_or("invalid arguments")
             .trim_start_matches("error: ");
-        eprintln!("{prefix}: {line} (see --help)");
-        2
+        ParseExit::Usage(format!("{prefix}: {line} (see --help)"))
     })
 }
 
-/// Entry point of this mode.
 /// The leading flags of a `codex-linux-sandbox` command line, as every caller
 /// builds it: where the policy is resolved, where the command runs, the
 /// profile JSON, and the Landlock backend when asked for.
@@ -180,10 +206,11 @@ pub fn helper_args(
     args
 }
 
+/// Entry point of this mode.
 pub fn main(argv: Vec<OsString>) -> i32 {
-    let args = match parse_args::<Args>(&argv, PREFIX) {
+    let args = match try_parse_args::<Args>(&argv, PREFIX) {
         Ok(a) => a,
-        Err(code) => return code,
+        Err(exit) => return exit.report(),
     };
     match run_args(args) {
         Ok(code) => code,

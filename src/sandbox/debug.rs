@@ -11,29 +11,32 @@
 //! With `--allow-domain`/`--deny-domain` (or `--proxy URL`) the command's
 //! network goes through a proxy (`net::managed`) under managed routing, and
 //! each refused destination is named on stderr at exit.
+//!
+//! [`parse`] and [`plan`] only read (the command line, the profile file,
+//! the working directory); running, the proxy included, is separate.
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use clap::Parser;
 
 use crate::runtime_paths::ExecServerRuntimePaths;
-use crate::sandbox::cli::Backend;
+use crate::sandbox::cli::{Backend, ParseExit};
 use crate::sandbox::policy::{normalize, NetworkSandboxPolicy, PermissionProfile};
 
 const PREFIX: &str = "codexbox sandbox";
 
 /// Command line of `codexbox sandbox`.
-#[derive(Debug, Parser)]
+#[derive(Debug, Clone, Parser)]
 #[command(
     name = "codexbox sandbox",
     version,
     about = "Run a command the way the exec-server would sandbox it.",
     after_help = "Profiles: read-only (default), workspace, danger-full-access (each also with a leading `:`, as in `-P :workspace`), a PermissionProfile JSON document, or a file holding one."
 )]
-struct Args {
+pub struct Args {
     /// read-only | workspace | danger-full-access (or `:read-only`, …), a
     /// PermissionProfile JSON document, or the path of a file holding one.
     #[arg(
@@ -157,39 +160,73 @@ fn read_profile(text: &str) -> Result<PermissionProfile, String> {
     }
 }
 
-/// Entry point of this mode.
-pub fn main(argv: Vec<OsString>) -> i32 {
-    if let Some(message) = removed_form(&argv) {
-        eprintln!("{PREFIX}: {message}");
-        return 2;
+/// Why `codexbox sandbox` stops before running the command: its exit
+/// status and the message after `codexbox sandbox: `.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Refusal {
+    pub code: i32,
+    pub message: String,
+}
+
+impl Refusal {
+    fn usage(message: impl Into<String>) -> Self {
+        Self {
+            code: 2,
+            message: message.into(),
+        }
     }
-    let args = match super::cli::parse_args::<Args>(&argv, PREFIX) {
-        Ok(a) => a,
-        Err(code) => return code,
-    };
-    match run(args) {
-        Ok(code) => code,
-        Err((code, message)) => {
-            eprintln!("{PREFIX}: {message}");
-            code
+    fn failure(message: impl Into<String>) -> Self {
+        Self {
+            code: 1,
+            message: message.into(),
         }
     }
 }
 
-fn run(args: Args) -> Result<i32, (i32, String)> {
+/// What to run, resolved from the command line: the profile with the
+/// writable roots, network and project roots applied, and where.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub profile: PermissionProfile,
+    pub cwd: PathBuf,
+    pub command: Vec<OsString>,
+    pub explain: bool,
+    pub backend: Backend,
+    pub no_proc: bool,
+    /// The destination policy, enforced through a proxy started by `run`.
+    pub policy: crate::net::cli::PolicyArgs,
+    /// An already running proxy to use instead.
+    pub proxy: Option<String>,
+}
+
+/// Parses the command line (argv[0] first): the arguments, or how the mode
+/// ends (a removed form and a usage error exit 2, help and version 0).
+/// Prints nothing.
+pub fn parse(argv: &[OsString]) -> Result<Args, ParseExit> {
+    if let Some(message) = removed_form(argv) {
+        return Err(ParseExit::Usage(format!("{PREFIX}: {message}")));
+    }
+    super::cli::try_parse_args::<Args>(argv, PREFIX)
+}
+
+/// Resolves the arguments against the directory `here`: reads the profile
+/// (a name, JSON, or a file) and checks the working directory. Runs
+/// nothing.
+pub fn plan(args: Args, here: &Path) -> Result<Plan, Refusal> {
     if args.command.is_empty() && !args.explain {
-        return Err((
-            2,
-            "no command given (usage: codexbox sandbox [OPTIONS] -- COMMAND...)".into(),
+        return Err(Refusal::usage(
+            "no command given (usage: codexbox sandbox [OPTIONS] -- COMMAND...)",
         ));
     }
-    let here = std::env::current_dir()
-        .map_err(|e| (1, format!("cannot read the current directory: {e}")))?;
-    let cwd = normalize(&here.join(args.cwd.clone().unwrap_or_else(|| here.clone())));
+    let cwd = normalize(&here.join(args.cwd.unwrap_or_else(|| here.to_path_buf())));
     if !cwd.is_dir() {
-        return Err((1, format!("{} is not a directory", cwd.display())));
+        return Err(Refusal::failure(format!(
+            "{} is not a directory",
+            cwd.display()
+        )));
     }
-    let mut profile = read_profile(&args.profile).map_err(|e| (2, e))?;
+    let mut profile = read_profile(&args.profile).map_err(Refusal::usage)?;
     let roots: Vec<PathBuf> = args
         .writable_root
         .iter()
@@ -200,67 +237,101 @@ fn run(args: Args) -> Result<i32, (i32, String)> {
         profile = profile.with_network(NetworkSandboxPolicy::Enabled);
     }
     profile = profile.materialize_project_roots(std::slice::from_ref(&cwd));
-    let managed = managed_network(&args)?;
+    if args.network && (args.policy.is_set() || args.proxy.is_some()) {
+        return Err(Refusal::usage(
+            "--network allows every destination; it cannot be combined with --allow-domain, --deny-domain or --proxy",
+        ));
+    }
+    Ok(Plan {
+        profile,
+        cwd,
+        command: args.command,
+        explain: args.explain,
+        backend: args.backend,
+        no_proc: args.no_proc,
+        policy: args.policy,
+        proxy: args.proxy,
+    })
+}
 
-    let mut cmd = match profile {
+/// Entry point of this mode.
+pub fn main(argv: Vec<OsString>) -> i32 {
+    let args = match parse(&argv) {
+        Ok(a) => a,
+        Err(exit) => return exit.report(),
+    };
+    let planned = std::env::current_dir()
+        .map_err(|e| Refusal::failure(format!("cannot read the current directory: {e}")))
+        .and_then(|here| plan(args, &here))
+        .and_then(run);
+    match planned {
+        Ok(code) => code,
+        Err(refusal) => {
+            eprintln!("{PREFIX}: {refusal}");
+            refusal.code
+        }
+    }
+}
+
+/// Runs the planned command and waits for it; returns its exit status.
+fn run(plan: Plan) -> Result<i32, Refusal> {
+    let managed = managed_network(&plan)?;
+    let mut cmd = match plan.profile {
         PermissionProfile::Disabled | PermissionProfile::External { .. }
-            if !args.explain && managed.is_none() =>
+            if !plan.explain && managed.is_none() =>
         {
-            let Some((program, rest)) = args.command.split_first() else {
-                return Err((2, "no command given".into()));
+            let Some((program, rest)) = plan.command.split_first() else {
+                return Err(Refusal::usage("no command given"));
             };
             let mut cmd = Command::new(program);
-            cmd.args(rest).current_dir(&cwd);
+            cmd.args(rest).current_dir(&plan.cwd);
             cmd
         }
         _ => {
             let paths = ExecServerRuntimePaths::current()
-                .map_err(|e| (1, format!("cannot locate this executable: {e}")))?;
+                .map_err(|e| Refusal::failure(format!("cannot locate this executable: {e}")))?;
             let mut cmd = paths.linux_sandbox_command();
             cmd.args(super::cli::helper_args(
-                &cwd,
-                &cwd,
-                &profile.to_json(),
+                &plan.cwd,
+                &plan.cwd,
+                &plan.profile.to_json(),
                 false,
             ))
             .arg("--backend")
-            .arg(match args.backend {
+            .arg(match plan.backend {
                 Backend::Auto => "auto",
                 Backend::Bwrap => "bwrap",
                 Backend::Landlock => "landlock",
             });
-            if args.no_proc {
+            if plan.no_proc {
                 cmd.arg("--no-proc");
             }
-            if args.explain {
+            if plan.explain {
                 cmd.arg("--explain");
             }
             if managed.is_some() {
                 cmd.arg(super::cli::ALLOW_NETWORK_FOR_PROXY_FLAG);
             }
-            cmd.arg("--").args(&args.command).current_dir(&cwd);
+            cmd.arg("--").args(&plan.command).current_dir(&plan.cwd);
             cmd
         }
     };
-    if !profile_network_enabled(&profile) {
+    if !plan.profile.network().is_enabled() {
         cmd.env("CODEX_SANDBOX_NETWORK_DISABLED", "1");
     }
     if let Some(managed) = &managed {
         cmd.envs(managed.env());
-        if args.explain {
+        if plan.explain {
             crate::stdout::print(&format!("{}\n", managed.describe()));
         }
     }
     let status = cmd.status().map_err(|e| {
-        (
-            1,
-            format!(
-                "cannot run {}: {e}",
-                args.command
-                    .first()
-                    .map_or_else(String::new, |c| c.to_string_lossy().into_owned())
-            ),
-        )
+        Refusal::failure(format!(
+            "cannot run {}: {e}",
+            plan.command
+                .first()
+                .map_or_else(String::new, |c| c.to_string_lossy().into_owned())
+        ))
     })?;
     if let Some(managed) = managed {
         for line in managed.finish() {
@@ -274,25 +345,16 @@ fn run(args: Args) -> Result<i32, (i32, String)> {
     })
 }
 
-/// The proxy of a run with a destination policy or `--proxy`, if any.
-fn managed_network(args: &Args) -> Result<Option<crate::net::managed::ManagedRun>, (i32, String)> {
+/// The proxy of a run with a destination policy or `--proxy`, if any:
+/// started (or reached) here, when the command is about to run.
+fn managed_network(plan: &Plan) -> Result<Option<crate::net::managed::ManagedRun>, Refusal> {
     use crate::net::managed::ManagedRun;
-    if !args.policy.is_set() && args.proxy.is_none() {
+    if !plan.policy.is_set() && plan.proxy.is_none() {
         return Ok(None);
     }
-    if args.network {
-        return Err((
-            2,
-            "--network allows every destination; it cannot be combined with --allow-domain, --deny-domain or --proxy".into(),
-        ));
-    }
-    let run = match &args.proxy {
-        Some(url) => ManagedRun::external(url, args.policy.allow_local_binding),
-        None => ManagedRun::start(&args.policy),
+    let run = match &plan.proxy {
+        Some(url) => ManagedRun::external(url, plan.policy.allow_local_binding),
+        None => ManagedRun::start(&plan.policy),
     };
-    run.map(Some).map_err(|e| (2, e.to_string()))
-}
-
-fn profile_network_enabled(p: &PermissionProfile) -> bool {
-    p.network().is_enabled()
+    run.map(Some).map_err(|e| Refusal::usage(e.to_string()))
 }

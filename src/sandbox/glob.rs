@@ -267,103 +267,182 @@ fn class_end(p: &[char], start: usize) -> Option<usize> {
 
 /// Matches `text` (a relative path) against a gitignore-style glob with
 /// literal separators. A glob without `/` matches the basename at any depth.
+///
+/// Runs as a set of pattern positions advanced one character at a time, so
+/// the time is at most the product of the two lengths and nothing recurses:
+/// a policy's glob (outside input) cannot make matching exponential or
+/// exhaust the stack.
 pub fn glob_match(glob: &str, text: &str) -> bool {
     let pattern: Vec<char> = if glob.contains('/') {
         glob.trim_start_matches('/').chars().collect()
     } else {
         format!("**/{glob}").chars().collect()
     };
-    let text: Vec<char> = text.chars().collect();
-    match_from(&pattern, 0, &text, 0)
+    matches_whole(&compile(&pattern), text)
 }
 
-/// Matches the whole of `text` against `glob` with no separator rules
-/// (`*` and `?` cross every character; used for host names).
+/// Matches the whole of `text` against `glob` as it is, without the rule
+/// for globs without `/` (used for host names, which have no `/`). Linear
+/// like [`glob_match`]: a policy's domain pattern is outside input too.
 pub fn glob_match_text(glob: &str, text: &str) -> bool {
     let pattern: Vec<char> = glob.chars().collect();
-    let text: Vec<char> = text.chars().collect();
-    match_from(&pattern, 0, &text, 0)
+    matches_whole(&compile(&pattern), text)
 }
 
-fn match_from(p: &[char], mut pi: usize, t: &[char], mut ti: usize) -> bool {
-    while pi < p.len() {
-        match p[pi] {
-            '*' if p.get(pi + 1) == Some(&'*') => {
-                // `**`, `**/`: any number of whole components.
-                let mut rest = pi + 2;
-                if p.get(rest) == Some(&'/') {
-                    rest += 1;
+fn matches_whole(tokens: &[GlobToken], text: &str) -> bool {
+    let mut run = GlobRun::new(tokens);
+    for c in text.chars() {
+        if run.accepts_anything || !run.step(c) {
+            break;
+        }
+    }
+    run.accepts_anything || run.normal.last().copied().unwrap_or(false)
+}
+
+/// One element of a compiled glob.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum GlobToken {
+    /// This character (also an escaped one, or a `[` that opens no class).
+    Literal(char),
+    /// `?`: one character other than `/`.
+    AnyChar,
+    /// `[…]`: one character other than `/` in the class (its body).
+    Class(Vec<char>),
+    /// `*`: any run of characters other than `/`.
+    Star,
+    /// `**` (with the `/` after it): any number of whole components.
+    Globstar,
+}
+
+fn compile(p: &[char]) -> Vec<GlobToken> {
+    let mut tokens = Vec::new();
+    let mut i = 0;
+    while let Some(&c) = p.get(i) {
+        match c {
+            '*' if p.get(i + 1) == Some(&'*') => {
+                i += 2;
+                if p.get(i) == Some(&'/') {
+                    i += 1;
                 }
-                if rest >= p.len() {
-                    return true;
-                }
-                let mut k = ti;
-                loop {
-                    if match_from(p, rest, t, k) {
-                        return true;
-                    }
-                    match t[k..].iter().position(|c| *c == '/') {
-                        Some(off) => k += off + 1,
-                        None => return false,
-                    }
-                }
+                tokens.push(GlobToken::Globstar);
             }
             '*' => {
-                let rest = pi + 1;
-                let mut k = ti;
-                loop {
-                    if match_from(p, rest, t, k) {
-                        return true;
-                    }
-                    if k >= t.len() || t[k] == '/' {
-                        return false;
-                    }
-                    k += 1;
-                }
+                tokens.push(GlobToken::Star);
+                i += 1;
             }
             '?' => {
-                if ti >= t.len() || t[ti] == '/' {
-                    return false;
-                }
-                pi += 1;
-                ti += 1;
+                tokens.push(GlobToken::AnyChar);
+                i += 1;
             }
-            '[' => match class_end(p, pi) {
+            '[' => match class_end(p, i) {
                 Some(end) => {
-                    if ti >= t.len() || t[ti] == '/' {
-                        return false;
-                    }
-                    if !class_matches(&p[pi + 1..end], t[ti]) {
-                        return false;
-                    }
-                    pi = end + 1;
-                    ti += 1;
+                    tokens.push(GlobToken::Class(
+                        p.get(i + 1..end).unwrap_or_default().to_vec(),
+                    ));
+                    i = end + 1;
                 }
                 None => {
-                    if t.get(ti) != Some(&'[') {
-                        return false;
-                    }
-                    pi += 1;
-                    ti += 1;
+                    tokens.push(GlobToken::Literal('['));
+                    i += 1;
                 }
             },
-            '\\' if pi + 1 < p.len() => {
-                if t.get(ti) != Some(&p[pi + 1]) {
-                    return false;
-                }
-                pi += 2;
-                ti += 1;
+            '\\' if i + 1 < p.len() => {
+                tokens.push(GlobToken::Literal(p.get(i + 1).copied().unwrap_or('\\')));
+                i += 2;
             }
             c => {
-                if t.get(ti) != Some(&c) {
-                    return false;
-                }
-                pi += 1;
-                ti += 1;
+                tokens.push(GlobToken::Literal(c));
+                i += 1;
             }
         }
     }
-    ti == t.len()
+    tokens
+}
+
+/// The positions a glob can be at after the characters read so far.
+/// Position `tokens.len()` is the end of the pattern.
+struct GlobRun<'a> {
+    tokens: &'a [GlobToken],
+    /// Positions at a token boundary.
+    normal: Vec<bool>,
+    /// `**` positions in the middle of a component: they may only move on
+    /// after the next `/`.
+    inside_globstar: Vec<bool>,
+    /// A trailing `**` was reached: the rest of the text is matched.
+    accepts_anything: bool,
+}
+
+impl<'a> GlobRun<'a> {
+    fn new(tokens: &'a [GlobToken]) -> Self {
+        let mut run = Self {
+            tokens,
+            normal: vec![false; tokens.len() + 1],
+            inside_globstar: vec![false; tokens.len() + 1],
+            accepts_anything: false,
+        };
+        run.enter(0);
+        run
+    }
+
+    /// Adds position `at` and every position reachable from it without
+    /// reading a character (`*` and `**` may match nothing).
+    fn enter(&mut self, mut at: usize) {
+        loop {
+            match self.normal.get(at) {
+                Some(false) => {}
+                _ => return,
+            }
+            if let Some(slot) = self.normal.get_mut(at) {
+                *slot = true;
+            }
+            match self.tokens.get(at) {
+                Some(GlobToken::Globstar) if at + 1 == self.tokens.len() => {
+                    self.accepts_anything = true;
+                    return;
+                }
+                Some(GlobToken::Star | GlobToken::Globstar) => at += 1,
+                _ => return,
+            }
+        }
+    }
+
+    /// Reads one character; false when no position is left.
+    fn step(&mut self, c: char) -> bool {
+        let normal = std::mem::replace(&mut self.normal, vec![false; self.tokens.len() + 1]);
+        let inside = std::mem::replace(
+            &mut self.inside_globstar,
+            vec![false; self.tokens.len() + 1],
+        );
+        let mut alive = false;
+        for (at, token) in self.tokens.iter().enumerate() {
+            let at_boundary = normal.get(at).copied().unwrap_or(false);
+            let in_globstar = inside.get(at).copied().unwrap_or(false);
+            if !at_boundary && !in_globstar {
+                continue;
+            }
+            let next = match token {
+                GlobToken::Literal(l) => (at_boundary && *l == c).then_some(at + 1),
+                GlobToken::AnyChar => (at_boundary && c != '/').then_some(at + 1),
+                GlobToken::Class(body) => {
+                    (at_boundary && c != '/' && class_matches(body, c)).then_some(at + 1)
+                }
+                GlobToken::Star => (c != '/').then_some(at),
+                GlobToken::Globstar if c == '/' => Some(at),
+                GlobToken::Globstar => {
+                    if let Some(slot) = self.inside_globstar.get_mut(at) {
+                        *slot = true;
+                    }
+                    alive = true;
+                    None
+                }
+            };
+            if let Some(next) = next {
+                self.enter(next);
+                alive = true;
+            }
+        }
+        alive || self.accepts_anything
+    }
 }
 
 fn class_matches(class: &[char], c: char) -> bool {

@@ -14,6 +14,7 @@ use super::config::ServerConfig;
 use super::fs_methods::FsContext;
 use super::router;
 use super::session::{ConnectionId, Registry, Session};
+use super::wire_trace;
 use crate::protocol::envelope::{self, encode_error, encode_response, Incoming};
 use crate::protocol::{RequestId, RpcError, NOTIFY_INITIALIZED};
 use crate::runtime_paths::ExecServerRuntimePaths;
@@ -80,22 +81,19 @@ impl Connection {
     /// Handles one inbound message. Returns when its effect has been applied
     /// (requests that wait are answered later from their own task).
     pub async fn handle_message(self: &Arc<Self>, bytes: &[u8]) {
+        wire_trace::trace(self.id, wire_trace::Direction::In, bytes);
         match envelope::decode(bytes, self.shared.config.max_message_bytes) {
             Ok(Incoming::Request { id, method, params }) => {
                 router::dispatch(self, id, method, params).await
             }
             Ok(Incoming::Notification { method, .. }) => self.notification(&method).await,
             Ok(Incoming::Response) => {}
-            // Too large to decode, but its sender waits on its id.
-            Err(err @ envelope::EnvelopeError::TooLarge { .. }) => {
-                let id = envelope::scan_request_id(bytes).unwrap_or(RequestId::MALFORMED);
+            // A message too large to decode still answers its sender's id.
+            Err(err) => {
+                let id = envelope::error_id(bytes, &err);
                 let error =
                     RpcError::invalid_request(format!("{}: {err}", self.parse_error_prefix));
                 self.send(encode_error(&id, &error)).await;
-            }
-            Err(err) => {
-                self.malformed(format!("{}: {err}", self.parse_error_prefix))
-                    .await
             }
         }
     }

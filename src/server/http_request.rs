@@ -57,7 +57,8 @@ fn base64(bytes: &[u8]) -> String {
 }
 
 /// Validates in the reference's order: method, URL, scheme, headers.
-fn prepare(params: &HttpRequestParams) -> Result<Outgoing, RpcError> {
+/// Checks only: sends nothing.
+pub fn prepare(params: &HttpRequestParams) -> Result<Outgoing, RpcError> {
     let method = Method::from_bytes(params.method.as_bytes())
         .map_err(|e| RpcError::invalid_params(format!("http/request method is invalid: {e}")))?;
     let uri: Uri = params

@@ -19,6 +19,7 @@ pub mod process_sandbox;
 pub mod router;
 pub mod session;
 pub mod transport;
+pub mod wire_trace;
 
 use std::future::Future;
 use std::net::SocketAddr;

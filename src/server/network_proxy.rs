@@ -58,8 +58,8 @@ fn invalid_config(message: impl std::fmt::Display) -> RpcError {
 }
 
 /// The proxy configuration the wire settings describe (validation as the
-/// reference's, §1.7).
-fn proxy_config(launch: &RemoteNetworkProxyLaunchConfig) -> Result<ProxyConfig, RpcError> {
+/// reference's, §1.7). Checks only: starts nothing.
+pub fn proxy_config(launch: &RemoteNetworkProxyLaunchConfig) -> Result<ProxyConfig, RpcError> {
     let settings = &launch.proxy;
     if !settings.enabled {
         return Err(invalid_config(

@@ -15,7 +15,7 @@ use crate::protocol::http::METHOD_HTTP_REQUEST;
 use crate::protocol::process::{
     METHOD_READ, METHOD_RESIZE, METHOD_SIGNAL, METHOD_START, METHOD_TERMINATE, METHOD_WRITE,
 };
-use crate::protocol::{RequestId, RpcError, METHOD_INITIALIZE};
+use crate::protocol::{NoParams, RequestId, RpcError, METHOD_INITIALIZE};
 
 /// Gate family of the process methods.
 const FAMILY_EXEC: &str = "exec";
@@ -56,10 +56,12 @@ async fn route(
     match method {
         METHOD_INITIALIZE => to_value(handlers::initialize(conn, decode_params(params)?)?),
         METHOD_INFO => {
+            decode_params::<Option<NoParams>>(params)?;
             conn.gate("environment info")?;
             to_value(handlers::environment_info())
         }
         METHOD_STATUS => {
+            decode_params::<Option<NoParams>>(params)?;
             conn.gate("environment status")?;
             to_value(handlers::environment_status())
         }

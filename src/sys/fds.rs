@@ -1,13 +1,14 @@
 //! Raw file descriptors a process was handed by number: reading one to its
 //! end, writing to one, closing one, and closing (or marking close-on-exec)
-//! every fd above stdio at once.
+//! every fd above stdio at once; and moving a descriptor of our own above
+//! the numbers we were handed.
 //!
 //! Only borrowed: nothing here takes ownership of an fd it did not open.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::mem::ManuallyDrop;
-use std::os::fd::{FromRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 /// Borrows a raw fd as a `File` without taking ownership of it.
 fn borrow(fd: RawFd) -> io::Result<ManuallyDrop<File>> {
@@ -39,6 +40,27 @@ pub fn write_all(fd: RawFd, data: &[u8]) -> io::Result<()> {
 pub fn close(fd: RawFd) {
     // SAFETY: closing an fd number we own by contract; errors (EBADF) ignored.
     unsafe { libc::close(fd) };
+}
+
+/// Moves `fd` above `floor` when its number is `floor` or lower (keeping
+/// close-on-exec), so that a descriptor kept for long never takes a number
+/// the caller named: an option that reads or closes that number later must
+/// not reach it.
+pub fn above(fd: OwnedFd, floor: Option<RawFd>) -> io::Result<OwnedFd> {
+    let Some(floor) = floor.filter(|floor| fd.as_raw_fd() <= *floor) else {
+        return Ok(fd);
+    };
+    let minimum = floor
+        .checked_add(1)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: F_DUPFD_CLOEXEC takes an fd and an integer, no pointers.
+    let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, minimum) };
+    if moved < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fcntl just returned this new fd; nothing else owns it. The
+    // old one is closed when `fd` drops.
+    Ok(unsafe { OwnedFd::from_raw_fd(moved) })
 }
 
 /// Closes every fd from 3 upwards except those in `keep` (for a process

@@ -39,12 +39,16 @@ pub fn unb64(text: &str) -> Vec<u8> {
     }
 }
 
-/// A running `codexbox exec-server`, killed on drop.
+/// A running `codexbox exec-server`, killed on drop. Its wire trace is on:
+/// when it is dropped, every message it sent, and the params of every
+/// request it accepted, must match the shipped schemas (`common::wire`).
 pub struct Server {
     child: Child,
     /// `ws://IP:PORT` as printed by the server.
     pub url: String,
-    stderr: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<Vec<u8>>>,
+    /// Signalled when the server's stderr reaches EOF.
+    stderr_done: std::sync::mpsc::Receiver<()>,
 }
 
 impl Server {
@@ -93,6 +97,8 @@ impl Server {
         command
             .args(["exec-server", "--listen", listen])
             .args(extra)
+            .args(super::wire::TRACE_ARGS)
+            .env(super::wire::TRACE_ENV.0, super::wire::TRACE_ENV.1)
             .env_remove("CODEXBOX_AUTH_TOKEN")
             .envs(envs.iter().copied());
         Self::launch(command, &format!("{listen} {extra:?}"))
@@ -105,9 +111,11 @@ impl Server {
         command
             .args([
                 "-c",
-                "trap '' HUP INT QUIT; exec \"$0\" exec-server --listen ws://127.0.0.1:0",
+                "trap '' HUP INT QUIT; exec \"$0\" exec-server --listen ws://127.0.0.1:0 \"$@\"",
                 BIN,
             ])
+            .args(super::wire::TRACE_ARGS)
+            .env(super::wire::TRACE_ENV.0, super::wire::TRACE_ENV.1)
             .env_remove("CODEXBOX_AUTH_TOKEN")
             .envs(envs.iter().copied());
         match Self::launch(command, "under sh with ignored signals") {
@@ -125,7 +133,7 @@ impl Server {
         let mut child = command
             .spawn()
             .map_err(|err| format!("spawn {BIN}: {err}"))?;
-        let stderr = collect_stderr(&mut child);
+        let (stderr, stderr_done) = collect_stderr(&mut child);
         let stdout = child.stdout.take().ok_or("no stdout")?;
         // Read the first line on a helper thread so a silent server cannot
         // hang the test.
@@ -143,6 +151,7 @@ impl Server {
                 child,
                 url: line.trim_end().to_owned(),
                 stderr,
+                stderr_done,
             });
         }
         let status = wait_exit(&mut child);
@@ -158,6 +167,8 @@ impl Server {
         let mut child = match Command::new(BIN)
             .args(["exec-server", "--listen", &listen])
             .args(extra)
+            .args(super::wire::TRACE_ARGS)
+            .env(super::wire::TRACE_ENV.0, super::wire::TRACE_ENV.1)
             .env_remove("CODEXBOX_AUTH_TOKEN")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -167,7 +178,7 @@ impl Server {
             Ok(child) => child,
             Err(err) => panic!("spawn {BIN}: {err}"),
         };
-        let stderr = collect_stderr(&mut child);
+        let (stderr, stderr_done) = collect_stderr(&mut child);
         let deadline = Instant::now() + WAIT;
         while !socket.exists() {
             if let Ok(Some(status)) = child.try_wait() {
@@ -186,6 +197,7 @@ impl Server {
             child,
             url: listen,
             stderr,
+            stderr_done,
         }
     }
 
@@ -234,31 +246,50 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            return;
+        }
+        // Helpers that outlive the server briefly may hold stderr open:
+        // check what arrived by then.
+        let _ = self.stderr_done.recv_timeout(Duration::from_secs(2));
+        let problems = super::wire::mismatches(&self.stderr());
+        assert!(
+            problems.is_empty(),
+            "the server's traffic does not match resources/schema/:\n{}",
+            problems.join("\n")
+        );
     }
 }
 
-/// Collects a child's stderr on a thread; the buffer grows as it writes.
-pub fn collect_stderr(child: &mut Child) -> Arc<Mutex<String>> {
-    let buffer = Arc::new(Mutex::new(String::new()));
+/// Collects a child's stderr on a thread; the buffer grows as it writes,
+/// and the receiver is signalled at EOF.
+pub fn collect_stderr(child: &mut Child) -> (Arc<Mutex<Vec<u8>>>, std::sync::mpsc::Receiver<()>) {
+    let buffer = Arc::new(Mutex::new(Vec::new()));
+    let (done_tx, done) = std::sync::mpsc::channel();
     if let Some(mut stderr) = child.stderr.take() {
         let sink = Arc::clone(&buffer);
         std::thread::spawn(move || {
-            let mut chunk = [0u8; 4096];
+            let mut chunk = [0u8; 65536];
             while let Ok(n) = stderr.read(&mut chunk) {
                 if n == 0 {
                     break;
                 }
-                if let Ok(mut text) = sink.lock() {
-                    text.push_str(&String::from_utf8_lossy(&chunk[..n]));
+                if let Ok(mut bytes) = sink.lock() {
+                    bytes.extend_from_slice(&chunk[..n]);
                 }
             }
+            let _ = done_tx.send(());
         });
     }
-    buffer
+    (buffer, done)
 }
 
-fn stderr_text(buffer: &Arc<Mutex<String>>) -> String {
-    buffer.lock().map(|t| t.clone()).unwrap_or_default()
+/// What a [`collect_stderr`] buffer holds so far, as text.
+pub fn stderr_text(buffer: &Arc<Mutex<Vec<u8>>>) -> String {
+    buffer
+        .lock()
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        .unwrap_or_default()
 }
 
 /// Waits (bounded) for a child to exit; kills it when the guard expires.

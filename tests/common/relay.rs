@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::client::{collect_stderr, wait_exit, BIN, WAIT};
+use super::client::{collect_stderr, stderr_text, wait_exit, BIN, WAIT};
 
 /// A child process with its stderr collected, killed on drop.
 pub struct Proc {
     pub child: Child,
-    stderr: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<Vec<u8>>>,
     what: String,
 }
 
@@ -45,7 +45,7 @@ impl Proc {
             Ok(child) => child,
             Err(err) => panic!("spawn {what}: {err}"),
         };
-        let buffer = collect_stderr(&mut child);
+        let (buffer, _) = collect_stderr(&mut child);
         Proc {
             child,
             stderr: buffer,
@@ -55,7 +55,7 @@ impl Proc {
 
     /// What the process wrote to stderr so far.
     pub fn stderr(&self) -> String {
-        self.stderr.lock().map(|t| t.clone()).unwrap_or_default()
+        stderr_text(&self.stderr)
     }
 
     /// Reads the first stdout line (bounded wait).

@@ -1,7 +1,7 @@
 //! Test utilities for the shipped JSON Schemas (`tests/schema.rs`): loading
 //! `resources/schema/*.json` and a small validator for the subset of JSON
 //! Schema the generated files use (type, properties, required,
-//! additionalProperties, items, enum, const, oneOf/anyOf/allOf, $ref into
+//! additionalProperties, items, enum, const, oneOf/anyOf/allOf/not, $ref into
 //! the same document, minimum/maximum, minItems). A keyword outside that subset is a
 //! test failure, so the validator never silently accepts what it cannot check.
 #![allow(dead_code)]
@@ -159,6 +159,11 @@ fn check(root: &Value, schema: &Value, value: &Value, at: &str) -> Result<(), St
                     ));
                 }
             }
+            "not" => {
+                if check(root, arg, value, at).is_ok() {
+                    return Err(format!("{at}: {value} matches the `not` schema {arg}"));
+                }
+            }
             "allOf" => {
                 for branch in arg.as_array().into_iter().flatten() {
                     check(root, branch, value, at)?;
@@ -219,7 +224,7 @@ pub fn assert_supported(schema: &Value) {
                 .into_iter()
                 .flatten()
                 .for_each(|(_, sub)| assert_supported(sub)),
-            "items" | "additionalProperties" => assert_supported(arg),
+            "items" | "additionalProperties" | "not" => assert_supported(arg),
             "oneOf" | "anyOf" | "allOf" => arg
                 .as_array()
                 .into_iter()
@@ -231,4 +236,21 @@ pub fn assert_supported(schema: &Value) {
             k => panic!("the test validator does not support the keyword `{k}`"),
         }
     }
+}
+
+/// Whether a schema mismatch is one of the two leniencies of serde's
+/// derived decoders, which the schemas do not describe and the server
+/// does not rely on: a struct's fields given by position (`[1, 2]` for
+/// `{"rows":1,"cols":2}`), and the tag of an internally tagged enum given
+/// as the variant's index (`"type": 1`). The server refuses params that
+/// are not an object; nested forms are a known leniency (README, Protocol
+/// in short).
+pub fn is_serde_leniency(err: &str) -> bool {
+    let positional =
+        err.contains("] is not of type \"object\"") || err.contains("] is not of type [\"object\"");
+    let index_tag = err
+        .split("/type: ")
+        .skip(1)
+        .any(|rest| rest.starts_with(|c: char| c.is_ascii_digit()));
+    positional || index_tag
 }

@@ -76,6 +76,22 @@ pub struct Config {
 }
 
 impl Config {
+    /// The highest fd number an option will read, write or close after
+    /// parsing (`--sync-fd`, `--block-fd`, the status fds, the data and
+    /// bind fds): the launcher keeps its own descriptors above it.
+    pub fn highest_named_fd(&self) -> Option<RawFd> {
+        [
+            self.sync_fd,
+            self.block_fd,
+            self.info_fd,
+            self.json_status_fd,
+        ]
+        .into_iter()
+        .flatten()
+        .chain(self.ops.iter().filter_map(SetupOp::fd))
+        .max()
+    }
+
     /// `--dev` was given: bubblewrap then sets up as uid 0 (devpts needs it).
     pub fn needs_devpts(&self) -> bool {
         self.ops.iter().any(|op| matches!(op, SetupOp::Dev { .. }))

@@ -4,8 +4,8 @@
 
 use std::ffi::OsStr;
 use std::fs;
-use std::io::Write;
-use std::os::fd::RawFd;
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -73,12 +73,18 @@ pub fn bind_data(
     Ok(())
 }
 
-/// Copies everything from `fd` into `file`, then closes `fd`.
+/// Copies everything from `fd` into `file`, then closes `fd`. When `fd`
+/// is the number `file` itself got, the caller's descriptor was closed
+/// before (another option used it): that is the caller's `EBADF`, and the
+/// file is not read, nor its descriptor closed twice.
 fn copy_from(fd: RawFd, mut file: fs::File, shown: &OsStr) -> Result<()> {
     let write_err = |err| SetupError::WriteData {
         path: shown.to_owned(),
         source: err,
     };
+    if fd == file.as_raw_fd() {
+        return Err(write_err(io::Error::from_raw_os_error(libc::EBADF)));
+    }
     let data = fds::read_all(fd).map_err(write_err)?;
     file.write_all(&data).map_err(write_err)?;
     fds::close(fd);

@@ -36,6 +36,7 @@ pub enum ManagedFileSystemPermissions {
 /// (`--permission-profile JSON`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[schemars(transform = crate::protocol::schema::add_legacy_profile_shape)]
 pub enum PermissionProfile {
     /// codexbox enforces the filesystem and network rules.
     Managed {

@@ -6,15 +6,23 @@ use tokio::sync::mpsc;
 
 use crate::server::config::OUTBOUND_QUEUE;
 use crate::server::connection::{Connection, Shared};
+use crate::server::wire_trace::{self, Direction};
 
 /// Serves stdin/stdout until stdin hits EOF (or a line exceeds the
 /// transport cap, which ends the connection like EOF).
 pub async fn serve(shared: Shared) {
     let cap = shared.config.transport_cap();
     let (out_tx, mut out_rx) = mpsc::channel::<String>(OUTBOUND_QUEUE);
+    let conn = Connection::new(
+        shared,
+        out_tx,
+        "failed to parse JSON-RPC message from exec-server stdio".to_owned(),
+    );
+    let connection = conn.id;
     let writer = tokio::spawn(async move {
         let mut stdout = tokio::io::stdout();
         while let Some(mut text) = out_rx.recv().await {
+            wire_trace::trace(connection, Direction::Out, text.as_bytes());
             // One write per message: each write on tokio's stdout is a trip
             // through the blocking pool.
             text.push('\n');
@@ -27,11 +35,6 @@ pub async fn serve(shared: Shared) {
         }
         let _ = stdout.flush().await;
     });
-    let conn = Connection::new(
-        shared,
-        out_tx,
-        "failed to parse JSON-RPC message from exec-server stdio".to_owned(),
-    );
     let mut stdin = BufReader::with_capacity(64 * 1024, tokio::io::stdin());
     let mut line = Vec::new();
     while let Ok(buf) = stdin.fill_buf().await {

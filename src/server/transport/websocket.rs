@@ -16,6 +16,7 @@ use tokio_tungstenite::WebSocketStream;
 use super::http::{self, AccessPolicy, Decision};
 use crate::server::config::{OUTBOUND_QUEUE, PING_INTERVAL};
 use crate::server::connection::{Connection, Shared};
+use crate::server::wire_trace::{self, Direction};
 
 /// Messages written per flush at most.
 const WRITE_BATCH: usize = 64;
@@ -78,10 +79,10 @@ where
     let (sink, mut inbound) = ws.split();
     let (out_tx, out_rx) = mpsc::channel::<String>(OUTBOUND_QUEUE);
     let (stop_tx, stop_rx) = oneshot::channel::<Option<CloseFrame>>();
-    let writer = tokio::spawn(write_loop(sink, out_rx, stop_rx));
     let prefix =
         format!("failed to parse websocket JSON-RPC message from exec-server websocket {peer}");
     let conn = Connection::new(shared, out_tx, prefix);
+    let writer = tokio::spawn(write_loop(sink, out_rx, stop_rx, conn.id));
     tracing::debug!(connection = conn.id, %peer, "websocket connection opened");
     let mut close = None;
     while let Some(message) = inbound.next().await {
@@ -110,6 +111,7 @@ async fn write_loop<K>(
     mut sink: K,
     mut queue: mpsc::Receiver<String>,
     mut stop: oneshot::Receiver<Option<CloseFrame>>,
+    connection: u64,
 ) where
     K: futures_util::Sink<Message, Error = WsError> + Unpin,
 {
@@ -127,12 +129,14 @@ async fn write_loop<K>(
             }
             message = queue.recv() => {
                 let Some(text) = message else { return };
+                wire_trace::trace(connection, Direction::Out, text.as_bytes());
                 if sink.feed(Message::Text(text.into())).await.is_err() {
                     return;
                 }
                 for _ in 1..WRITE_BATCH {
                     match queue.try_recv() {
                         Ok(text) => {
+                            wire_trace::trace(connection, Direction::Out, text.as_bytes());
                             if sink.feed(Message::Text(text.into())).await.is_err() {
                                 return;
                             }
