@@ -121,6 +121,12 @@ pub fn is_long_run() -> bool {
 /// Runs the binary under test with `args` (NUL bytes, which no argv word
 /// can hold, become `0`) in `dir`, writing `input` to its stdin; returns
 /// its output once it exits.
+///
+/// As root it runs in a private pid and mount namespace with its own
+/// `/proc`: a generated bwrap command line such as `--proc /proc --chmod 0
+/// /proc` is obeyed by a root caller (as bubblewrap obeys it), and without
+/// this the mode change would land on the host's procfs, which every
+/// later user namespace would then find unreadable.
 pub fn run_binary(
     args: &[std::ffi::OsString],
     input: &[u8],
@@ -137,8 +143,19 @@ pub fn run_binary(
         })
         .collect();
     let bin = super::client::BIN;
-    let mut child = match Command::new(bin)
-        .args(&args)
+    // SAFETY: geteuid has no preconditions.
+    let mut command = if unsafe { libc::geteuid() } == 0 {
+        let mut command = Command::new("unshare");
+        command
+            .args(["--pid", "--fork", "--mount", "--mount-proc", "--", bin])
+            .args(&args);
+        command
+    } else {
+        let mut command = Command::new(bin);
+        command.args(&args);
+        command
+    };
+    let mut child = match command
         .current_dir(dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -11,6 +11,7 @@
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
+use std::os::unix::fs::PermissionsExt;
 use std::process::Output;
 
 use codexbox::bwrap::cli::{self as bwrap_cli, Parsed};
@@ -254,6 +255,20 @@ fn the_real_bwrap_refuses_bad_command_lines_with_its_message_and_status_1() {
         prop::option::of(prop::collection::vec(bwrap_step(&root), 0..3)),
         any::<bool>(),
     );
+    // The host is never what a generated run changes: as root, `--proc
+    // /proc --chmod 0 /proc` would otherwise change the host's procfs.
+    let proc_mode = || {
+        std::fs::metadata("/proc")
+            .map(|m| m.permissions().mode())
+            .ok()
+    };
+    let before = proc_mode();
+    let chmod_proc = fuzz::run_binary(
+        &["bwrap", "--proc", "/proc", "--chmod", "0", "/proc", "true"].map(OsString::from),
+        b"",
+        dir.path(),
+    );
+    assert_eq!(proc_mode(), before, "host /proc changed: {chmod_proc:?}");
     fuzz::run(
         "cli_bwrap_run",
         24,
@@ -286,6 +301,11 @@ fn the_real_bwrap_refuses_bad_command_lines_with_its_message_and_status_1() {
             }
             Ok(())
         },
+    );
+    assert_eq!(
+        proc_mode(),
+        before,
+        "a generated run changed the host's /proc"
     );
 }
 
