@@ -69,6 +69,9 @@ fn run(mode: Mode, argv: Vec<OsString>) -> i32 {
         Mode::InstallLinks => install_links_main(argv),
         Mode::Rendezvous => crate::rendezvous::cli::main(argv),
         Mode::Connect => crate::connect::cli::main(argv),
+        Mode::Exec => crate::shell::exec::main(argv),
+        Mode::Attach => crate::shell::attach::main(argv),
+        Mode::Cp => crate::shell::cp::main(argv),
     }
 }
 
@@ -89,6 +92,9 @@ Modes:
   install-links  create the alias symlinks in a directory
   rendezvous     registry and relay for remote executors (self-hosted)
   connect        expose a remote executor as a local exec-server endpoint
+  exec           run a command on an exec-server, as if it ran here
+  attach         re-attach to a process of a detached session
+  cp             copy files and directories to or from an exec-server
 
 Run `codexbox <MODE> --help` for the options of a mode.
 ",

@@ -37,6 +37,9 @@ pub enum Mode {
     InstallLinks,
     Rendezvous,
     Connect,
+    Exec,
+    Attach,
+    Cp,
 }
 
 impl Mode {
@@ -52,6 +55,9 @@ impl Mode {
             Mode::InstallLinks => "install-links",
             Mode::Rendezvous => "rendezvous",
             Mode::Connect => "connect",
+            Mode::Exec => "exec",
+            Mode::Attach => "attach",
+            Mode::Cp => "cp",
         }
     }
 
@@ -67,7 +73,7 @@ impl Mode {
     }
 
     pub fn from_subcommand(arg: &OsStr) -> Option<Mode> {
-        const ALL: [Mode; 9] = [
+        const ALL: [Mode; 12] = [
             Mode::ExecServer,
             Mode::LinuxSandbox,
             Mode::Bwrap,
@@ -77,6 +83,9 @@ impl Mode {
             Mode::InstallLinks,
             Mode::Rendezvous,
             Mode::Connect,
+            Mode::Exec,
+            Mode::Attach,
+            Mode::Cp,
         ];
         ALL.into_iter().find(|mode| arg == mode.subcommand())
     }
