@@ -9,3 +9,4 @@ pub mod reference_relay;
 pub mod relay;
 pub mod sandbox;
 pub mod schema;
+pub mod shell;
