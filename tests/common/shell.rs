@@ -190,8 +190,20 @@ impl Tmux {
             "env PS1='local$ ' TERM=xterm sh",
         ]);
         tmux.run(&["set-option", "-t", "t", "status", "off"]);
-        tmux.wait_for("local$ ");
+        tmux.wait_for_prompt("local$");
         tmux
+    }
+
+    /// Waits (bounded) until the last non-empty line of the pane is
+    /// `prompt` (trailing spaces are not captured), i.e. a shell waits.
+    pub fn wait_for_prompt(&self, prompt: &str) -> String {
+        self.wait_until(prompt, |screen| {
+            screen
+                .lines()
+                .rev()
+                .find(|line| !line.trim().is_empty())
+                .is_some_and(|line| line.trim_end() == prompt)
+        })
     }
 
     fn run(&self, args: &[&str]) -> String {
