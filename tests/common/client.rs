@@ -116,6 +116,15 @@ impl Server {
         }
     }
 
+    /// Starts `command` (which must exec the server, e.g. through
+    /// `setpriv`) and waits for its `ws://` line.
+    pub fn start_command(command: Command, what: &str) -> Server {
+        match Self::launch(command, what) {
+            Ok(server) => server,
+            Err(failure) => panic!("exec-server did not start: {failure}"),
+        }
+    }
+
     /// Runs `command` (which execs the server) and waits for its `ws://` line.
     fn launch(mut command: Command, what: &str) -> Result<Server, String> {
         command
