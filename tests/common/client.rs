@@ -231,6 +231,11 @@ impl Server {
         let _ = self.child.wait();
     }
 
+    /// Waits (bounded) for the server to exit.
+    pub fn wait(&mut self) -> Option<std::process::ExitStatus> {
+        wait_exit(&mut self.child)
+    }
+
     /// Fails when the server has exited.
     pub fn assert_running(&mut self) {
         if let Ok(Some(status)) = self.child.try_wait() {
