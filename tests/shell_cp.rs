@@ -396,6 +396,8 @@ fn a_permission_error_in_the_middle_is_reported_and_the_rest_copied() {
 }
 
 #[test]
+// The child is reaped by wait4 in `wait_with_rusage`, which clippy cannot see.
+#[allow(clippy::zombie_processes)]
 fn the_progress_line_shows_only_on_a_terminal() {
     let (_dir, root) = open_dir();
     std::fs::write(root.join("f"), vec![7u8; 3 << 20]).expect("write");

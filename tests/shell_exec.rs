@@ -514,6 +514,8 @@ fn attach_follows_from_now_from_a_seq_or_from_the_start() {
 }
 
 #[test]
+// The child is reaped by wait4 in `wait_with_rusage`, which clippy cannot see.
+#[allow(clippy::zombie_processes)]
 fn a_broken_stdout_stops_the_remote_writer() {
     let server = Server::start(&[]);
     let mut command = common::shell::command(&["exec", "--url", &server.url, "--", "yes"]);

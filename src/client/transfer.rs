@@ -50,10 +50,20 @@ impl ExecServerClient {
     {
         self.fs_open(handle_id, path, None).await?;
         let copied = self.read_blocks(handle_id, sink, progress).await;
-        let closed = self.fs_close(handle_id).await;
-        let copied = copied?;
-        closed?;
+        let copied = self.close_after(handle_id, copied).await?;
         sink.flush().await.map_err(TransferError::Local)?;
+        Ok(copied)
+    }
+
+    /// Closes `handle_id` whatever `outcome` was; the first error wins.
+    async fn close_after(
+        &self,
+        handle_id: &str,
+        outcome: Result<u64, TransferError>,
+    ) -> Result<u64, TransferError> {
+        let closed = self.fs_close(handle_id).await;
+        let copied = outcome?;
+        closed?;
         Ok(copied)
     }
 
@@ -110,10 +120,7 @@ impl ExecServerClient {
     {
         self.fs_open_mode(handle_id, path, mode, None).await?;
         let copied = self.write_blocks(handle_id, source, progress).await;
-        let closed = self.fs_close(handle_id).await;
-        let copied = copied?;
-        closed?;
-        Ok(copied)
+        self.close_after(handle_id, copied).await
     }
 
     async fn write_blocks<R>(

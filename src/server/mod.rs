@@ -57,17 +57,7 @@ pub async fn run_main(paths: ExecServerRuntimePaths, listen: ListenUrl) -> Resul
 
 /// Completes on SIGINT or SIGTERM.
 pub async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = int.recv() => {}
-        _ = term.recv() => {}
-    }
+    drain::stop_signal().await;
 }
 
 /// Runs the server until `shutdown` completes: [`bind`], print the bound

@@ -23,9 +23,11 @@ const NAME: &str = "codexbox exec";
 /// Which of the server's variables the command inherits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum EnvPolicyChoice {
-    /// The core variables (PATH, HOME, USER, LANG, …), then `-e` on top.
+    /// The core variables (PATH, HOME, USER, SHELL, LANG, TMPDIR, …), then
+    /// `-e` on top.
     Core,
-    /// Everything the server has (but its own auth token), then `-e`.
+    /// Everything the server has but names holding KEY, SECRET or TOKEN,
+    /// then `-e`.
     All,
     /// Only `-e` (and TERM with `-t`).
     None,

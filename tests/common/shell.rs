@@ -52,18 +52,10 @@ pub fn run(args: &[&str], stdin: Option<Vec<u8>>) -> Run {
 }
 
 /// Runs a prepared command to its end, feeding `stdin`.
+// Reaped by wait4 in `wait_with_rusage`, which clippy cannot see.
+#[allow(clippy::zombie_processes)]
 pub fn finish(command: &mut Command, stdin: Option<Vec<u8>>, what: &str) -> Run {
-    command
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = command
-        .spawn()
-        .unwrap_or_else(|err| panic!("spawn {what}: {err}"));
+    let mut child = spawn_piped(command, stdin.is_some(), what);
     if let (Some(data), Some(mut pipe)) = (stdin, child.stdin.take()) {
         std::thread::spawn(move || {
             let _ = pipe.write_all(&data);
@@ -80,6 +72,21 @@ pub fn finish(command: &mut Command, stdin: Option<Vec<u8>>, what: &str) -> Run 
         stderr,
         max_rss_kib,
     }
+}
+
+/// Spawns `command` with stdout and stderr piped, stdin piped or `/dev/null`.
+fn spawn_piped(command: &mut Command, stdin_pipe: bool, what: &str) -> Child {
+    command
+        .stdin(if stdin_pipe {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+        .spawn()
+        .unwrap_or_else(|err| panic!("spawn {what}: {err}"))
 }
 
 fn reader<R: Read + Send + 'static>(pipe: Option<R>) -> std::thread::JoinHandle<Vec<u8>> {
@@ -297,6 +304,18 @@ pub struct Streaming {
     stderr: Arc<std::sync::Mutex<Vec<u8>>>,
     readers: Vec<std::thread::JoinHandle<()>>,
     what: String,
+    /// Set once `finish` reaped the child (Drop must not signal its pid then).
+    reaped: bool,
+}
+
+impl Drop for Streaming {
+    /// A test that failed half-way leaves nothing running.
+    fn drop(&mut self) {
+        if !self.reaped {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
 
 fn collect<R: Read + Send + 'static>(
@@ -319,20 +338,9 @@ fn collect<R: Read + Send + 'static>(
 
 impl Streaming {
     /// Starts `codexbox ARGS…` with stdin from `/dev/null` (or a pipe kept
-    /// open when `stdin_pipe`).
+    /// open when `stdin_pipe`). Reaped in `finish` (wait4) or on drop.
     pub fn start(args: &[&str], stdin_pipe: bool) -> Streaming {
-        let mut command = command(args);
-        command
-            .stdin(if stdin_pipe {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = command
-            .spawn()
-            .unwrap_or_else(|err| panic!("spawn {args:?}: {err}"));
+        let mut child = spawn_piped(&mut command(args), stdin_pipe, &format!("{args:?}"));
         let stdout = Arc::new(std::sync::Mutex::new(Vec::new()));
         let stderr = Arc::new(std::sync::Mutex::new(Vec::new()));
         let readers = vec![
@@ -345,6 +353,7 @@ impl Streaming {
             stderr,
             readers,
             what: format!("{args:?}"),
+            reaped: false,
         }
     }
 
@@ -385,6 +394,7 @@ impl Streaming {
     pub fn finish(mut self) -> Run {
         drop(self.child.stdin.take());
         let (code, max_rss_kib) = wait_with_rusage(&self.child, &self.what);
+        self.reaped = true;
         for reader in self.readers.drain(..) {
             let _ = reader.join();
         }
