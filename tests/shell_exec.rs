@@ -492,6 +492,14 @@ fn attach_follows_from_now_from_a_seq_or_from_the_start() {
         rest.stdout_text(),
         whole.stdout_text()
     );
+    // A seq past the end of a closed process: its close, not a hang.
+    for beyond in ["18446744073709551615", "1000000"] {
+        let past = run(&strs(&attach(&["--after-seq", beyond])), None);
+        assert_eq!((past.code, past.stdout.len()), (3, 0), "{past:?}");
+    }
+    // From now, once it has closed: nothing to show, its exit status.
+    let closed = run(&strs(&attach(&[])), None);
+    assert_eq!((closed.code, closed.stdout.len()), (3, 0), "{closed:?}");
     let unknown = run(
         &[
             "attach",

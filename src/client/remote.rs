@@ -22,7 +22,7 @@
 //!
 //! [`RemoteExecServerClient::resume`] re-attaches a detached session from a
 //! new client, and [`RemoteExecServerClient::attach_process`] starts
-//! following one of its processes from a given seq (or from now).
+//! following one of its processes after a given seq (or from now).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -134,6 +134,18 @@ struct Tracked {
     closed: bool,
     /// Where delivery starts is not known yet: hold everything.
     positioning: bool,
+}
+
+impl Tracked {
+    /// Moves the held events that continue what was delivered to `ready`.
+    /// Saturating: a start seq given by a caller may be as large as u64 goes.
+    fn release(&mut self, ready: &mut Vec<Notification>) {
+        while let Some(next) = self.held.remove(&self.delivered.saturating_add(1)) {
+            self.delivered = self.delivered.saturating_add(1);
+            self.closed |= next.method == NOTIFY_CLOSED;
+            ready.push(next);
+        }
+    }
 }
 
 /// Where [`RemoteExecServerClient::attach_process`] starts.
@@ -363,76 +375,66 @@ impl RemoteExecServerClient {
         }
     }
 
-    /// Follows `process_id` of this (resumed) session: its events from
-    /// `from` on arrive on the notification channel in seq order, and it is
+    /// Follows `process_id` of this (resumed) session: its events after
+    /// `from` arrive on the notification channel in seq order, and it is
     /// rebound after a reconnect like a process this client started.
+    /// Returns the seq delivery starts after. A start past the newest event
+    /// (or, for a closed process, at or past its close) starts from the
+    /// newest one, so the close is always delivered.
     pub async fn attach_process(
         &self,
         process_id: &str,
         from: AttachFrom,
-    ) -> Result<(), ClientError> {
-        let after = match from {
-            AttachFrom::After(seq) => seq,
-            AttachFrom::Now => 0,
-        };
+    ) -> Result<u64, ClientError> {
         lock(&self.inner.processes).insert(
             process_id.to_owned(),
             Tracked {
-                delivered: after,
-                positioning: from == AttachFrom::Now,
+                positioning: true,
                 ..Tracked::default()
             },
         );
-        let outcome = match from {
-            AttachFrom::After(seq) => {
-                let client = self.inner.current.read().await;
-                self.catch_up(&client, process_id, seq).await
-            }
-            AttachFrom::Now => self.position_now(process_id).await,
-        };
+        let outcome = self.position(process_id, from).await;
         if outcome.is_err() {
             lock(&self.inner.processes).remove(process_id);
         }
         outcome
     }
 
-    /// Starts delivery of `process_id` after its newest event, passing on
-    /// its exit and close if they already happened.
-    async fn position_now(&self, process_id: &str) -> Result<(), ClientError> {
-        let read = self
+    async fn position(&self, process_id: &str, from: AttachFrom) -> Result<u64, ClientError> {
+        let status = self
             .process_read(&ReadParams {
                 process_id: process_id.to_owned(),
-                after_seq: None,
+                after_seq: Some(u64::MAX),
                 max_bytes: None,
                 wait_ms: Some(0),
             })
             .await?;
-        let ends: Vec<Notification> = backfill(process_id, 0, &read)
-            .into_iter()
-            .filter(|n| n.method != NOTIFY_OUTPUT)
-            .collect();
+        let newest = if status.closed {
+            status.next_seq.saturating_sub(2)
+        } else {
+            status.next_seq.saturating_sub(1)
+        };
+        let start = match from {
+            AttachFrom::After(seq) => seq.min(newest),
+            AttachFrom::Now => newest,
+        };
         let ready = {
             let mut processes = lock(&self.inner.processes);
-            let Some(tracked) = processes.get_mut(process_id) else {
-                return Ok(());
-            };
-            tracked.positioning = false;
-            tracked.delivered = read.next_seq.saturating_sub(1);
-            tracked.closed = read.closed;
-            let delivered = tracked.delivered;
-            tracked.held.retain(|&seq, _| seq > delivered);
-            let mut ready = ends;
-            while let Some(next) = tracked.held.remove(&(tracked.delivered + 1)) {
-                tracked.delivered += 1;
-                tracked.closed |= next.method == NOTIFY_CLOSED;
-                ready.push(next);
+            let mut ready = Vec::new();
+            if let Some(tracked) = processes.get_mut(process_id) {
+                tracked.positioning = false;
+                tracked.delivered = start;
+                tracked.held.retain(|&seq, _| seq > start);
+                tracked.release(&mut ready);
             }
             ready
         };
         for notification in ready {
             let _ = self.inner.events.send(notification).await;
         }
-        Ok(())
+        let client = self.inner.current.read().await;
+        self.catch_up(&client, process_id, start).await?;
+        Ok(start)
     }
 
     /// Runs `call` on the current connection; on a lost connection recovers,
@@ -617,13 +619,7 @@ fn order(
     }
     tracked.held.insert(seq, notification);
     let mut ready = Vec::new();
-    while let Some(next) = tracked.held.remove(&(tracked.delivered + 1)) {
-        tracked.delivered += 1;
-        if next.method == NOTIFY_CLOSED {
-            tracked.closed = true;
-        }
-        ready.push(next);
-    }
+    tracked.release(&mut ready);
     if tracked.held.len() > MAX_HELD_EVENTS {
         // A gap that never closes: say so and move on.
         let first = tracked
@@ -631,16 +627,13 @@ fn order(
             .keys()
             .next()
             .copied()
-            .unwrap_or(tracked.delivered + 1);
+            .unwrap_or_else(|| tracked.delivered.saturating_add(1));
         ready.push(Notification {
             method: NOTIFY_OUTPUT_TRUNCATED.into(),
             params: json!({"processId": process_id, "afterSeq": tracked.delivered}),
         });
-        tracked.delivered = first - 1;
-        while let Some(next) = tracked.held.remove(&(tracked.delivered + 1)) {
-            tracked.delivered += 1;
-            ready.push(next);
-        }
+        tracked.delivered = first.saturating_sub(1);
+        tracked.release(&mut ready);
     }
     ready
 }
@@ -677,7 +670,7 @@ fn backfill(process_id: &str, after: u64, read: &ReadResult) -> Vec<Notification
             first => {
                 let start = match first {
                     Some(chunk) if read.truncated => chunk.seq,
-                    _ => after + 1,
+                    _ => after.saturating_add(1),
                 };
                 (start..upper).find(|seq| !taken.contains(seq))
             }
@@ -817,5 +810,19 @@ mod tests {
         assert!(order(&mut processes, output("p", 1)).is_empty());
         assert!(order(&mut processes, output("p", 7)).is_empty());
         assert_eq!(processes["p"].held.len(), 2);
+    }
+
+    #[test]
+    fn a_start_at_the_largest_seq_neither_panics_nor_delivers() {
+        let mut processes = HashMap::new();
+        processes.insert(
+            "p".to_owned(),
+            Tracked {
+                delivered: u64::MAX,
+                ..Tracked::default()
+            },
+        );
+        assert!(order(&mut processes, output("p", u64::MAX)).is_empty());
+        assert!(order(&mut processes, output("p", 1)).is_empty());
     }
 }

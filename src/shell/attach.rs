@@ -86,16 +86,19 @@ async fn run(args: Args) -> Result<i32, ShellError> {
     } else {
         None
     };
-    if let Err(err) = client.attach_process(&args.process, from).await {
-        drop(raw);
-        return Err(match err {
-            ClientError::Rpc(rpc) => ShellError::Failed(format!(
-                "cannot attach to process {}: {}",
-                args.process, rpc.message
-            )),
-            other => ShellError::Client(other),
-        });
-    }
+    let start = match client.attach_process(&args.process, from).await {
+        Ok(start) => start,
+        Err(err) => {
+            drop(raw);
+            return Err(match err {
+                ClientError::Rpc(rpc) => ShellError::Failed(format!(
+                    "cannot attach to process {}: {}",
+                    args.process, rpc.message
+                )),
+                other => ShellError::Client(other),
+            });
+        }
+    };
     if args.tty {
         if let Some(size) = terminal::window_size() {
             if let Err(err) = client.process_resize(&args.process, size).await {
@@ -109,10 +112,7 @@ async fn run(args: Args) -> Result<i32, ShellError> {
         stdin: args.stdin || (args.tty && raw.is_some()),
         forward_signals: interactive,
         raw: raw.is_some(),
-        after_seq: match from {
-            AttachFrom::After(seq) => seq,
-            AttachFrom::Now => 0,
-        },
+        after_seq: start,
     };
     let outcome = attachment::run(&client, &mut events, &attachment).await;
     drop(raw);
