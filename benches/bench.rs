@@ -9,6 +9,7 @@ mod fs;
 mod process;
 mod relay;
 mod sandbox;
+mod shell;
 
 /// One benchmark area: it adds its figures to the report.
 type Area = fn(&mut common::Report);
@@ -20,12 +21,13 @@ fn main() {
         println!("benchmark skipped: run scripts/bench (cargo bench --bench bench)");
         return;
     }
-    let areas: [(&str, Area); 5] = [
+    let areas: [(&str, Area); 6] = [
         ("process", process::run),
         ("sandbox", sandbox::run),
         ("bwrap", bwrap::run),
         ("fs", fs::run),
         ("relay", relay::run),
+        ("shell", shell::run),
     ];
     let chosen: Vec<String> = std::env::args()
         .skip(1)
@@ -35,7 +37,7 @@ fn main() {
         .iter()
         .find(|name| !areas.iter().any(|(area, _)| area == name))
     {
-        eprintln!("bench: unknown area {unknown:?} (process, sandbox, bwrap, fs, relay)");
+        eprintln!("bench: unknown area {unknown:?} (process, sandbox, bwrap, fs, relay, shell)");
         std::process::exit(2);
     }
     let mut report = common::Report::default();
