@@ -10,6 +10,7 @@ mod net;
 mod process;
 mod relay;
 mod sandbox;
+mod shell;
 
 /// One benchmark area: it adds its figures to the report.
 type Area = fn(&mut common::Report);
@@ -21,13 +22,14 @@ fn main() {
         println!("benchmark skipped: run scripts/bench (cargo bench --bench bench)");
         return;
     }
-    let areas: [(&str, Area); 6] = [
+    let areas: [(&str, Area); 7] = [
         ("process", process::run),
         ("sandbox", sandbox::run),
         ("bwrap", bwrap::run),
         ("fs", fs::run),
         ("relay", relay::run),
         ("net", net::run),
+        ("shell", shell::run),
     ];
     let chosen: Vec<String> = std::env::args()
         .skip(1)
@@ -37,7 +39,9 @@ fn main() {
         .iter()
         .find(|name| !areas.iter().any(|(area, _)| area == name))
     {
-        eprintln!("bench: unknown area {unknown:?} (process, sandbox, bwrap, fs, net, relay)");
+        eprintln!(
+            "bench: unknown area {unknown:?} (process, sandbox, bwrap, fs, net, relay, shell)"
+        );
         std::process::exit(2);
     }
     let mut report = common::Report::default();

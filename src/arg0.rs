@@ -70,6 +70,9 @@ fn run(mode: Mode, argv: Vec<OsString>) -> i32 {
         Mode::Rendezvous => crate::rendezvous::cli::main(argv),
         Mode::Connect => crate::connect::cli::main(argv),
         Mode::Proxy => crate::net::cli::main(argv),
+        Mode::Exec => crate::shell::exec::main(argv),
+        Mode::Attach => crate::shell::attach::main(argv),
+        Mode::Cp => crate::shell::cp::main(argv),
     }
 }
 
@@ -91,6 +94,9 @@ Modes:
   rendezvous     registry and relay for remote executors (self-hosted)
   connect        expose a remote executor as a local exec-server endpoint
   proxy          network proxy that lets through only allowed destinations
+  exec           run a command on an exec-server, as if it ran here
+  attach         re-attach to a process of a detached session
+  cp             copy files and directories to or from an exec-server
 
 Run `codexbox <MODE> --help` for the options of a mode.
 ",

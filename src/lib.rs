@@ -12,7 +12,8 @@
 //! - `proxy` ([`net`]): the network proxy that enforces destination allowlists.
 //! - `rendezvous` ([`rendezvous`]) and `connect` ([`connect`]): remote mode's
 //!   registry and relay, and a local bridge to a remote executor; the
-//!   executor side and the wire ([`relay`]) serve `exec-server --remote`.
+//!   executor side and the wire ([`relay`]) serve `exec-server --remote`;
+//! - `exec`, `attach` and `cp` ([`shell`]): a remote shell for people.
 //!
 //! The library surface: [`protocol`] types, [`client::ExecServerClient`],
 //! [`server::run_main`] and the sandbox policy types in [`sandbox::policy`].
@@ -52,6 +53,7 @@ pub mod rendezvous;
 pub mod runtime_paths;
 pub mod sandbox;
 pub mod server;
+pub mod shell;
 pub mod startup;
 pub mod stdout;
 pub mod sync;

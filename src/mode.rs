@@ -38,6 +38,9 @@ pub enum Mode {
     Rendezvous,
     Connect,
     Proxy,
+    Exec,
+    Attach,
+    Cp,
 }
 
 impl Mode {
@@ -54,6 +57,9 @@ impl Mode {
             Mode::Rendezvous => "rendezvous",
             Mode::Connect => "connect",
             Mode::Proxy => "proxy",
+            Mode::Exec => "exec",
+            Mode::Attach => "attach",
+            Mode::Cp => "cp",
         }
     }
 
@@ -69,7 +75,7 @@ impl Mode {
     }
 
     pub fn from_subcommand(arg: &OsStr) -> Option<Mode> {
-        const ALL: [Mode; 10] = [
+        const ALL: [Mode; 13] = [
             Mode::ExecServer,
             Mode::LinuxSandbox,
             Mode::Bwrap,
@@ -80,6 +86,9 @@ impl Mode {
             Mode::Rendezvous,
             Mode::Connect,
             Mode::Proxy,
+            Mode::Exec,
+            Mode::Attach,
+            Mode::Cp,
         ];
         ALL.into_iter().find(|mode| arg == mode.subcommand())
     }

@@ -15,6 +15,7 @@
 
 mod connection;
 pub mod remote;
+pub mod transfer;
 mod types;
 
 use base64::Engine as _;
@@ -24,7 +25,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use crate::protocol::envelope::code::SESSION_ALREADY_ATTACHED;
-use crate::protocol::{environment, process, METHOD_INITIALIZE, NOTIFY_INITIALIZED};
+use crate::protocol::{environment, fs, process, METHOD_INITIALIZE, NOTIFY_INITIALIZED};
 use connection::{Connection, Endpoint};
 pub use remote::RemoteExecServerClient;
 pub use types::{
@@ -126,6 +127,9 @@ pub struct ConnectOptions {
     pub request_timeout: Option<std::time::Duration>,
     /// Reach the server through a registry and rendezvous instead of `url`.
     pub relay: Option<std::sync::Arc<crate::relay::harness::HarnessConfig>>,
+    /// How long [`RemoteExecServerClient`] keeps trying to get a lost
+    /// connection back before it gives up.
+    pub recovery_window: std::time::Duration,
 }
 
 impl ConnectOptions {
@@ -136,6 +140,7 @@ impl ConnectOptions {
             notification_capacity: DEFAULT_NOTIFICATION_CAPACITY,
             request_timeout: None,
             relay: None,
+            recovery_window: remote::RECOVERY_WINDOW,
         }
     }
 
@@ -158,6 +163,12 @@ impl ConnectOptions {
 
     pub fn auth_token(mut self, token: impl Into<String>) -> Self {
         self.auth_token = Some(token.into());
+        self
+    }
+
+    /// How long a [`RemoteExecServerClient`] tries to reconnect.
+    pub fn recovery_window(mut self, window: std::time::Duration) -> Self {
+        self.recovery_window = window;
         self
     }
 }
@@ -583,6 +594,58 @@ impl ExecServerClient {
         let params = json!({"handleId": handle_id, "offset": offset, "len": len});
         let block: Block = self.call_as("fs/readBlock", params).await?;
         Ok((decode_base64("fs/readBlock", &block.chunk)?, block.eof))
+    }
+
+    /// `fs/getMetadata` decoded, describing a symlink as itself when
+    /// `follow_symlinks` is false (and then never failing on a dangling one).
+    pub async fn fs_metadata(
+        &self,
+        path: &str,
+        follow_symlinks: bool,
+        sandbox: Option<&Value>,
+    ) -> Result<fs::GetMetadataResponse, ClientError> {
+        let params = json!({"path": path, "followSymlinks": follow_symlinks, "sandbox": sandbox});
+        self.call_as(fs::method::GET_METADATA, params).await
+    }
+
+    /// `fs/readDirectory` decoded; with `follow_symlinks` false every entry
+    /// is described as itself, with its mode, size and symlink target.
+    pub async fn fs_directory_entries(
+        &self,
+        path: &str,
+        follow_symlinks: bool,
+        sandbox: Option<&Value>,
+    ) -> Result<Vec<fs::DirectoryEntry>, ClientError> {
+        let params = json!({"path": path, "followSymlinks": follow_symlinks, "sandbox": sandbox});
+        let listing: fs::ReadDirectoryResponse =
+            self.call_as(fs::method::READ_DIRECTORY, params).await?;
+        Ok(listing.entries)
+    }
+
+    /// `fs/setPermissions`: the permission bits (and sticky bit) of `path`.
+    pub async fn fs_set_permissions(
+        &self,
+        path: &str,
+        mode: u32,
+        sandbox: Option<&Value>,
+    ) -> Result<(), ClientError> {
+        let params = json!({"path": path, "mode": mode, "sandbox": sandbox});
+        self.call(fs::method::SET_PERMISSIONS, params)
+            .await
+            .map(drop)
+    }
+
+    /// `fs/createSymlink`: a new symlink at `path` holding `target`.
+    pub async fn fs_create_symlink(
+        &self,
+        path: &str,
+        target: &str,
+        sandbox: Option<&Value>,
+    ) -> Result<(), ClientError> {
+        let params = json!({"path": path, "target": target, "sandbox": sandbox});
+        self.call(fs::method::CREATE_SYMLINK, params)
+            .await
+            .map(drop)
     }
 
     /// `fs/close`: a write handle is synced to disk first, and an error

@@ -16,7 +16,13 @@
 //!   `process/signal`, fs calls and anything else are never replayed after an
 //!   ambiguous disconnect: they fail with [`ClientError::Disconnected`] and
 //!   later calls use the new connection. A start that may have happened is
-//!   terminated once the client is back.
+//!   terminated once the client is back;
+//! - when recovery fails for good, a local `client/connectionLost`
+//!   notification says so, so a reader of the channel never waits forever.
+//!
+//! [`RemoteExecServerClient::resume`] re-attaches a detached session from a
+//! new client, and [`RemoteExecServerClient::attach_process`] starts
+//! following one of its processes after a given seq (or from now).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,8 +33,8 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, RwLock};
 
 use super::{
-    ClientError, ConnectOptions, ExecServerClient, Notification, ReadParams, ReadResult,
-    StartParams, WriteResult,
+    ClientError, ConnectOptions, EnvironmentInfo, ExecServerClient, Notification, PtySize,
+    ReadParams, ReadResult, StartParams, WriteResult,
 };
 use crate::protocol::process::{self as wire, NOTIFY_CLOSED, NOTIFY_EXITED, NOTIFY_OUTPUT};
 use crate::relay::credentials::{
@@ -44,6 +50,9 @@ use crate::sync::lock;
 pub const RECOVERY_WINDOW: Duration = Duration::from_secs(25);
 /// The local notification announcing output lost while disconnected.
 pub const NOTIFY_OUTPUT_TRUNCATED: &str = "process/outputTruncated";
+/// The local notification announcing that the connection could not be
+/// recovered (`{message}`); nothing follows it.
+pub const NOTIFY_CONNECTION_LOST: &str = "client/connectionLost";
 /// Events of one process held back while an earlier one is missing.
 const MAX_HELD_EVENTS: usize = 256;
 
@@ -58,6 +67,17 @@ pub enum RemoteConfigError {
     Registry(#[from] crate::relay::registry_client::RegistryError),
     #[error(transparent)]
     Noise(#[from] crate::relay::noise::NoiseError),
+}
+
+impl RemoteConfigError {
+    /// The exit code for a front end: 1 when the host could not make a
+    /// Noise identity, 2 (usage) for everything about the given settings.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Self::Noise(_) => 1,
+            _ => 2,
+        }
+    }
 }
 
 /// Harness settings from the reference client's variables: all three of
@@ -80,12 +100,26 @@ pub fn harness_config_from_env(
         (Some(url), Some(id), Some(token)) => (url, id, token),
         _ => return Err(RemoteConfigError::Incomplete),
     };
-    let auth = harness_auth(&url, Some(&token), get(NOISE_ACCOUNT_ID_ENV).as_deref())?;
-    Ok(Some(HarnessConfig {
-        registry: RegistryClient::new(&url, &id, auth)?,
+    let account = get(NOISE_ACCOUNT_ID_ENV);
+    harness_config(&url, &id, Some(&token), account.as_deref(), true).map(Some)
+}
+
+/// Harness settings for environment `environment_id` of the registry at
+/// `registry_url`: the token (if any) and account become its headers (never
+/// sent to a non-loopback `http://` registry), with a fresh Noise identity.
+pub fn harness_config(
+    registry_url: &str,
+    environment_id: &str,
+    token: Option<&str>,
+    account_id: Option<&str>,
+    offer_reliable: bool,
+) -> Result<HarnessConfig, RemoteConfigError> {
+    let auth = harness_auth(registry_url, token, account_id)?;
+    Ok(HarnessConfig {
+        registry: RegistryClient::new(registry_url, environment_id, auth)?,
         identity: NoiseIdentity::generate()?,
-        offer_reliable: true,
-    }))
+        offer_reliable,
+    })
 }
 
 /// Per-process ordering state.
@@ -98,6 +132,29 @@ struct Tracked {
     /// Write ids handed out.
     next_write: u64,
     closed: bool,
+    /// Where delivery starts is not known yet: hold everything.
+    positioning: bool,
+}
+
+impl Tracked {
+    /// Moves the held events that continue what was delivered to `ready`.
+    /// Saturating: a start seq given by a caller may be as large as u64 goes.
+    fn release(&mut self, ready: &mut Vec<Notification>) {
+        while let Some(next) = self.held.remove(&self.delivered.saturating_add(1)) {
+            self.delivered = self.delivered.saturating_add(1);
+            self.closed |= next.method == NOTIFY_CLOSED;
+            ready.push(next);
+        }
+    }
+}
+
+/// Where [`RemoteExecServerClient::attach_process`] starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttachFrom {
+    /// Every retained event after this seq (`0`: from the start).
+    After(u64),
+    /// Only what happens from now on (and the exit, if it already happened).
+    Now,
 }
 
 /// What every clone of the client shares.
@@ -111,6 +168,8 @@ struct Inner {
     failure: Mutex<Option<String>>,
     processes: Mutex<HashMap<String, Tracked>>,
     events: mpsc::Sender<Notification>,
+    /// How long one recovery may take.
+    recovery_window: Duration,
 }
 
 /// A reconnecting exec-server client (cheap to clone; clones share it all).
@@ -134,10 +193,30 @@ impl RemoteExecServerClient {
         options: ConnectOptions,
         client_name: &str,
     ) -> Result<(Self, mpsc::Receiver<Notification>), ClientError> {
+        Self::open(options, client_name, None).await
+    }
+
+    /// Connects and re-attaches the detached session `session_id`
+    /// (`initialize {resumeSessionId}`); follow its processes with
+    /// [`attach_process`](Self::attach_process).
+    pub async fn resume(
+        options: ConnectOptions,
+        client_name: &str,
+        session_id: &str,
+    ) -> Result<(Self, mpsc::Receiver<Notification>), ClientError> {
+        Self::open(options, client_name, Some(session_id)).await
+    }
+
+    async fn open(
+        options: ConnectOptions,
+        client_name: &str,
+        resume: Option<&str>,
+    ) -> Result<(Self, mpsc::Receiver<Notification>), ClientError> {
         let capacity = options.notification_capacity.max(1);
+        let recovery_window = options.recovery_window;
         let mut client = ExecServerClient::connect_with(options).await?;
         let connection_events = client.take_notifications();
-        client.initialize(client_name, None).await?;
+        client.initialize(client_name, resume).await?;
         let (events, receiver) = mpsc::channel(capacity);
         let remote = Self {
             inner: Arc::new(Inner {
@@ -147,6 +226,7 @@ impl RemoteExecServerClient {
                 failure: Mutex::new(None),
                 processes: Mutex::new(HashMap::new()),
                 events,
+                recovery_window,
             }),
         };
         if let Some(connection_events) = connection_events {
@@ -177,8 +257,15 @@ impl RemoteExecServerClient {
             while let Some(notification) = receiver.recv().await {
                 this.deliver(notification).await;
             }
-            if !this.inner.events.is_closed() {
-                let _ = this.recover(generation).await;
+            if this.inner.events.is_closed() {
+                return;
+            }
+            if let Err(err) = this.recover(generation).await {
+                let lost = Notification {
+                    method: NOTIFY_CONNECTION_LOST.into(),
+                    params: json!({"message": err.to_string()}),
+                };
+                let _ = this.inner.events.send(lost).await;
             }
         });
     }
@@ -203,7 +290,7 @@ impl RemoteExecServerClient {
         if let Some(failure) = lock(&self.inner.failure).clone() {
             return Err(ClientError::Disconnected { method: failure });
         }
-        let deadline = tokio::time::Instant::now() + RECOVERY_WINDOW;
+        let deadline = tokio::time::Instant::now() + self.inner.recovery_window;
         let mut delay = Duration::from_millis(100);
         let mut client = self.inner.current.write().await;
         loop {
@@ -226,52 +313,12 @@ impl RemoteExecServerClient {
         // Rebind every tracked process: backfill what the old connection missed.
         let tracked: Vec<(String, u64)> = lock(&self.inner.processes)
             .iter()
-            .filter(|(_, t)| !t.closed)
+            .filter(|(_, t)| !t.closed && !t.positioning)
             .map(|(id, t)| (id.clone(), t.delivered))
             .collect();
-        for (process_id, mut after) in tracked {
-            loop {
-                let read = client
-                    .process_read(&ReadParams {
-                        process_id: process_id.clone(),
-                        after_seq: Some(after),
-                        max_bytes: None,
-                        wait_ms: Some(0),
-                    })
-                    .await;
-                let read = match read {
-                    Ok(read) => read,
-                    Err(err) => {
-                        tracing::warn!(process = %process_id, "cannot backfill after reconnect: {err}");
-                        break;
-                    }
-                };
-                if read.truncated {
-                    // Output was evicted while disconnected: say so, and
-                    // continue from the first retained event.
-                    let resume_at = read.chunks.first().map_or(read.next_seq, |c| c.seq);
-                    if let Some(tracked) = lock(&self.inner.processes).get_mut(&process_id) {
-                        tracked.delivered = tracked.delivered.max(resume_at.saturating_sub(1));
-                        tracked.held.retain(|&seq, _| seq >= resume_at);
-                    }
-                    let _ = self
-                        .inner
-                        .events
-                        .send(Notification {
-                            method: NOTIFY_OUTPUT_TRUNCATED.into(),
-                            params: json!({"processId": process_id, "afterSeq": after, "resumeAtSeq": resume_at}),
-                        })
-                        .await;
-                }
-                let notifications = backfill(&process_id, after, &read);
-                let more = !read.chunks.is_empty() && !read.closed;
-                after = read.chunks.last().map_or(after, |c| c.seq);
-                for notification in notifications {
-                    self.deliver(notification).await;
-                }
-                if !more {
-                    break;
-                }
+        for (process_id, after) in tracked {
+            if let Err(err) = self.catch_up(&client, &process_id, after).await {
+                tracing::warn!(process = %process_id, "cannot backfill after reconnect: {err}");
             }
         }
         drop(client);
@@ -279,6 +326,115 @@ impl RemoteExecServerClient {
             self.spawn_pump(receiver, generation);
         }
         Ok(())
+    }
+
+    /// Delivers the retained events of `process_id` after `after` (in
+    /// order, with those that come live meanwhile), announcing output that
+    /// was evicted before it could be read.
+    async fn catch_up(
+        &self,
+        client: &ExecServerClient,
+        process_id: &str,
+        mut after: u64,
+    ) -> Result<(), ClientError> {
+        loop {
+            let read = client
+                .process_read(&ReadParams {
+                    process_id: process_id.to_owned(),
+                    after_seq: Some(after),
+                    max_bytes: None,
+                    wait_ms: Some(0),
+                })
+                .await?;
+            if read.truncated {
+                // Output was evicted meanwhile: say so, and continue from
+                // the first retained event.
+                let resume_at = read.chunks.first().map_or(read.next_seq, |c| c.seq);
+                if let Some(tracked) = lock(&self.inner.processes).get_mut(process_id) {
+                    tracked.delivered = tracked.delivered.max(resume_at.saturating_sub(1));
+                    tracked.held.retain(|&seq, _| seq >= resume_at);
+                }
+                let _ = self
+                    .inner
+                    .events
+                    .send(Notification {
+                        method: NOTIFY_OUTPUT_TRUNCATED.into(),
+                        params: json!({"processId": process_id, "afterSeq": after, "resumeAtSeq": resume_at}),
+                    })
+                    .await;
+            }
+            let notifications = backfill(process_id, after, &read);
+            let more = !read.chunks.is_empty() && !read.closed;
+            after = read.chunks.last().map_or(after, |c| c.seq);
+            for notification in notifications {
+                self.deliver(notification).await;
+            }
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Follows `process_id` of this (resumed) session: its events after
+    /// `from` arrive on the notification channel in seq order, and it is
+    /// rebound after a reconnect like a process this client started.
+    /// Returns the seq delivery starts after. A start past the newest event
+    /// (or, for a closed process, at or past its close) starts from the
+    /// newest one, so the close is always delivered.
+    pub async fn attach_process(
+        &self,
+        process_id: &str,
+        from: AttachFrom,
+    ) -> Result<u64, ClientError> {
+        lock(&self.inner.processes).insert(
+            process_id.to_owned(),
+            Tracked {
+                positioning: true,
+                ..Tracked::default()
+            },
+        );
+        let outcome = self.position(process_id, from).await;
+        if outcome.is_err() {
+            lock(&self.inner.processes).remove(process_id);
+        }
+        outcome
+    }
+
+    async fn position(&self, process_id: &str, from: AttachFrom) -> Result<u64, ClientError> {
+        let status = self
+            .process_read(&ReadParams {
+                process_id: process_id.to_owned(),
+                after_seq: Some(u64::MAX),
+                max_bytes: None,
+                wait_ms: Some(0),
+            })
+            .await?;
+        let newest = if status.closed {
+            status.next_seq.saturating_sub(2)
+        } else {
+            status.next_seq.saturating_sub(1)
+        };
+        let start = match from {
+            AttachFrom::After(seq) => seq.min(newest),
+            AttachFrom::Now => newest,
+        };
+        let ready = {
+            let mut processes = lock(&self.inner.processes);
+            let mut ready = Vec::new();
+            if let Some(tracked) = processes.get_mut(process_id) {
+                tracked.positioning = false;
+                tracked.delivered = start;
+                tracked.held.retain(|&seq, _| seq > start);
+                tracked.release(&mut ready);
+            }
+            ready
+        };
+        for notification in ready {
+            let _ = self.inner.events.send(notification).await;
+        }
+        let client = self.inner.current.read().await;
+        self.catch_up(&client, process_id, start).await?;
+        Ok(start)
     }
 
     /// Runs `call` on the current connection; on a lost connection recovers,
@@ -392,6 +548,51 @@ impl RemoteExecServerClient {
             .await?;
         Ok(result["running"].as_bool().unwrap_or(false))
     }
+
+    /// `process/signal` (not replayed: a signal may have been delivered).
+    pub async fn process_signal(&self, process_id: &str, signal: &str) -> Result<(), ClientError> {
+        let (process_id, signal) = (process_id.to_owned(), signal.to_owned());
+        self.with_connection(wire::METHOD_SIGNAL, false, |inner| {
+            let (process_id, signal) = (process_id.clone(), signal.clone());
+            async move {
+                inner
+                    .current
+                    .read()
+                    .await
+                    .process_signal(&process_id, &signal)
+                    .await
+            }
+        })
+        .await
+    }
+
+    /// `process/resize`, retried after a transport-close race (setting the
+    /// same size twice is harmless).
+    pub async fn process_resize(&self, process_id: &str, size: PtySize) -> Result<(), ClientError> {
+        let process_id = process_id.to_owned();
+        self.with_connection(wire::METHOD_RESIZE, true, |inner| {
+            let process_id = process_id.clone();
+            async move {
+                inner
+                    .current
+                    .read()
+                    .await
+                    .process_resize(&process_id, size)
+                    .await
+            }
+        })
+        .await
+    }
+
+    /// `environment/info` (read-only, retried once).
+    pub async fn environment_info(&self) -> Result<EnvironmentInfo, ClientError> {
+        self.with_connection(
+            crate::protocol::environment::METHOD_INFO,
+            true,
+            |inner| async move { inner.current.read().await.environment_info().await },
+        )
+        .await
+    }
 }
 
 /// Orders one notification; returns what may be delivered now.
@@ -409,18 +610,16 @@ fn order(
     let Some(tracked) = processes.get_mut(&process_id) else {
         return vec![notification];
     };
+    if tracked.positioning {
+        tracked.held.insert(seq, notification);
+        return Vec::new();
+    }
     if seq <= tracked.delivered {
         return Vec::new();
     }
     tracked.held.insert(seq, notification);
     let mut ready = Vec::new();
-    while let Some(next) = tracked.held.remove(&(tracked.delivered + 1)) {
-        tracked.delivered += 1;
-        if next.method == NOTIFY_CLOSED {
-            tracked.closed = true;
-        }
-        ready.push(next);
-    }
+    tracked.release(&mut ready);
     if tracked.held.len() > MAX_HELD_EVENTS {
         // A gap that never closes: say so and move on.
         let first = tracked
@@ -428,16 +627,13 @@ fn order(
             .keys()
             .next()
             .copied()
-            .unwrap_or(tracked.delivered + 1);
+            .unwrap_or_else(|| tracked.delivered.saturating_add(1));
         ready.push(Notification {
             method: NOTIFY_OUTPUT_TRUNCATED.into(),
             params: json!({"processId": process_id, "afterSeq": tracked.delivered}),
         });
-        tracked.delivered = first - 1;
-        while let Some(next) = tracked.held.remove(&(tracked.delivered + 1)) {
-            tracked.delivered += 1;
-            ready.push(next);
-        }
+        tracked.delivered = first.saturating_sub(1);
+        tracked.release(&mut ready);
     }
     ready
 }
@@ -460,27 +656,42 @@ fn backfill(process_id: &str, after: u64, read: &ReadResult) -> Vec<Notification
             }),
         });
     }
-    // The exit and the close take the seqs after the last chunk: `closed`
-    // is `nextSeq - 1`, the exit the one before it.
-    if read.closed && read.next_seq >= 2 {
-        let closed_seq = read.next_seq - 1;
-        if read.exited && closed_seq - 1 > last {
+    // `closed` is `nextSeq - 1` once recorded. The exit is the one seq
+    // below that no chunk took: normally right before the close, but output
+    // written after the exit (a background child still holding the pipe)
+    // comes after it.
+    let closed_seq = (read.closed && read.next_seq >= 2).then(|| read.next_seq - 1);
+    if read.exited {
+        let upper = closed_seq.unwrap_or(read.next_seq);
+        let taken: std::collections::BTreeSet<u64> = read.chunks.iter().map(|c| c.seq).collect();
+        let exit_seq = match read.chunks.first() {
+            // Every retained chunk was evicted: the usual place is all we know.
+            None if read.truncated => upper.checked_sub(1),
+            first => {
+                let start = match first {
+                    Some(chunk) if read.truncated => chunk.seq,
+                    _ => after.saturating_add(1),
+                };
+                (start..upper).find(|seq| !taken.contains(seq))
+            }
+        };
+        if let Some(seq) = exit_seq.filter(|&seq| seq > after) {
             out.push(Notification {
                 method: NOTIFY_EXITED.into(),
                 params: json!({
                     "processId": process_id,
-                    "seq": closed_seq - 1,
+                    "seq": seq,
                     "exitCode": read.exit_code,
                     "sandboxDenied": read.sandbox_denied,
                 }),
             });
         }
-        if closed_seq > last {
-            out.push(Notification {
-                method: NOTIFY_CLOSED.into(),
-                params: json!({"processId": process_id, "seq": closed_seq}),
-            });
-        }
+    }
+    if let Some(seq) = closed_seq.filter(|&seq| seq > last) {
+        out.push(Notification {
+            method: NOTIFY_CLOSED.into(),
+            params: json!({"processId": process_id, "seq": seq}),
+        });
     }
     out
 }
@@ -543,5 +754,77 @@ mod tests {
         let methods: Vec<&str> = out.iter().map(|n| n.method.as_str()).collect();
         assert_eq!(methods, vec![NOTIFY_OUTPUT, NOTIFY_EXITED, NOTIFY_CLOSED]);
         assert_eq!(seqs(&out), vec![4, 5, 6]);
+    }
+
+    fn chunk(seq: u64) -> ReadChunk {
+        ReadChunk {
+            seq,
+            stream: StreamKind::Stdout,
+            chunk: b"x".to_vec(),
+        }
+    }
+
+    fn read(chunks: Vec<ReadChunk>, next_seq: u64, closed: bool) -> ReadResult {
+        ReadResult {
+            chunks,
+            next_seq,
+            exited: true,
+            exit_code: Some(3),
+            closed,
+            failure: None,
+            sandbox_denied: false,
+            truncated: false,
+            network_denials: Vec::new(),
+        }
+    }
+
+    fn exit_seq(out: &[Notification]) -> Option<u64> {
+        out.iter()
+            .find(|n| n.method == NOTIFY_EXITED)
+            .and_then(|n| n.params["seq"].as_u64())
+    }
+
+    #[test]
+    fn backfill_finds_an_exit_followed_by_output() {
+        // out(1) exit(2) out(3) closed(4): a background child wrote after the exit.
+        let out = backfill("p", 0, &read(vec![chunk(1), chunk(3)], 5, true));
+        assert_eq!(seqs(&out), vec![1, 3, 2, 4]);
+        assert_eq!(exit_seq(&out), Some(2));
+        // Exited, not closed yet: the exit is known, the close comes later.
+        let out = backfill("p", 1, &read(vec![chunk(3)], 4, false));
+        assert_eq!(exit_seq(&out), Some(2));
+        assert!(out.iter().all(|n| n.method != NOTIFY_CLOSED));
+        // An exit already delivered is not repeated.
+        let out = backfill("p", 2, &read(vec![chunk(3)], 5, true));
+        assert_eq!(seqs(&out), vec![3, 4]);
+    }
+
+    #[test]
+    fn a_positioning_process_holds_everything_until_placed() {
+        let mut processes = HashMap::new();
+        processes.insert(
+            "p".to_owned(),
+            Tracked {
+                positioning: true,
+                ..Tracked::default()
+            },
+        );
+        assert!(order(&mut processes, output("p", 1)).is_empty());
+        assert!(order(&mut processes, output("p", 7)).is_empty());
+        assert_eq!(processes["p"].held.len(), 2);
+    }
+
+    #[test]
+    fn a_start_at_the_largest_seq_neither_panics_nor_delivers() {
+        let mut processes = HashMap::new();
+        processes.insert(
+            "p".to_owned(),
+            Tracked {
+                delivered: u64::MAX,
+                ..Tracked::default()
+            },
+        );
+        assert!(order(&mut processes, output("p", u64::MAX)).is_empty());
+        assert!(order(&mut processes, output("p", 1)).is_empty());
     }
 }

@@ -9,14 +9,12 @@ use std::sync::Arc;
 
 use clap::Parser;
 
+use crate::client::remote::harness_config;
 use crate::logging::{self, LogFormat};
 use crate::relay::credentials::{
-    harness_auth, NOISE_ACCOUNT_ID_ENV, NOISE_AUTH_TOKEN_ENV, NOISE_ENVIRONMENT_ID_ENV,
-    NOISE_REGISTRY_URL_ENV,
+    NOISE_ACCOUNT_ID_ENV, NOISE_AUTH_TOKEN_ENV, NOISE_ENVIRONMENT_ID_ENV, NOISE_REGISTRY_URL_ENV,
 };
 use crate::relay::harness::HarnessConfig;
-use crate::relay::noise::NoiseIdentity;
-use crate::relay::registry_client::RegistryClient;
 
 /// Which relay dialect to offer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -70,29 +68,20 @@ fn build(args: &Args) -> Result<(SocketAddr, HarnessConfig), (String, i32)> {
             2,
         ));
     }
-    let token = match &args.token_file {
-        Some(path) => Some(std::fs::read_to_string(path).map_err(|err| {
-            (
-                format!("cannot read --token-file {}: {err}", path.display()),
-                1,
-            )
-        })?),
-        None => std::env::var(NOISE_AUTH_TOKEN_ENV).ok(),
-    };
+    let env = |name: &str| std::env::var(name).ok();
+    let token =
+        crate::shell::target::read_token(args.token_file.as_deref(), NOISE_AUTH_TOKEN_ENV, &env)
+            .map_err(|err| (err.to_string(), err.exit_code()))?;
     let account = std::env::var(NOISE_ACCOUNT_ID_ENV).ok();
-    let auth = harness_auth(&args.registry, token.as_deref(), account.as_deref())
-        .map_err(|err| (err.to_string(), 2))?;
-    let registry = RegistryClient::new(&args.registry, &args.environment_id, auth)
-        .map_err(|err| (err.to_string(), 2))?;
-    let identity = NoiseIdentity::generate().map_err(|err| (err.to_string(), 1))?;
-    Ok((
-        listen,
-        HarnessConfig {
-            registry,
-            identity,
-            offer_reliable: args.relay_dialect == DialectChoice::Reliable,
-        },
-    ))
+    let config = harness_config(
+        &args.registry,
+        &args.environment_id,
+        token.as_deref(),
+        account.as_deref(),
+        args.relay_dialect == DialectChoice::Reliable,
+    )
+    .map_err(|err| (err.to_string(), err.exit_code()))?;
+    Ok((listen, config))
 }
 
 /// Entry point of the `connect` mode.

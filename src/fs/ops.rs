@@ -5,7 +5,7 @@
 
 use std::fs::{self, File, Metadata, OpenOptions};
 use std::io::{self, Read};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::time::SystemTime;
 
@@ -17,10 +17,11 @@ use serde_json::Value;
 use super::error::{FsError, Result};
 use super::{copy, remove, walk};
 use crate::protocol::fs::{
-    method, CanonicalizeResponse, CopyParams, CreateDirectoryParams, DirectoryEntry, EmptyResponse,
-    GetMetadataResponse, PathFieldsProbe, PathParams, ReadDirectoryResponse, ReadFileParams,
-    ReadFileResponse, RemoveParams, WalkParams, WriteFileParams, READ_DIRECTORY_MAX_ENTRIES,
-    READ_FILE_MAX_BYTES,
+    method, CanonicalizeResponse, CopyParams, CreateDirectoryParams, CreateSymlinkParams,
+    DirectoryEntry, EmptyResponse, EntryParams, GetMetadataResponse, PathFieldsProbe, PathParams,
+    ReadDirectoryResponse, ReadFileParams, ReadFileResponse, RemoveParams, SetPermissionsParams,
+    WalkParams, WriteFileParams, READ_DIRECTORY_MAX_ENTRIES, READ_FILE_MAX_BYTES,
+    SETTABLE_MODE_BITS,
 };
 
 /// Null params as `{}`, refusing params by position (‑32602) and a bad
@@ -69,12 +70,13 @@ pub fn validate(operation: &str, params: &Value) -> Result<()> {
         method::READ_FILE => check::<ReadFileParams>(params),
         method::WRITE_FILE => check::<WriteFileParams>(params),
         method::CREATE_DIRECTORY => check::<CreateDirectoryParams>(params),
-        method::GET_METADATA | method::CANONICALIZE | method::READ_DIRECTORY => {
-            check::<PathParams>(params)
-        }
+        method::GET_METADATA | method::READ_DIRECTORY => check::<EntryParams>(params),
+        method::CANONICALIZE => check::<PathParams>(params),
         method::WALK => check::<WalkParams>(params),
         method::REMOVE => check::<RemoveParams>(params),
         method::COPY => check::<CopyParams>(params),
+        method::SET_PERMISSIONS => check::<SetPermissionsParams>(params),
+        method::CREATE_SYMLINK => check::<CreateSymlinkParams>(params),
         other => Err(FsError::InvalidRequest(format!(
             "unsupported fs operation `{other}`"
         ))),
@@ -98,6 +100,8 @@ pub fn run(operation: &str, params: Value) -> Result<Value> {
         method::WALK => to_value(walk::walk(&decode_params::<WalkParams>(params)?)?),
         method::REMOVE => to_value(remove::remove(&decode_params(params)?)?),
         method::COPY => to_value(copy::copy(&decode_params(params)?)?),
+        method::SET_PERMISSIONS => to_value(set_permissions(&decode_params(params)?)?),
+        method::CREATE_SYMLINK => to_value(create_symlink(&decode_params(params)?)?),
         other => Err(FsError::InvalidRequest(format!(
             "unsupported fs operation `{other}`"
         ))),
@@ -203,27 +207,41 @@ fn millis(time: io::Result<SystemTime>) -> i64 {
         .unwrap_or(0)
 }
 
-fn metadata_response(target: &Metadata, is_symlink: bool) -> GetMetadataResponse {
+fn metadata_response(
+    described: &Metadata,
+    is_symlink: bool,
+    symlink_target: Option<String>,
+) -> GetMetadataResponse {
     GetMetadataResponse {
-        is_directory: target.is_dir(),
-        is_file: target.is_file(),
+        is_directory: described.is_dir(),
+        is_file: described.is_file(),
         is_symlink,
-        size: target.len(),
-        created_at_ms: millis(target.created()),
-        modified_at_ms: millis(target.modified()),
+        size: described.len(),
+        created_at_ms: millis(described.created()),
+        modified_at_ms: millis(described.modified()),
+        mode: Some(described.permissions().mode() & 0o7777),
+        symlink_target,
     }
 }
 
-/// `fs/getMetadata`: `stat` for the kind and size, `lstat` for `isSymlink`.
-pub fn get_metadata(params: &PathParams) -> Result<GetMetadataResponse> {
+/// The text of the symlink at `path` when it is UTF-8 (`None` otherwise).
+fn link_text(path: &Path) -> Result<Option<String>> {
+    Ok(fs::read_link(path)?.into_os_string().into_string().ok())
+}
+
+/// `fs/getMetadata`: `lstat` for `isSymlink` and `symlinkTarget`; `stat`
+/// for the rest unless `followSymlinks` is false.
+pub fn get_metadata(params: &EntryParams) -> Result<GetMetadataResponse> {
     let path = params.path.path();
     let link = fs::symlink_metadata(path)?;
-    let target = if link.file_type().is_symlink() {
+    let is_symlink = link.file_type().is_symlink();
+    let described = if is_symlink && params.follows_symlinks() {
         fs::metadata(path)?
     } else {
-        link.clone()
+        link
     };
-    Ok(metadata_response(&target, link.file_type().is_symlink()))
+    let target = if is_symlink { link_text(path)? } else { None };
+    Ok(metadata_response(&described, is_symlink, target))
 }
 
 /// `fs/canonicalize`: the real path, in the request's dialect.
@@ -234,9 +252,12 @@ pub fn canonicalize(params: &PathParams) -> Result<CanonicalizeResponse> {
     })
 }
 
-/// `fs/readDirectory`: entries sorted by name, kinds following symlinks,
-/// entries whose `stat` fails skipped, at most 50,000 entries.
-pub fn read_directory(params: &PathParams) -> Result<ReadDirectoryResponse> {
+/// `fs/readDirectory`: entries sorted by name, at most 50,000. By default
+/// kinds follow symlinks and entries whose `stat` fails are skipped (the
+/// reference's behaviour); with `followSymlinks: false` every entry is
+/// described as itself (`lstat`), with `isSymlink`, `size`, `mode` and
+/// `symlinkTarget`.
+pub fn read_directory(params: &EntryParams) -> Result<ReadDirectoryResponse> {
     let dir = params.path.path();
     let mut names = Vec::new();
     for entry in fs::read_dir(dir)? {
@@ -249,16 +270,79 @@ pub fn read_directory(params: &PathParams) -> Result<ReadDirectoryResponse> {
         )));
     }
     names.sort();
+    let follow = params.follows_symlinks();
     let entries = names
         .into_iter()
         .filter_map(|name| {
-            let meta = fs::metadata(dir.join(&name)).ok()?;
+            let path = dir.join(&name);
+            let file_name = name.to_string_lossy().into_owned();
+            if follow {
+                let meta = fs::metadata(&path).ok()?;
+                return Some(DirectoryEntry {
+                    file_name,
+                    is_directory: meta.is_dir(),
+                    is_file: meta.is_file(),
+                    is_symlink: None,
+                    size: None,
+                    mode: None,
+                    symlink_target: None,
+                });
+            }
+            let meta = fs::symlink_metadata(&path).ok()?;
+            let is_symlink = meta.file_type().is_symlink();
+            let symlink_target = if is_symlink {
+                link_text(&path).ok().flatten()
+            } else {
+                None
+            };
             Some(DirectoryEntry {
-                file_name: name.to_string_lossy().into_owned(),
+                file_name,
                 is_directory: meta.is_dir(),
                 is_file: meta.is_file(),
+                is_symlink: Some(is_symlink),
+                size: Some(meta.len()),
+                mode: Some(meta.permissions().mode() & 0o7777),
+                symlink_target,
             })
         })
         .collect();
     Ok(ReadDirectoryResponse { entries })
+}
+
+/// `fs/setPermissions`: sets the permission bits of `path`, never through a
+/// symlink (the kernel checks the last component without following it).
+pub fn set_permissions(params: &SetPermissionsParams) -> Result<EmptyResponse> {
+    let path = params.path.path();
+    if params.mode & !SETTABLE_MODE_BITS != 0 {
+        return Err(FsError::InvalidRequest(format!(
+            "fs/setPermissions refuses mode {:o}: only the permission bits and the sticky bit ({SETTABLE_MODE_BITS:o}) can be set",
+            params.mode
+        )));
+    }
+    let mode = nix::sys::stat::Mode::from_bits_truncate(params.mode);
+    match nix::sys::stat::fchmodat(
+        nix::fcntl::AT_FDCWD,
+        path,
+        mode,
+        nix::sys::stat::FchmodatFlags::NoFollowSymlink,
+    ) {
+        Ok(()) => Ok(EmptyResponse {}),
+        Err(nix::errno::Errno::EOPNOTSUPP) => Err(FsError::InvalidRequest(format!(
+            "fs/setPermissions refuses `{}`: it is a symlink, and a symlink has no mode of its own",
+            path.display()
+        ))),
+        Err(errno) => Err(errno.into()),
+    }
+}
+
+/// `fs/createSymlink`: a new symlink at `path` holding `target` as given;
+/// fails when `path` exists (even as a dangling symlink).
+pub fn create_symlink(params: &CreateSymlinkParams) -> Result<EmptyResponse> {
+    if params.target.is_empty() {
+        return Err(FsError::InvalidRequest(
+            "fs/createSymlink requires a non-empty target".into(),
+        ));
+    }
+    std::os::unix::fs::symlink(&params.target, params.path.path())?;
+    Ok(EmptyResponse {})
 }

@@ -1,5 +1,6 @@
 //! Pseudo-terminals for `tty: true` processes: allocation with the requested
-//! size, resize, and the terminal's EOF character for `closeStdin`.
+//! size, resize, and the terminal's EOF character for `closeStdin`; and the
+//! size of a terminal (for a client sending its own window's size).
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
@@ -56,6 +57,20 @@ pub fn resize(master: BorrowedFd<'_>, size: PtySize) -> io::Result<()> {
     unsafe { set_winsize(master.as_raw_fd(), &winsize(size)) }
         .map(drop)
         .map_err(io::Error::from)
+}
+
+nix::ioctl_read_bad!(get_winsize, libc::TIOCGWINSZ, Winsize);
+
+/// The size of the terminal `fd` refers to (`ENOTTY` when it is not one).
+pub fn size_of(fd: BorrowedFd<'_>) -> io::Result<PtySize> {
+    let mut size = winsize(PtySize::default());
+    // SAFETY: TIOCGWINSZ writes one Winsize through the pointer, which
+    // points at a live, writable Winsize for the duration of the call.
+    unsafe { get_winsize(fd.as_raw_fd(), &mut size) }.map_err(io::Error::from)?;
+    Ok(PtySize {
+        rows: size.ws_row,
+        cols: size.ws_col,
+    })
 }
 
 /// The terminal's EOF character (normally ^D).

@@ -23,13 +23,15 @@ pub mod method {
     pub const READ_BLOCK: &str = "fs/readBlock";
     pub const WRITE_BLOCK: &str = "fs/writeBlock";
     pub const CLOSE: &str = "fs/close";
+    pub const SET_PERMISSIONS: &str = "fs/setPermissions";
+    pub const CREATE_SYMLINK: &str = "fs/createSymlink";
 
     /// The streaming operations: they act on a handle table, so a fs-helper
     /// runs them only in its persistent (`--serve`) form.
     pub const STREAM_OPERATIONS: [&str; 4] = [OPEN, READ_BLOCK, WRITE_BLOCK, CLOSE];
 
     /// The one-shot operations a fs-helper can run (no streaming).
-    pub const HELPER_OPERATIONS: [&str; 9] = [
+    pub const HELPER_OPERATIONS: [&str; 11] = [
         READ_FILE,
         WRITE_FILE,
         CREATE_DIRECTORY,
@@ -39,6 +41,8 @@ pub mod method {
         WALK,
         REMOVE,
         COPY,
+        SET_PERMISSIONS,
+        CREATE_SYMLINK,
     ];
 }
 
@@ -101,8 +105,7 @@ pub struct CreateDirectoryParams {
     pub sandbox: Option<FileSystemSandboxContext>,
 }
 
-/// Params of the methods that take only a path (`fs/getMetadata`,
-/// `fs/canonicalize`, `fs/readDirectory`).
+/// Params of the methods that take only a path (`fs/canonicalize`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PathParams {
@@ -111,12 +114,34 @@ pub struct PathParams {
     pub sandbox: Option<FileSystemSandboxContext>,
 }
 
-pub type GetMetadataParams = PathParams;
 pub type CanonicalizeParams = PathParams;
-pub type ReadDirectoryParams = PathParams;
 
-/// `fs/getMetadata` result: `isDirectory`/`isFile`/`size` follow symlinks,
-/// `isSymlink` does not; timestamps in ms since the epoch, 0 if unknown.
+/// Params of `fs/getMetadata` and `fs/readDirectory`: a path, and whether
+/// a symlink is described by what it points to (the default, the
+/// reference's behaviour) or as itself (`followSymlinks: false`, new).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EntryParams {
+    pub path: WirePath,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow_symlinks: Option<bool>,
+    #[serde(default)]
+    pub sandbox: Option<FileSystemSandboxContext>,
+}
+
+impl EntryParams {
+    /// Whether symlinks are followed (true when absent).
+    pub fn follows_symlinks(&self) -> bool {
+        self.follow_symlinks.unwrap_or(true)
+    }
+}
+
+pub type GetMetadataParams = EntryParams;
+pub type ReadDirectoryParams = EntryParams;
+
+/// `fs/getMetadata` result: `isDirectory`/`isFile`/`size`/`mode` describe
+/// what a symlink points to unless `followSymlinks` is false, `isSymlink`
+/// the path itself; timestamps in ms since the epoch, 0 if unknown.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GetMetadataResponse {
@@ -126,6 +151,13 @@ pub struct GetMetadataResponse {
     pub size: u64,
     pub created_at_ms: i64,
     pub modified_at_ms: i64,
+    /// Permission bits (`st_mode & 0o7777`; new, absent from the reference).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<u32>,
+    /// What the symlink at `path` contains, when it is one and the text is
+    /// UTF-8 (new).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub symlink_target: Option<String>,
 }
 
 /// `fs/canonicalize` result.
@@ -135,13 +167,22 @@ pub struct CanonicalizeResponse {
     pub path: WirePath,
 }
 
-/// One `fs/readDirectory` entry.
+/// One `fs/readDirectory` entry. The optional members are present only
+/// with `followSymlinks: false`, where the entry is described as itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DirectoryEntry {
     pub file_name: String,
     pub is_directory: bool,
     pub is_file: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub is_symlink: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub symlink_target: Option<String>,
 }
 
 /// `fs/readDirectory` result (sorted by name).
@@ -223,6 +264,32 @@ pub struct CopyParams {
     pub source_path: WirePath,
     pub destination_path: WirePath,
     pub recursive: bool,
+    #[serde(default)]
+    pub sandbox: Option<FileSystemSandboxContext>,
+}
+
+/// Mode bits `fs/setPermissions` may set: the permission bits and the
+/// sticky bit, never set-user-ID or set-group-ID.
+pub const SETTABLE_MODE_BITS: u32 = 0o1777;
+
+/// `fs/setPermissions` params (new): `chmod` of `path`, which must not be a
+/// symlink, to `mode` (within [`SETTABLE_MODE_BITS`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SetPermissionsParams {
+    pub path: WirePath,
+    pub mode: u32,
+    #[serde(default)]
+    pub sandbox: Option<FileSystemSandboxContext>,
+}
+
+/// `fs/createSymlink` params (new): a symlink at `path` (which must not
+/// exist) containing `target`, taken as it is (relative or absolute).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateSymlinkParams {
+    pub path: WirePath,
+    pub target: String,
     #[serde(default)]
     pub sandbox: Option<FileSystemSandboxContext>,
 }

@@ -413,6 +413,16 @@ pub fn files() -> BTreeMap<String, Value> {
             inbound::<fs::CloseParams>(),
             outbound::<fs::EmptyResponse>(),
         ),
+        (
+            m::SET_PERMISSIONS,
+            inbound::<fs::SetPermissionsParams>(),
+            outbound::<fs::EmptyResponse>(),
+        ),
+        (
+            m::CREATE_SYMLINK,
+            inbound::<fs::CreateSymlinkParams>(),
+            outbound::<fs::EmptyResponse>(),
+        ),
     ];
     let notifications: Vec<(&str, Value)> = vec![
         (super::NOTIFY_INITIALIZED, inbound::<IgnoredParams>()),

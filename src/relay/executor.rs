@@ -32,8 +32,9 @@ use super::registry_api::RegisterResponse;
 use super::registry_client::{RegistryClient, RegistryError};
 use super::stream::{drive, LinkState, Outbox, StreamEnd, StreamIo};
 use super::tls::MaybeTls;
-use super::{Dialect, MAX_WEBSOCKET_MESSAGE_BYTES, RESET_PROTOCOL_ERROR};
+use super::{Dialect, MAX_WEBSOCKET_MESSAGE_BYTES, RESET_PROTOCOL_ERROR, RESET_SHUTTING_DOWN};
 use crate::server::connection::Shared;
+use crate::server::drain::{self, Stop};
 use crate::server::transport::relay as relay_transport;
 use crate::sync::lock;
 
@@ -159,10 +160,12 @@ enum Disconnect {
 
 /// Runs the executor until `shutdown` completes. A failed registration
 /// (at start-up or after a refused upgrade) is fatal, as with the reference.
+/// When `shutdown` asks for a drain, the rendezvous connection and the open
+/// streams stay up while new streams are refused, until the drain ends.
 pub async fn run(
     shared: Shared,
     registry: RegistryClient,
-    shutdown: impl std::future::Future<Output = ()>,
+    shutdown: impl std::future::Future<Output = impl Into<Stop>>,
 ) -> Result<(), ExecutorError> {
     let identity = NoiseIdentity::generate()?;
     let key = identity.public_key().encode();
@@ -177,10 +180,21 @@ pub async fn run(
         link: watch::channel(None).0,
         next_instance: AtomicU64::new(1),
     });
-    tokio::select! {
-        outcome = connect_loop(executor.clone()) => outcome,
-        _ = shutdown => Ok(()),
+    let serving = connect_loop(executor.clone());
+    tokio::pin!(serving);
+    let stop: Stop = tokio::select! {
+        outcome = &mut serving => return outcome,
+        stop = shutdown => stop.into(),
+    };
+    if stop == Stop::Drain {
+        let sessions = executor.shared.registry.clone();
+        let grace = executor.shared.config.drain_grace;
+        tokio::select! {
+            outcome = &mut serving => return outcome,
+            _ = drain::drain(&sessions, grace, crate::server::shutdown_signal()) => {}
+        }
     }
+    Ok(())
 }
 
 async fn connect_loop(executor: Arc<Executor>) -> Result<(), ExecutorError> {
@@ -213,6 +227,11 @@ async fn connect_loop(executor: Arc<Executor>) -> Result<(), ExecutorError> {
 
 fn send_reset(outbox: &Outbox, stream_id: &str) {
     let _ = outbox.try_send(RelayMessageFrame::reset(stream_id, RESET_PROTOCOL_ERROR).to_bytes());
+}
+
+/// Whether a new stream must be refused because the server drains.
+fn is_draining(executor: &Executor) -> bool {
+    executor.shared.registry.is_draining()
 }
 
 /// Serves one rendezvous socket until it ends.
@@ -303,6 +322,12 @@ fn start_handshake(
     };
     if lock(&executor.streams).contains_key(&stream_id) {
         return send_reset(outbox, &stream_id);
+    }
+    if is_draining(executor) {
+        tracing::info!(stream = %stream_id, "refused a new relay stream: draining");
+        let reset = RelayMessageFrame::reset(&stream_id, RESET_SHUTTING_DOWN);
+        let _ = outbox.try_send(reset.to_bytes());
+        return;
     }
     if pending.remove(&stream_id).is_some() {
         *failures += 1;

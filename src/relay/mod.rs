@@ -44,5 +44,7 @@ pub enum Dialect {
 
 /// The reset reason an executor sends for any stream error.
 pub const RESET_PROTOCOL_ERROR: &str = "noise_relay_protocol_error";
+/// The reset reason of an executor refusing new streams while it drains.
+pub const RESET_SHUTTING_DOWN: &str = "executor_shutting_down";
 /// Largest relay WebSocket message either endpoint accepts.
 pub const MAX_WEBSOCKET_MESSAGE_BYTES: usize = 256 * 1024;

@@ -147,7 +147,8 @@ const OPTIONS_WITH_VALUES: [&str; 18] = [
 
 /// A profile named on the command line: a name or JSON as
 /// [`PermissionProfile::parse`] takes them, or else a file holding JSON.
-fn read_profile(text: &str) -> Result<PermissionProfile, String> {
+/// (`codexbox exec -P` takes the same.)
+pub fn read_profile(text: &str) -> Result<PermissionProfile, String> {
     match PermissionProfile::parse(text) {
         Ok(profile) => Ok(profile),
         Err(err) if !std::path::Path::new(text).is_file() => Err(err.to_string()),

@@ -62,6 +62,11 @@ struct Args {
     /// Authenticate to the registry with CODEX_ACCESS_TOKEN (remote mode).
     #[arg(long, requires = "remote")]
     use_agent_identity_auth: bool,
+    /// On SIGTERM, take no new connection, stream or process and give
+    /// running processes this long to finish before killing them
+    /// (0 = kill at once; SIGINT always does).
+    #[arg(long, value_name = "SECS", default_value_t = 0)]
+    drain_grace_secs: u64,
 }
 
 /// The registry client of remote mode, with its credentials.
@@ -120,12 +125,12 @@ pub fn main(argv: Vec<OsString>) -> i32 {
             let shared = super::shared_state(paths, config, Vec::new());
             let registry_state = shared.registry.clone();
             let outcome =
-                crate::relay::executor::run(shared, registry, super::shutdown_signal()).await;
+                crate::relay::executor::run(shared, registry, super::drain::stop_signal()).await;
             super::shutdown_cleanup(registry_state).await;
             outcome.map_err(|err| err.to_string())
         }),
         None => runtime
-            .block_on(super::run(paths, config, super::shutdown_signal()))
+            .block_on(super::run(paths, config, super::drain::stop_signal()))
             .map_err(|err| err.to_string()),
     };
     // The stdin reader of the stdio transport may sit in a blocking read.
@@ -171,6 +176,7 @@ fn build_config(args: Args) -> Result<ServerConfig, (String, i32)> {
         allowed_origins: args.allow_origin,
         insecure_no_auth: args.insecure_no_auth,
         protected_paths: args.auth_token_file.into_iter().collect(),
+        drain_grace: Duration::from_secs(args.drain_grace_secs),
     })
 }
 

@@ -41,6 +41,8 @@ pub struct ServerConfig {
     /// Paths every sandbox the server builds denies (e.g. the token file);
     /// the Unix socket being listened on is added by the server itself.
     pub protected_paths: Vec<PathBuf>,
+    /// How long a SIGTERM lets running processes finish (zero: kill at once).
+    pub drain_grace: Duration,
 }
 
 impl ServerConfig {
@@ -56,6 +58,7 @@ impl ServerConfig {
             allowed_origins: Vec::new(),
             insecure_no_auth: false,
             protected_paths: Vec::new(),
+            drain_grace: Duration::ZERO,
         }
     }
 

@@ -44,6 +44,8 @@ pub const METHODS: &[&str] = &[
     method::READ_BLOCK,
     method::WRITE_BLOCK,
     method::CLOSE,
+    method::SET_PERMISSIONS,
+    method::CREATE_SYMLINK,
 ];
 
 /// Sandboxes one connection may have file handles open in at once (each

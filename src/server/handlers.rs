@@ -99,6 +99,11 @@ pub async fn start(
     session: &Arc<Session>,
     params: StartParams,
 ) -> Result<StartResult, RpcError> {
+    if conn.shared.registry.is_draining() {
+        return Err(RpcError::invalid_request(
+            "the exec-server is shutting down: no new processes are started",
+        ));
+    }
     // The server's token never reaches a child through `envPolicy`.
     let server_env = std::env::vars_os().filter(|(name, _)| name != AUTH_TOKEN_ENV);
     let mut env = child_env(&params.env, params.env_policy.as_ref(), server_env);

@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod config;
 pub mod connection;
+pub mod drain;
 pub mod fs_helper_pool;
 pub mod fs_methods;
 pub mod handlers;
@@ -59,17 +60,7 @@ pub async fn run_main(paths: ExecServerRuntimePaths, listen: ListenUrl) -> Resul
 
 /// Completes on SIGINT or SIGTERM.
 pub async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = int.recv() => {}
-        _ = term.recv() => {}
-    }
+    drain::stop_signal().await;
 }
 
 /// Runs the server until `shutdown` completes: [`bind`], print the bound
@@ -77,7 +68,7 @@ pub async fn shutdown_signal() {
 pub async fn run(
     paths: ExecServerRuntimePaths,
     config: ServerConfig,
-    shutdown: impl Future<Output = ()>,
+    shutdown: impl Future<Output = impl Into<drain::Stop>>,
 ) -> Result<(), ServerError> {
     let server = bind(paths, config).await?;
     if !matches!(server.listener, Listener::Stdio) {
@@ -189,31 +180,40 @@ impl Server {
     }
 
     /// Serves until `shutdown` completes (or stdin ends, for stdio), then
-    /// kills every managed process tree and removes the Unix socket.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
+    /// kills every managed process tree and removes the Unix socket. When
+    /// `shutdown` asks for [`drain::Stop::Drain`], no new connection is
+    /// taken and running processes get the configured drain grace first.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = impl Into<drain::Stop>>,
+    ) -> Result<(), ServerError> {
         let Server { shared, listener } = self;
         let registry = shared.registry.clone();
         let mut socket_path: Option<PathBuf> = None;
-        match listener {
+        let stop: drain::Stop = match listener {
             Listener::Stdio => {
                 tokio::select! {
-                    _ = transport::stdio::serve(shared.clone()) => {}
-                    _ = shutdown => {}
+                    _ = transport::stdio::serve(shared.clone()) => drain::Stop::Now,
+                    stop = shutdown => stop.into(),
                 }
             }
             Listener::Tcp(listener) => {
                 tokio::select! {
-                    _ = accept_tcp(listener, shared.clone()) => {}
-                    _ = shutdown => {}
+                    _ = accept_tcp(listener, shared.clone()) => drain::Stop::Now,
+                    stop = shutdown => stop.into(),
                 }
             }
             Listener::Unix(listener, path) => {
                 socket_path = Some(path);
                 tokio::select! {
-                    _ = accept_unix(listener, shared.clone()) => {}
-                    _ = shutdown => {}
+                    _ = accept_unix(listener, shared.clone()) => drain::Stop::Now,
+                    stop = shutdown => stop.into(),
                 }
             }
+        };
+        // The listener is gone: connections already open go on serving.
+        if stop == drain::Stop::Drain {
+            drain::drain(&registry, shared.config.drain_grace, shutdown_signal()).await;
         }
         shutdown_cleanup(registry).await;
         if let Some(path) = socket_path {

@@ -4,7 +4,7 @@
 //! period; when the grace period ends every process of the session is killed.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -112,6 +112,8 @@ pub struct Registry {
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     grace: Duration,
     next_connection: AtomicU64,
+    /// Set by a drain: no new process may start.
+    draining: AtomicBool,
 }
 
 impl Registry {
@@ -121,7 +123,36 @@ impl Registry {
             sessions: Mutex::new(HashMap::new()),
             grace,
             next_connection: AtomicU64::new(1),
+            draining: AtomicBool::new(false),
         })
+    }
+
+    /// From now on no new process starts (the server is draining).
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    /// Whether the server is draining.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// Processes not closed yet, in every session.
+    pub fn live_processes(&self) -> usize {
+        let sessions: Vec<_> = lock(&self.sessions).values().cloned().collect();
+        sessions
+            .iter()
+            .map(|session| session.live_processes())
+            .sum()
+    }
+
+    /// Sessions attached to a connection right now.
+    pub fn attached_sessions(&self) -> usize {
+        let sessions: Vec<_> = lock(&self.sessions).values().cloned().collect();
+        sessions
+            .iter()
+            .filter(|session| lock(&session.attachment).connection.is_some())
+            .count()
     }
 
     /// A fresh connection id.

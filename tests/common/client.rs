@@ -124,6 +124,15 @@ impl Server {
         }
     }
 
+    /// Starts `command` (which must exec the server, e.g. through
+    /// `setpriv`) and waits for its `ws://` line.
+    pub fn start_command(command: Command, what: &str) -> Server {
+        match Self::launch(command, what) {
+            Ok(server) => server,
+            Err(failure) => panic!("exec-server did not start: {failure}"),
+        }
+    }
+
     /// Runs `command` (which execs the server) and waits for its `ws://` line.
     fn launch(mut command: Command, what: &str) -> Result<Server, String> {
         command
@@ -232,6 +241,11 @@ impl Server {
     pub fn kill_hard(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Waits (bounded) for the server to exit.
+    pub fn wait(&mut self) -> Option<std::process::ExitStatus> {
+        wait_exit(&mut self.child)
     }
 
     /// Fails when the server has exited.

@@ -11,4 +11,5 @@ pub mod reference_relay;
 pub mod relay;
 pub mod sandbox;
 pub mod schema;
+pub mod shell;
 pub mod wire;

@@ -262,6 +262,8 @@ struct ProxyState {
     /// Bumped to cut every connection open at that moment.
     cut_epoch: AtomicU64,
     cuts: AtomicU64,
+    /// Connections forwarded so far.
+    accepted: AtomicU64,
     stop: AtomicBool,
 }
 
@@ -334,6 +336,11 @@ impl Proxy {
     pub fn cuts(&self) -> u64 {
         self.state.cuts.load(Ordering::SeqCst)
     }
+
+    /// How many connections were forwarded.
+    pub fn accepted(&self) -> u64 {
+        self.state.accepted.load(Ordering::SeqCst)
+    }
 }
 
 impl Drop for Proxy {
@@ -377,6 +384,7 @@ async fn run_proxy(
         let _ = inbound.set_nodelay(true);
         let _ = outbound.set_nodelay(true);
         connection += 1;
+        state.accepted.fetch_add(1, Ordering::SeqCst);
         let epoch = state.cut_epoch.load(Ordering::SeqCst);
         let (a_read, a_write) = inbound.into_split();
         let (b_read, b_write) = outbound.into_split();

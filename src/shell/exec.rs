@@ -1,0 +1,241 @@
+//! `codexbox exec`: run one command on an exec-server (direct or through a
+//! registry) as if it ran here — output streamed as it comes, stdin with
+//! `-i`, a terminal with `-t`, signals passed on, the exit status passed
+//! through — or start it detached (`--detach`) for `codexbox attach`.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::IsTerminal;
+
+use clap::Parser;
+
+use super::attachment::{self, Attachment};
+use super::target::TargetArgs;
+use super::terminal::{self, RawMode};
+use super::{finish, ConnectionArgs, ShellError};
+use crate::client::{RemoteExecServerClient, StartParams};
+use crate::protocol::path::WirePath;
+use crate::protocol::process::{EnvInherit, EnvPolicy};
+use crate::protocol::sandbox::FileSystemSandboxContext;
+
+const NAME: &str = "codexbox exec";
+
+/// Which of the server's variables the command inherits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum EnvPolicyChoice {
+    /// The core variables (PATH, HOME, USER, SHELL, LANG, TMPDIR, …), then
+    /// `-e` on top.
+    Core,
+    /// Everything the server has but names holding KEY, SECRET or TOKEN,
+    /// then `-e`.
+    All,
+    /// Only `-e` (and TERM with `-t`).
+    None,
+}
+
+/// Run a command on an exec-server.
+#[derive(Debug, Parser)]
+#[command(
+    name = "codexbox exec",
+    version,
+    after_help = "The exit status is the command's (128+N when signal N killed it); 255 when the connection was lost for good, 127 when the command could not be started, 2 for usage errors."
+)]
+struct Args {
+    #[command(flatten)]
+    target: TargetArgs,
+    #[command(flatten)]
+    connection: ConnectionArgs,
+    /// Run the command on a terminal (keys are sent as typed; the window
+    /// size follows this one).
+    #[arg(short = 't', long)]
+    tty: bool,
+    /// Send stdin to the command (EOF closes its stdin).
+    #[arg(short = 'i', long = "stdin")]
+    stdin: bool,
+    /// Set a variable: K=V, or K to pass this shell's value (repeatable).
+    #[arg(short = 'e', long = "env", value_name = "K=V")]
+    env: Vec<String>,
+    /// Which of the server's variables the command inherits.
+    #[arg(long, value_enum, default_value_t = EnvPolicyChoice::Core)]
+    env_policy: EnvPolicyChoice,
+    /// Working directory on the server (relative to the server's own).
+    #[arg(short = 'C', long = "cd", value_name = "DIR")]
+    cwd: Option<String>,
+    /// Run in the sandbox with this permission profile (read-only,
+    /// workspace, danger-full-access, or a PermissionProfile JSON document
+    /// or file), the working directory as the workspace.
+    #[arg(short = 'P', long = "permission-profile", value_name = "PROFILE")]
+    profile: Option<String>,
+    /// Start the command, print how to attach to it, and exit.
+    #[arg(short = 'd', long)]
+    detach: bool,
+    /// The command and its arguments.
+    #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
+    command: Vec<OsString>,
+}
+
+/// Entry point of the `exec` mode.
+pub fn main(argv: Vec<OsString>) -> i32 {
+    let args: Args = match crate::startup::parse(&argv) {
+        Ok(args) => args,
+        Err(code) => return code,
+    };
+    finish(NAME, super::run_async(NAME, run(args)))
+}
+
+/// Parses `-e` entries: `K=V`, or `K` for this process's value of `K`
+/// (skipped when unset, as docker does).
+fn env_entries(
+    entries: &[String],
+    local: &dyn Fn(&str) -> Option<String>,
+) -> Result<BTreeMap<String, String>, ShellError> {
+    let mut env = BTreeMap::new();
+    for entry in entries {
+        match entry.split_once('=') {
+            Some(("", _)) => return Err(ShellError::Usage(format!("-e {entry}: empty name"))),
+            Some((name, value)) => {
+                env.insert(name.to_owned(), value.to_owned());
+            }
+            None if entry.is_empty() => {
+                return Err(ShellError::Usage("-e needs K=V or K".into()));
+            }
+            None => {
+                if let Some(value) = local(entry) {
+                    env.insert(entry.clone(), value);
+                }
+            }
+        }
+    }
+    Ok(env)
+}
+
+fn command_strings(command: &[OsString]) -> Result<Vec<String>, ShellError> {
+    command
+        .iter()
+        .map(|arg| {
+            arg.clone().into_string().map_err(|arg| {
+                ShellError::Usage(format!(
+                    "{}: arguments must be UTF-8 (the wire carries text)",
+                    arg.to_string_lossy()
+                ))
+            })
+        })
+        .collect()
+}
+
+async fn run(args: Args) -> Result<i32, ShellError> {
+    let local_env = |name: &str| std::env::var(name).ok();
+    let argv = command_strings(&args.command)?;
+    let mut env = env_entries(&args.env, &local_env)?;
+    if args.tty && !env.contains_key("TERM") {
+        env.insert(
+            "TERM".into(),
+            local_env("TERM").unwrap_or_else(|| "xterm".into()),
+        );
+    }
+    let profile = args
+        .profile
+        .as_deref()
+        .map(crate::sandbox::debug::read_profile)
+        .transpose()
+        .map_err(ShellError::Usage)?;
+    let options = args
+        .connection
+        .apply(args.target.connect_options(&local_env)?);
+    let (client, mut events) = RemoteExecServerClient::connect(options, NAME).await?;
+    let server_cwd = client.environment_info().await?.cwd;
+    let cwd = super::remote_path(server_cwd.as_deref(), args.cwd.as_deref().unwrap_or("."))?;
+    let unique: String = uuid::Uuid::new_v4()
+        .simple()
+        .to_string()
+        .chars()
+        .take(12)
+        .collect();
+    let process_id = format!("exec-{unique}");
+    let sandbox = profile
+        .map(|profile| {
+            let context = FileSystemSandboxContext::from_permissions(profile, Some(&cwd));
+            serde_json::to_value(context).map_err(|err| ShellError::Usage(err.to_string()))
+        })
+        .transpose()?;
+    let interactive_terminal = args.tty && std::io::stdin().is_terminal() && !args.detach;
+    let params = StartParams {
+        env,
+        env_policy: Some(EnvPolicy {
+            inherit: match args.env_policy {
+                EnvPolicyChoice::Core => EnvInherit::Core,
+                EnvPolicyChoice::All => EnvInherit::All,
+                EnvPolicyChoice::None => EnvInherit::None,
+            },
+            ..EnvPolicy::default()
+        }),
+        sandbox,
+        size: args
+            .tty
+            .then(|| terminal::window_size().unwrap_or_default()),
+        ..StartParams::new(process_id.clone(), argv.clone())
+            .cwd(WirePath::native(&cwd))
+            .tty(args.tty)
+            .pipe_stdin(args.stdin && !args.tty)
+    };
+    // Raw mode before the start, so no key typed meanwhile is echoed here.
+    let raw = if interactive_terminal {
+        RawMode::enter()?
+    } else {
+        None
+    };
+    if let Err(err) = client.process_start(&params).await {
+        drop(raw);
+        return Err(ShellError::Start {
+            command: argv.join(" "),
+            source: err,
+        });
+    }
+    if args.detach {
+        let session = client.session_id().await.unwrap_or_default();
+        let mut line = format!("--session {session} --process {process_id} --after-seq 0");
+        if args.tty {
+            line.push_str(" -t");
+        }
+        if args.stdin {
+            line.push_str(" -i");
+        }
+        crate::startup::announce(&line);
+        return Ok(0);
+    }
+    let attachment = Attachment {
+        process_id,
+        tty: args.tty,
+        stdin: args.stdin || interactive_terminal,
+        forward_signals: true,
+        raw: raw.is_some(),
+        after_seq: 0,
+    };
+    let outcome = attachment::run(&client, &mut events, &attachment).await;
+    drop(raw);
+    let session = client.session_id().await.unwrap_or_default();
+    Ok(super::report(NAME, &session, &attachment, outcome))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_entries_take_pairs_and_names_of_local_variables() {
+        let local = |name: &str| (name == "HOME").then(|| "/home/me".to_owned());
+        let env = env_entries(
+            &["A=1".into(), "B=x=y".into(), "HOME".into(), "UNSET".into()],
+            &local,
+        );
+        let expected: BTreeMap<String, String> = [("A", "1"), ("B", "x=y"), ("HOME", "/home/me")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        assert_eq!(env.ok(), Some(expected));
+        assert!(matches!(
+            env_entries(&["=v".into()], &local),
+            Err(ShellError::Usage(_))
+        ));
+    }
+}

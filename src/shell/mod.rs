@@ -1,0 +1,241 @@
+//! The front ends for people: `codexbox exec` (run a command on an
+//! exec-server as if it ran here), `codexbox attach` (re-attach to a
+//! process of a detached session) and `codexbox cp` (copy files and trees
+//! both ways). They are thin: connecting is [`target`]'s, the terminal
+//! [`terminal`]'s, the I/O loop of an attached process [`attachment`]'s,
+//! and everything on the wire the client library's
+//! ([`crate::client::RemoteExecServerClient`],
+//! [`crate::client::ExecServerClient`] and its transfers). Exit codes are
+//! decided here, in [`ShellError::exit_code`] and [`report`].
+
+pub mod attach;
+pub mod attachment;
+pub mod cp;
+pub mod exec;
+pub mod target;
+pub mod terminal;
+
+use std::future::Future;
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use crate::client::{ClientError, ConnectOptions};
+use crate::protocol::path::WirePath;
+use attachment::{Attachment, Outcome};
+
+/// Exit code when the connection is lost or cannot be made (as ssh does).
+pub const EXIT_CONNECTION: i32 = 255;
+/// Exit code when the command could not be started (as a shell does).
+pub const EXIT_NOT_STARTED: i32 = 127;
+
+/// Why a front end stopped before its command finished.
+#[derive(Debug, thiserror::Error)]
+pub enum ShellError {
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Target(#[from] target::TargetError),
+    #[error("{0}")]
+    Client(#[from] ClientError),
+    #[error("cannot start `{command}`: {source}")]
+    Start {
+        command: String,
+        #[source]
+        source: ClientError,
+    },
+    #[error(transparent)]
+    Terminal(#[from] terminal::TerminalError),
+    #[error("cannot start the runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl ShellError {
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Self::Usage(_) => 2,
+            Self::Target(err) => err.exit_code(),
+            Self::Client(ClientError::Rpc(_)) => 1,
+            Self::Client(_) => EXIT_CONNECTION,
+            Self::Start {
+                source: ClientError::Rpc(_),
+                ..
+            } => EXIT_NOT_STARTED,
+            Self::Start { .. } => EXIT_CONNECTION,
+            Self::Terminal(_) | Self::Runtime(_) | Self::Failed(_) => 1,
+        }
+    }
+}
+
+/// The flags of a long-lived connection (`exec`, `attach`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ConnectionArgs {
+    /// Seconds to keep trying to get a lost connection back (the session is
+    /// resumed and the missed output backfilled) before giving up.
+    #[arg(long, value_name = "SECS", default_value_t = 25)]
+    reconnect_secs: u64,
+}
+
+impl ConnectionArgs {
+    fn apply(&self, options: ConnectOptions) -> ConnectOptions {
+        options.recovery_window(Duration::from_secs(self.reconnect_secs))
+    }
+}
+
+/// Runs a front end's future on a fresh runtime (dispatch runs before any
+/// runtime exists) with logging on stderr.
+fn run_async<F>(name: &str, future: F) -> Result<i32, ShellError>
+where
+    F: Future<Output = Result<i32, ShellError>>,
+{
+    crate::logging::init(crate::logging::LogFormat::Text);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(ShellError::Runtime)?;
+    let outcome = runtime.block_on(future);
+    // A thread may sit in a blocking read of stdin: do not wait for it.
+    runtime.shutdown_background();
+    tracing::debug!(mode = name, "done");
+    outcome
+}
+
+/// The exit code of a front end's result, printing its error.
+fn finish(name: &str, outcome: Result<i32, ShellError>) -> i32 {
+    match outcome {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("{name}: {err}");
+            err.exit_code()
+        }
+    }
+}
+
+/// A path on the server: `text` (absolute, a `file:` URI, or relative to
+/// the server's working directory `server_cwd`, a `file:` URI or `/`),
+/// with `.` components dropped.
+pub fn remote_path(server_cwd: Option<&str>, text: &str) -> Result<PathBuf, ShellError> {
+    let parse = |text: &str| {
+        WirePath::parse(text)
+            .map(WirePath::into_path)
+            .map_err(|err| ShellError::Usage(format!("invalid server path `{text}`: {err}")))
+    };
+    let path = if text.starts_with('/') || text.starts_with("file:") {
+        parse(text)?
+    } else {
+        let base = match server_cwd {
+            Some(cwd) => parse(cwd)?,
+            None => PathBuf::from("/"),
+        };
+        base.join(text)
+    };
+    let mut clean = PathBuf::new();
+    for component in path.components() {
+        if component != Component::CurDir {
+            clean.push(component);
+        }
+    }
+    if path.as_os_str().as_encoded_bytes().ends_with(b"/") && clean != Path::new("/") {
+        clean.push("");
+    }
+    Ok(clean)
+}
+
+/// The `codexbox attach` arguments that continue an attachment after `after_seq`.
+pub fn attach_hint(session: &str, attachment: &Attachment, after_seq: u64) -> String {
+    let mut hint = format!(
+        "codexbox attach --session {session} --process {} --after-seq {after_seq}",
+        attachment.process_id
+    );
+    if attachment.tty {
+        hint.push_str(" -t");
+    }
+    if attachment.stdin {
+        hint.push_str(" -i");
+    }
+    hint
+}
+
+/// Prints what an attachment's end means and returns the exit code: the
+/// command's own (0–255, 128+N for signal N), 128+N when our signal N ended
+/// a watch, [`EXIT_CONNECTION`] when the connection was lost for good.
+fn report(name: &str, session: &str, attachment: &Attachment, outcome: Outcome) -> i32 {
+    match outcome {
+        Outcome::Closed {
+            exit_code,
+            sandbox_denied,
+        } => {
+            if sandbox_denied {
+                eprintln!("{name}: the sandbox denied something the command tried to do");
+            }
+            if (0..=255).contains(&exit_code) {
+                exit_code
+            } else {
+                EXIT_CONNECTION
+            }
+        }
+        Outcome::Detached { signal, after_seq } => {
+            eprintln!(
+                "{name}: detached; the process goes on. To continue: {}",
+                attach_hint(session, attachment, after_seq)
+            );
+            128 + signal
+        }
+        Outcome::Lost { message, after_seq } => {
+            eprintln!(
+                "{name}: lost the connection: {message}\n{name}: the process may go on for the server's session grace period; to continue: {}",
+                attach_hint(session, attachment, after_seq)
+            );
+            EXIT_CONNECTION
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_paths_resolve_against_the_server_directory() {
+        let cwd = Some("file:///srv/app");
+        let resolve = |text| remote_path(cwd, text).ok();
+        assert_eq!(resolve("."), Some(PathBuf::from("/srv/app")));
+        assert_eq!(resolve("sub/./x"), Some(PathBuf::from("/srv/app/sub/x")));
+        assert_eq!(resolve("/etc/hosts"), Some(PathBuf::from("/etc/hosts")));
+        assert_eq!(resolve("file:///tmp/x"), Some(PathBuf::from("/tmp/x")));
+        assert_eq!(resolve("dir/"), Some(PathBuf::from("/srv/app/dir/")));
+        assert_eq!(remote_path(None, "x").ok(), Some(PathBuf::from("/x")));
+        assert!(matches!(
+            remote_path(cwd, "file://host/x"),
+            Err(ShellError::Usage(_))
+        ));
+    }
+
+    #[test]
+    fn exit_codes_follow_what_went_wrong() {
+        let rpc = || ClientError::Rpc(crate::protocol::RpcError::internal("No such file"));
+        let start = ShellError::Start {
+            command: "nope".into(),
+            source: rpc(),
+        };
+        assert_eq!(start.exit_code(), EXIT_NOT_STARTED);
+        assert_eq!(ShellError::Client(ClientError::Closed).exit_code(), 255);
+        assert_eq!(ShellError::Usage("x".into()).exit_code(), 2);
+        let attachment = Attachment {
+            process_id: "p".into(),
+            tty: false,
+            stdin: false,
+            forward_signals: true,
+            raw: false,
+            after_seq: 0,
+        };
+        let closed = |exit_code| Outcome::Closed {
+            exit_code,
+            sandbox_denied: false,
+        };
+        assert_eq!(report("t", "s", &attachment, closed(143)), 143);
+        assert_eq!(report("t", "s", &attachment, closed(-1)), 255);
+    }
+}

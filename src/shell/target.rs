@@ -1,0 +1,199 @@
+//! Where the front ends (`exec`, `attach`, `cp`) find the exec-server: a
+//! direct `--url` (`ws://…`, `unix://…`, with the server's bearer token) or
+//! an environment behind a registry (`--registry URL --environment-id ID`,
+//! or the reference client's `CODEX_EXEC_SERVER_NOISE_*` variables), turned
+//! into [`ConnectOptions`]. Reading a token from `--token-file` or a
+//! variable is shared with `codexbox connect`.
+
+use std::path::{Path, PathBuf};
+
+use crate::client::remote::{harness_config, RemoteConfigError};
+use crate::client::ConnectOptions;
+use crate::relay::credentials::{
+    NOISE_ACCOUNT_ID_ENV, NOISE_AUTH_TOKEN_ENV, NOISE_ENVIRONMENT_ID_ENV, NOISE_REGISTRY_URL_ENV,
+};
+use crate::server::cli::AUTH_TOKEN_ENV;
+
+/// The flags naming the exec-server.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TargetArgs {
+    /// The exec-server: ws://HOST:PORT or unix:///PATH.
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// The environment registry (or set CODEX_EXEC_SERVER_NOISE_REGISTRY_URL).
+    #[arg(long, value_name = "URL")]
+    pub registry: Option<String>,
+    /// The environment to reach through the registry (or set
+    /// CODEX_EXEC_SERVER_NOISE_ENVIRONMENT_ID).
+    #[arg(long, value_name = "ID")]
+    pub environment_id: Option<String>,
+    /// File holding the bearer token: the exec-server's with --url (else
+    /// CODEXBOX_AUTH_TOKEN), the registry's otherwise (else
+    /// CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN).
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
+}
+
+/// Why the exec-server could not be named.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    #[error("no exec-server given: pass --url ws://HOST:PORT (or unix:///PATH), or --registry URL --environment-id ID (or set CODEX_EXEC_SERVER_NOISE_REGISTRY_URL and CODEX_EXEC_SERVER_NOISE_ENVIRONMENT_ID)")]
+    Missing,
+    #[error("--url and --registry name two different ways in; give one")]
+    Both,
+    #[error("--registry needs --environment-id ID (or CODEX_EXEC_SERVER_NOISE_ENVIRONMENT_ID)")]
+    NoEnvironment,
+    #[error("cannot read --token-file {}: {source}", .path.display())]
+    TokenFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the token in {} is empty", .path.display())]
+    EmptyToken { path: PathBuf },
+    #[error(transparent)]
+    Harness(#[from] RemoteConfigError),
+}
+
+impl TargetError {
+    /// 1 for what went wrong on this host, 2 (usage) for the settings.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Self::TokenFile { .. } => 1,
+            Self::Harness(err) => err.exit_code(),
+            _ => 2,
+        }
+    }
+}
+
+/// The token in `file` (trimmed), or else in the variable `env_name`
+/// (`env` reads variables).
+pub fn read_token(
+    file: Option<&Path>,
+    env_name: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<String>, TargetError> {
+    match file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| TargetError::TokenFile {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            let token = text.trim();
+            if token.is_empty() {
+                return Err(TargetError::EmptyToken {
+                    path: path.to_path_buf(),
+                });
+            }
+            Ok(Some(token.to_owned()))
+        }
+        None => Ok(env(env_name)
+            .map(|token| token.trim().to_owned())
+            .filter(|token| !token.is_empty())),
+    }
+}
+
+impl TargetArgs {
+    /// How to connect: flags first, then the variables (`env` reads them).
+    pub fn connect_options(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<ConnectOptions, TargetError> {
+        let from_env = |name: &str| env(name).filter(|value| !value.trim().is_empty());
+        if let Some(url) = &self.url {
+            if self.registry.is_some() || self.environment_id.is_some() {
+                return Err(TargetError::Both);
+            }
+            let mut options = ConnectOptions::new(url.clone());
+            if let Some(token) = read_token(self.token_file.as_deref(), AUTH_TOKEN_ENV, env)? {
+                options = options.auth_token(token);
+            }
+            return Ok(options);
+        }
+        let registry = self
+            .registry
+            .clone()
+            .or_else(|| from_env(NOISE_REGISTRY_URL_ENV))
+            .ok_or(TargetError::Missing)?;
+        let environment = self
+            .environment_id
+            .clone()
+            .or_else(|| from_env(NOISE_ENVIRONMENT_ID_ENV))
+            .ok_or(TargetError::NoEnvironment)?;
+        let token = read_token(self.token_file.as_deref(), NOISE_AUTH_TOKEN_ENV, env)?;
+        let account = from_env(NOISE_ACCOUNT_ID_ENV);
+        let config = harness_config(
+            registry.trim(),
+            environment.trim(),
+            token.as_deref(),
+            account.as_deref(),
+            true,
+        )?;
+        Ok(ConnectOptions::relay(config))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(url: Option<&str>, registry: Option<&str>, environment: Option<&str>) -> TargetArgs {
+        TargetArgs {
+            url: url.map(str::to_owned),
+            registry: registry.map(str::to_owned),
+            environment_id: environment.map(str::to_owned),
+            token_file: None,
+        }
+    }
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn a_url_or_a_registry_names_the_server() {
+        let direct = args(Some("ws://127.0.0.1:1"), None, None)
+            .connect_options(&no_env)
+            .map(|o| o.url);
+        assert_eq!(direct.ok().as_deref(), Some("ws://127.0.0.1:1"));
+        let relayed = args(None, Some("http://127.0.0.1:9"), Some("dev"))
+            .connect_options(&no_env)
+            .map(|o| o.relay.is_some());
+        assert!(matches!(relayed, Ok(true)));
+        let from_variables = args(None, None, None)
+            .connect_options(&|name| match name {
+                NOISE_REGISTRY_URL_ENV => Some("http://127.0.0.1:9".into()),
+                NOISE_ENVIRONMENT_ID_ENV => Some("dev".into()),
+                _ => None,
+            })
+            .map(|o| o.relay.is_some());
+        assert!(matches!(from_variables, Ok(true)));
+    }
+
+    #[test]
+    fn missing_or_conflicting_targets_are_usage_errors() {
+        let none = args(None, None, None).connect_options(&no_env);
+        assert!(matches!(none, Err(TargetError::Missing)));
+        let both = args(Some("ws://x:1"), Some("http://y"), None).connect_options(&no_env);
+        assert!(matches!(both, Err(TargetError::Both)));
+        let half = args(None, Some("http://127.0.0.1:9"), None).connect_options(&no_env);
+        assert!(matches!(half, Err(TargetError::NoEnvironment)));
+        for err in [
+            TargetError::Missing,
+            TargetError::Both,
+            TargetError::NoEnvironment,
+        ] {
+            assert_eq!(err.exit_code(), 2);
+        }
+    }
+
+    #[test]
+    fn a_registry_token_never_goes_to_a_remote_plain_http_registry() {
+        let err = TargetArgs {
+            token_file: None,
+            ..args(None, Some("http://registry.example:80"), Some("dev"))
+        }
+        .connect_options(&|name| (name == NOISE_AUTH_TOKEN_ENV).then(|| "secret".to_owned()));
+        assert!(matches!(err, Err(TargetError::Harness(_))), "{err:?}");
+    }
+}
