@@ -46,3 +46,4 @@ pub mod sandbox;
 pub mod server;
 pub mod stdout;
 pub mod sync;
+pub mod sys;

@@ -2,22 +2,23 @@
 //! `codexbox` as `bwrap`, comparing what the command inside observes (ids,
 //! pid, hostname, environment, cwd, /dev, capabilities, fds, the normalised
 //! mount table, which paths are readable and writable, exit status, parent
-//! death). Differences that are intended are asserted as such, with the
-//! reason, in the tests named `builtin_*`.
+//! death). Every case runs as the test's own user (root in CI) and as an
+//! unprivileged caller (uid 65534, through setpriv). Differences that are
+//! intended are asserted as such, with the reason, in the tests named
+//! `builtin_*`; lifecycle and privileges are in tests/bwrap_lifecycle.rs.
 
 mod common;
 
 use std::fs;
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
 
 use common::bwrap::{
-    assert_outcomes_equal, assert_same, command, finish, have_system_bwrap, pass_fd, run,
-    with_probe, Impl,
+    assert_outcomes_equal_as, assert_same_as, callers, command_as, finish, give_to,
+    have_system_bwrap, pass_fd, run, tempdir_for, with_probe, Caller, Impl,
 };
 
 /// Paths whose readable/writable state every probe reports.
@@ -38,6 +39,33 @@ const PATHS: &[&str] = &[
 
 fn pipe() -> (OwnedFd, OwnedFd) {
     nix::unistd::pipe().expect("pipe")
+}
+
+/// For every caller: launches `argv` through the system bubblewrap and the
+/// built-in one with `launch` (which prepares fds and such), asserts both
+/// observe the same, then runs `check` on the built-in outcome.
+fn compare<S: AsRef<std::ffi::OsStr>>(
+    argv: &[S],
+    launch: impl Fn(Impl, Caller) -> common::bwrap::Outcome,
+    check: impl Fn(Caller, &common::bwrap::Outcome),
+) {
+    for caller in callers() {
+        let system = launch(Impl::System, caller);
+        let builtin = launch(Impl::Builtin, caller);
+        assert_outcomes_equal_as(caller, argv, &system, &builtin);
+        check(caller, &builtin);
+    }
+}
+
+/// [`compare`] for an argv that needs nothing prepared.
+fn compare_plain<S: AsRef<std::ffi::OsStr>>(
+    argv: &[S],
+    check: impl Fn(Caller, &common::bwrap::Outcome),
+) {
+    for caller in callers() {
+        let builtin = assert_same_as(caller, argv);
+        check(caller, &builtin);
+    }
 }
 
 /// The argv the linux-sandbox mode emits for the read-only profile with
@@ -62,19 +90,22 @@ fn read_only_profile_observes_the_same() {
     if !have_system_bwrap("read_only_profile_observes_the_same") {
         return;
     }
-    let outcome = assert_same(&with_probe(READ_ONLY_PROFILE, PATHS));
-    assert_eq!(outcome.code, 0, "{outcome:?}");
-    assert!(
-        outcome.stdout.contains("access: /tmp r-\n"),
-        "{}",
-        outcome.stdout
-    );
-    assert!(
-        outcome.stdout.contains("access: /sys/fs/cgroup r-\n"),
-        "{}",
-        outcome.stdout
-    );
-    assert!(outcome.stdout.contains("pid: 2\n"));
+    compare_plain(&with_probe(READ_ONLY_PROFILE, PATHS), |caller, outcome| {
+        assert_eq!(outcome.code, 0, "{caller:?}: {outcome:?}");
+        for line in [
+            "access: /tmp r-\n",
+            "access: /sys/fs/cgroup r-\n",
+            "pid: 2\n",
+            // The reaper holds the new session: the command leads nothing.
+            "session: pgrp one sid one\n",
+        ] {
+            assert!(
+                outcome.stdout.contains(line),
+                "{caller:?}: {}",
+                outcome.stdout
+            );
+        }
+    });
 }
 
 #[test]
@@ -84,10 +115,19 @@ fn read_only_profile_with_cap_drop_all_has_no_capabilities() {
     }
     let mut args = READ_ONLY_PROFILE.to_vec();
     args.extend(["--cap-drop", "ALL"]);
-    let outcome = assert_same(&with_probe(&args, PATHS));
-    assert!(outcome.stdout.contains("CapEff: 0000000000000000\n"));
-    assert!(outcome.stdout.contains("CapBnd: 0000000000000000\n"));
-    assert!(outcome.stdout.contains("NoNewPrivs: 1\n"));
+    compare_plain(&with_probe(&args, PATHS), |caller, outcome| {
+        for line in [
+            "CapEff: 0000000000000000\n",
+            "CapBnd: 0000000000000000\n",
+            "NoNewPrivs: 1\n",
+        ] {
+            assert!(
+                outcome.stdout.contains(line),
+                "{caller:?}: {}",
+                outcome.stdout
+            );
+        }
+    });
 }
 
 #[test]
@@ -95,24 +135,45 @@ fn cap_add_and_cap_drop_observe_the_same() {
     if !have_system_bwrap("cap_add_and_cap_drop_observe_the_same") {
         return;
     }
-    // uid 0 inside keeps all but the dropped ones (bounding set cut too),
-    // inheritable and ambient as well.
+    // A root caller passes its set on, less the dropped ones (bounding set
+    // cut too), inheritable and ambient as well; nobody else passes any.
     let mut args = READ_ONLY_PROFILE.to_vec();
     args.extend(["--cap-drop", "CAP_SYS_ADMIN", "--cap-drop", "cap_net_raw"]);
-    let outcome = assert_same(&with_probe(&args, PATHS));
-    assert!(!outcome.stdout.contains("CapEff: 0000000000000000\n"));
-    assert!(!outcome.stdout.contains("CapAmb: 0000000000000000\n"));
-    // Another uid: a root caller passes its own set on, plus what is added,
-    // as ambient capabilities.
-    let mut args = READ_ONLY_PROFILE.to_vec();
-    args.extend(["--uid", "1000", "--cap-add", "CAP_NET_RAW"]);
-    let outcome = assert_same(&with_probe(&args, PATHS));
-    assert!(outcome.stdout.contains("ids: 1000 "), "{}", outcome.stdout);
-    assert!(
-        !outcome.stdout.contains("CapAmb: 0000000000000000\n"),
-        "{}",
-        outcome.stdout
-    );
+    compare_plain(&with_probe(&args, PATHS), |caller, outcome| {
+        let none = outcome.stdout.contains("CapEff: 0000000000000000\n");
+        assert_eq!(
+            none,
+            caller == Caller::Nobody,
+            "{caller:?}: {}",
+            outcome.stdout
+        );
+    });
+    // Another uid: the set (a root caller's own plus what is added, by name
+    // or by number as libcap reads it) is raised as ambient, for any caller.
+    for added in ["CAP_NET_RAW", "13", "0xd", "cap_net_raw,ignored"] {
+        let mut args = READ_ONLY_PROFILE.to_vec();
+        args.extend(["--uid", "1000", "--cap-add", added]);
+        compare_plain(&with_probe(&args, PATHS), |caller, outcome| {
+            assert!(
+                outcome.stdout.contains("ids: 1000 "),
+                "{caller:?}: {}",
+                outcome.stdout
+            );
+            let ambient = outcome
+                .stdout
+                .lines()
+                .find_map(|line| line.strip_prefix("CapAmb: "))
+                .and_then(|mask| u64::from_str_radix(mask, 16).ok());
+            match caller {
+                Caller::Current => assert!(
+                    ambient.is_some_and(|mask| mask & (1 << 13) != 0 && mask != 1 << 13),
+                    "{caller:?} {added}: {}",
+                    outcome.stdout
+                ),
+                Caller::Nobody => assert_eq!(ambient, Some(1 << 13), "{added}: {outcome:?}"),
+            }
+        });
+    }
 }
 
 #[test]
@@ -120,95 +181,100 @@ fn workspace_profile_observes_the_same() {
     if !have_system_bwrap("workspace_profile_observes_the_same") {
         return;
     }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let ws = dir.path().to_str().expect("utf-8 temp path").to_owned();
-    fs::create_dir(dir.path().join(".git")).expect("mkdir .git");
-    fs::write(dir.path().join("secret.env"), "TOKEN=1\n").expect("write secret");
-    fs::create_dir(dir.path().join("denied")).expect("mkdir denied");
-    let git = format!("{ws}/.git");
-    let agents = format!("{ws}/.agents");
-    let codex = format!("{ws}/.codex");
-    let secret = format!("{ws}/secret.env");
-    let denied = format!("{ws}/denied");
-    // Reference §4.3–§4.5: writable root, read-only metadata, masks.
-    let args: Vec<&str> = vec![
-        "--new-session",
-        "--die-with-parent",
-        "--ro-bind",
-        "/",
-        "/",
-        "--dev",
-        "/dev",
-        "--bind",
-        &ws,
-        &ws,
-        "--ro-bind",
-        &git,
-        &git,
-        "--perms",
-        "555",
-        "--tmpfs",
-        &agents,
-        "--remount-ro",
-        &agents,
-        "--perms",
-        "555",
-        "--tmpfs",
-        &codex,
-        "--remount-ro",
-        &codex,
-        "--perms",
-        "000",
-        "--ro-bind-data",
-        "5",
-        &secret,
-        "--perms",
-        "000",
-        "--tmpfs",
-        &denied,
-        "--remount-ro",
-        &denied,
-        "--unshare-user",
-        "--unshare-pid",
-        "--unshare-net",
-        "--proc",
-        "/proc",
-        "--chdir",
-        &ws,
-    ];
-    let paths = [
-        ws.as_str(),
-        &git,
-        &agents,
-        &codex,
-        &secret,
-        &denied,
-        "/tmp",
-        "/",
-    ];
-    let argv = with_probe(&args, &paths);
-    let run_with_null_fd = |which: Impl| {
-        let null = OwnedFd::from(fs::File::open("/dev/null").expect("open /dev/null"));
-        let mut cmd = command(which, &argv);
-        pass_fd(&mut cmd, &null, 5);
-        finish(cmd)
-    };
-    let system = run_with_null_fd(Impl::System);
-    let builtin = run_with_null_fd(Impl::Builtin);
-    assert_outcomes_equal(&argv, &system, &builtin);
-    assert!(
-        builtin.stdout.contains(&format!("access: {ws} rw\n")),
-        "{}",
-        builtin.stdout
-    );
-    assert!(
-        builtin.stdout.contains(&format!("access: {git} r-\n")),
-        "{}",
-        builtin.stdout
-    );
-    assert!(builtin.stdout.contains(&format!("cwd: {ws}\n")));
-    // The masks bubblewrap had to create on the host are there for both runs.
-    assert!(dir.path().join(".agents").is_dir());
+    for caller in callers() {
+        let dir = tempdir_for(caller);
+        let ws = dir.path().to_str().expect("utf-8 temp path").to_owned();
+        fs::create_dir(dir.path().join(".git")).expect("mkdir .git");
+        fs::write(dir.path().join("secret.env"), "TOKEN=1\n").expect("write secret");
+        fs::create_dir(dir.path().join("denied")).expect("mkdir denied");
+        for name in [".git", "secret.env", "denied"] {
+            give_to(caller, &dir.path().join(name));
+        }
+        let git = format!("{ws}/.git");
+        let agents = format!("{ws}/.agents");
+        let codex = format!("{ws}/.codex");
+        let secret = format!("{ws}/secret.env");
+        let denied = format!("{ws}/denied");
+        // Reference §4.3–§4.5: writable root, read-only metadata, masks.
+        let args: Vec<&str> = vec![
+            "--new-session",
+            "--die-with-parent",
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--bind",
+            &ws,
+            &ws,
+            "--ro-bind",
+            &git,
+            &git,
+            "--perms",
+            "555",
+            "--tmpfs",
+            &agents,
+            "--remount-ro",
+            &agents,
+            "--perms",
+            "555",
+            "--tmpfs",
+            &codex,
+            "--remount-ro",
+            &codex,
+            "--perms",
+            "000",
+            "--ro-bind-data",
+            "5",
+            &secret,
+            "--perms",
+            "000",
+            "--tmpfs",
+            &denied,
+            "--remount-ro",
+            &denied,
+            "--unshare-user",
+            "--unshare-pid",
+            "--unshare-net",
+            "--proc",
+            "/proc",
+            "--chdir",
+            &ws,
+        ];
+        let paths = [
+            ws.as_str(),
+            &git,
+            &agents,
+            &codex,
+            &secret,
+            &denied,
+            "/tmp",
+            "/",
+        ];
+        let argv = with_probe(&args, &paths);
+        let launch = |which: Impl| {
+            let null = OwnedFd::from(fs::File::open("/dev/null").expect("open /dev/null"));
+            let mut cmd = command_as(which, caller, &argv);
+            pass_fd(&mut cmd, &null, 5);
+            finish(cmd)
+        };
+        let system = launch(Impl::System);
+        let builtin = launch(Impl::Builtin);
+        assert_outcomes_equal_as(caller, &argv, &system, &builtin);
+        for line in [
+            format!("access: {ws} rw\n"),
+            format!("access: {git} r-\n"),
+            format!("cwd: {ws}\n"),
+        ] {
+            assert!(
+                builtin.stdout.contains(&line),
+                "{caller:?}: {}",
+                builtin.stdout
+            );
+        }
+        // The masks bubblewrap had to create on the host are there for both runs.
+        assert!(dir.path().join(".agents").is_dir());
+    }
 }
 
 #[test]
@@ -234,48 +300,63 @@ fn every_namespace_with_ids_and_hostname_observes_the_same() {
         "--tmpfs",
         "/tmp",
     ];
-    let outcome = assert_same(&with_probe(&args, PATHS));
-    assert!(
-        outcome.stdout.contains("ids: 1234 4321 [4321]\n"),
-        "{}",
-        outcome.stdout
-    );
-    assert!(outcome.stdout.contains("hostname: sandbox-host\n"));
-    assert!(outcome.stdout.contains("access: /tmp rw\n"));
-    let net = assert_same(&[
+    compare_plain(&with_probe(&args, PATHS), |caller, outcome| {
+        for line in [
+            "ids: 1234 4321 [4321]\n",
+            "hostname: sandbox-host\n",
+            "access: /tmp rw\n",
+            // --dev: the setup namespace maps uid 0, the command's is nested.
+            "uid_map: 1234 0 1\n",
+            "gid_map: 4321 0 1\n",
+        ] {
+            assert!(
+                outcome.stdout.contains(line),
+                "{caller:?}: {}",
+                outcome.stdout
+            );
+        }
+    });
+    let net = [
         "--ro-bind",
         "/",
         "/",
         "--unshare-net",
         "cat",
         "/proc/net/dev",
-    ]);
-    assert!(net.stdout.contains("lo:"));
+    ];
+    compare_plain(&net, |caller, outcome| {
+        assert!(outcome.stdout.contains("lo:"), "{caller:?}: {outcome:?}");
+    });
 }
+
+/// A root of its own: a tmpfs with the host's /usr and the usual links.
+const TMPFS_ROOT: &[&str] = &[
+    "--tmpfs",
+    "/",
+    "--ro-bind",
+    "/usr",
+    "/usr",
+    "--symlink",
+    "usr/bin",
+    "/bin",
+    "--symlink",
+    "usr/lib",
+    "/lib",
+    "--symlink",
+    "usr/lib64",
+    "/lib64",
+];
 
 #[test]
 fn tmpfs_root_with_binds_and_links_observes_the_same() {
     if !have_system_bwrap("tmpfs_root_with_binds_and_links_observes_the_same") {
         return;
     }
-    let args = [
-        "--tmpfs",
-        "/",
-        "--ro-bind",
-        "/usr",
-        "/usr",
+    let mut args = TMPFS_ROOT.to_vec();
+    args.extend([
         "--ro-bind",
         "/etc",
         "/etc",
-        "--symlink",
-        "usr/bin",
-        "/bin",
-        "--symlink",
-        "usr/lib",
-        "/lib",
-        "--symlink",
-        "usr/lib64",
-        "/lib64",
         "--symlink",
         "usr/sbin",
         "/sbin",
@@ -291,17 +372,119 @@ fn tmpfs_root_with_binds_and_links_observes_the_same() {
         "--mqueue",
         "/dev/mqueue",
         "--unshare-ipc",
-    ];
-    let outcome = assert_same(&with_probe(&args, PATHS));
-    assert_eq!(outcome.code, 0, "{outcome:?}");
-    // The host tree is gone: no /oldroot, /newroot or host directories.
-    assert!(
-        outcome
-            .stdout
-            .contains("root: bin dev etc lib lib64 proc sbin usr work \n"),
-        "{}",
-        outcome.stdout
-    );
+    ]);
+    compare_plain(&with_probe(&args, PATHS), |caller, outcome| {
+        assert_eq!(outcome.code, 0, "{caller:?}: {outcome:?}");
+        // The host tree is gone: no /oldroot, /newroot or host directories.
+        assert!(
+            outcome
+                .stdout
+                .contains("root: bin dev etc lib lib64 proc sbin usr work \n"),
+            "{caller:?}: {}",
+            outcome.stdout
+        );
+    });
+}
+
+/// The tree of directories bwrap has to create, with and without `--perms`
+/// (after [`TMPFS_ROOT`]), listed with their modes.
+const IMPLICIT_DIRS: &[&str] = &[
+    "--symlink",
+    "x",
+    "/a/b/c",
+    "--dir",
+    "/d/e",
+    "--perms",
+    "0700",
+    "--dir",
+    "/p/q",
+    "--perms",
+    "0640",
+    "--file",
+    "0",
+    "/f/g/h",
+    "--perms",
+    "0604",
+    "--tmpfs",
+    "/o/t",
+    "--ro-bind",
+    "/usr/bin",
+    "/u/v/w",
+    "--perms",
+    "01777",
+    "--tmpfs",
+    "/t/u",
+    "--perms",
+    "0777",
+    "--dir",
+    "/w/x",
+    "--dir",
+    "/s/",
+    "--unshare-pid",
+    "--proc",
+    "/m/proc",
+    "--dev",
+    "/n/dev",
+    "/usr/bin/stat",
+    "-c",
+    "%n %a",
+    "/a",
+    "/a/b",
+    "/d",
+    "/d/e",
+    "/p",
+    "/p/q",
+    "/f",
+    "/f/g",
+    "/f/g/h",
+    "/o",
+    "/u",
+    "/u/v",
+    "/t",
+    "/t/u",
+    "/w",
+    "/w/x",
+    "/s",
+    "/m",
+    "/n",
+];
+
+#[test]
+fn implicit_directories_get_bubblewraps_modes() {
+    if !have_system_bwrap("implicit_directories_get_bubblewraps_modes") {
+        return;
+    }
+    // Parents get 0755 less what the operation's mode withholds from group
+    // and others, 0700 for options without --perms; the setup runs with
+    // umask 0, so the caller's umask changes nothing.
+    let argv = [TMPFS_ROOT, IMPLICIT_DIRS].concat();
+    for umask in [0o022, 0o077] {
+        compare(
+            &argv,
+            |which, caller| {
+                let mut cmd = command_as(which, caller, &argv);
+                // SAFETY: umask is async-signal-safe and touches no memory.
+                unsafe {
+                    cmd.pre_exec(move || {
+                        libc::umask(umask);
+                        Ok(())
+                    });
+                }
+                finish(cmd)
+            },
+            |caller, outcome| {
+                assert_eq!(outcome.code, 0, "{caller:?}: {outcome:?}");
+                for line in ["/a 700\n", "/d 755\n", "/p 700\n", "/f 750\n", "/o 705\n"] {
+                    assert!(
+                        outcome.stdout.contains(line),
+                        "{caller:?}: {}",
+                        outcome.stdout
+                    );
+                }
+                assert!(outcome.stdout.contains("/w/x 777\n"), "{outcome:?}");
+            },
+        );
+    }
 }
 
 #[test]
@@ -335,15 +518,62 @@ fn bind_variants_and_remount_observe_the_same() {
         "/proc",
         "--unshare-pid",
     ];
-    let outcome = assert_same(&with_probe(
-        &args,
-        &["/tmp", "/tmp/etc", "/tmp/usr", "/tmp/dev"],
-    ));
-    assert!(
-        outcome.stdout.contains("access: /tmp r-\n"),
-        "{}",
-        outcome.stdout
+    compare_plain(
+        &with_probe(&args, &["/tmp", "/tmp/etc", "/tmp/usr", "/tmp/dev"]),
+        |caller, outcome| {
+            assert!(
+                outcome.stdout.contains("access: /tmp r-\n"),
+                "{caller:?}: {}",
+                outcome.stdout
+            );
+        },
     );
+}
+
+#[test]
+fn sources_resolve_on_the_host_like_bubblewrap() {
+    if !have_system_bwrap("sources_resolve_on_the_host_like_bubblewrap") {
+        return;
+    }
+    for caller in callers() {
+        // A relative source counts from the caller's cwd; a symlinked one
+        // is followed in the host tree, absolute target included.
+        let dir = tempdir_for(caller);
+        let real = dir.path().join("real");
+        fs::create_dir(&real).expect("mkdir real");
+        fs::write(real.join("inside"), "x").expect("file");
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).expect("absolute symlink");
+        for path in [&real, &real.join("inside"), &link] {
+            give_to(caller, path);
+        }
+        let link = link.to_str().expect("utf-8").to_owned();
+        for source in ["real", link.as_str()] {
+            let argv = [
+                "--ro-bind",
+                "/",
+                "/",
+                "--tmpfs",
+                "/mnt",
+                "--ro-bind",
+                source,
+                "/mnt/d",
+                "ls",
+                "/mnt/d",
+            ];
+            let launch = |which: Impl| {
+                let mut cmd = command_as(which, caller, &argv);
+                cmd.current_dir(dir.path());
+                finish(cmd)
+            };
+            let (system, builtin) = (launch(Impl::System), launch(Impl::Builtin));
+            assert_outcomes_equal_as(caller, &argv, &system, &builtin);
+            assert_eq!(
+                builtin.stdout, "inside\n",
+                "{caller:?} {source}: {builtin:?}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -386,32 +616,53 @@ fn file_data_perms_and_chmod_observe_the_same() {
         "--chmod",
         "0711",
         "/tmp/t",
+        "--perms",
+        "0600",
+        "--file",
+        "8",
+        "/tmp/f",
+        "--chmod",
+        "0",
+        "/tmp/b",
         "sh",
         "-c",
-        "cd /tmp && stat -c '%n %a %h %s %F' f b r d t d/link && cat f b r && \
+        "cd /tmp && stat -c '%n %a %h %s %F' f b r d t d/link && cat f r && \
          ls /proc/self/fd | tr '\\n' ' ' && grep -c ' /tmp/t ' /proc/self/mountinfo",
     ];
-    let run_with_data = |which: Impl| {
-        let mut cmd = command(which, &argv);
-        let mut keep = Vec::new();
-        for (fd, text) in [(5, "file\n"), (6, "bind\n"), (7, "robind\n")] {
-            let (read, write) = pipe();
-            fs::File::from(write)
-                .write_all(text.as_bytes())
-                .expect("fill pipe");
-            pass_fd(&mut cmd, &read, fd);
-            keep.push(read);
-        }
-        finish(cmd)
-    };
-    let system = run_with_data(Impl::System);
-    let builtin = run_with_data(Impl::Builtin);
-    assert_outcomes_equal(&argv, &system, &builtin);
-    assert!(
-        builtin.stdout.contains("f 640 1 5 regular file\n"),
-        "{builtin:?}"
+    compare(
+        &argv,
+        |which, caller| {
+            let mut cmd = command_as(which, caller, &argv);
+            let mut keep = Vec::new();
+            for (fd, text) in [
+                (5, "file\n"),
+                (6, "bind\n"),
+                (7, "robind\n"),
+                (8, "again\n"),
+            ] {
+                let (read, write) = pipe();
+                fs::File::from(write)
+                    .write_all(text.as_bytes())
+                    .expect("fill pipe");
+                pass_fd(&mut cmd, &read, fd);
+                keep.push(read);
+            }
+            finish(cmd)
+        },
+        |caller, outcome| {
+            // A second --file on the same path truncates it and keeps its mode.
+            assert!(
+                outcome.stdout.contains("f 640 1 6 regular file\n"),
+                "{caller:?}: {outcome:?}"
+            );
+            // The --bind-data file keeps no name where it was written.
+            assert!(
+                outcome.stdout.contains("b 0 0 5 regular file\n"),
+                "{outcome:?}"
+            );
+            assert!(outcome.stdout.contains("again\nrobind\n"), "{outcome:?}");
+        },
     );
-    assert!(builtin.stdout.contains("robind\n"), "{builtin:?}");
 }
 
 #[test]
@@ -438,17 +689,25 @@ fn environment_and_cwd_options_observe_the_same() {
         "x",
         "--unsetenv",
         "GONE",
+        "--setenv",
+        "HOME",
+        "/etc",
         "sh",
         "-c",
         "env | sort",
     ];
-    let outcome = assert_same(&env_args);
     let cwd = std::env::current_dir().expect("cwd");
-    assert_eq!(
-        outcome.stdout,
-        format!("A=b\nPATH=/usr/bin:/bin\nPWD={}\n", cwd.display())
-    );
-    assert_same(&[
+    compare_plain(&env_args, |caller, outcome| {
+        assert_eq!(
+            outcome.stdout,
+            format!(
+                "A=b\nHOME=/etc\nPATH=/usr/bin:/bin\nPWD={}\n",
+                cwd.display()
+            ),
+            "{caller:?}"
+        );
+    });
+    let chdir = [
         "--ro-bind",
         "/",
         "/",
@@ -457,12 +716,41 @@ fn environment_and_cwd_options_observe_the_same() {
         "sh",
         "-c",
         "pwd; echo $PWD",
-    ]);
-    let mut same_cwd = command(Impl::System, &["--ro-bind", "/", "/", "pwd"]);
-    same_cwd.current_dir("/usr/share");
-    let mut builtin_cwd = command(Impl::Builtin, &["--ro-bind", "/", "/", "pwd"]);
-    builtin_cwd.current_dir("/usr/share");
-    assert_outcomes_equal(&["pwd"], &finish(same_cwd), &finish(builtin_cwd));
+    ];
+    compare_plain(&chdir, |_, _| {});
+    // The caller's cwd when it exists inside, by its logical name ($PWD)
+    // when that names it; else $HOME; else /.
+    for (cwd, pwd, home, expected) in [
+        ("/usr/share", "/usr/../usr/share", "/", "/usr/../usr/share"),
+        ("/usr/bin", "/bin", "/", "/bin"),
+        ("/usr/share", "/elsewhere", "/", "/usr/share"),
+        ("/etc", "/etc", "/usr", "/usr"),
+        ("/etc", "/etc", "/nonexistent", "/"),
+    ] {
+        let mut argv = TMPFS_ROOT.to_vec();
+        argv.extend([
+            "--setenv",
+            "HOME",
+            home,
+            "/usr/bin/sh",
+            "-c",
+            "echo $PWD; pwd -P",
+        ]);
+        compare(
+            &argv,
+            |which, caller| {
+                let mut cmd = command_as(which, caller, &argv);
+                cmd.current_dir(cwd).env("PWD", pwd);
+                finish(cmd)
+            },
+            |caller, outcome| {
+                assert!(
+                    outcome.stdout.starts_with(&format!("{expected}\n")),
+                    "{caller:?} {cwd} {pwd} {home}: {outcome:?}"
+                );
+            },
+        );
+    }
 }
 
 #[test]
@@ -512,93 +800,9 @@ fn exit_status_passes_through_like_bubblewrap() {
         ),
     ];
     for (args, code) in cases {
-        let outcome = assert_same(args);
-        assert_eq!(outcome.code, *code, "{args:?}: {outcome:?}");
-    }
-}
-
-/// Spawns `which` with --info-fd; returns (launcher, child pid from info).
-/// With `wait_ready`, also waits until the command itself runs.
-fn spawn_with_info(which: Impl, extra: &[&str], wait_ready: bool) -> (std::process::Child, i32) {
-    let (read, write) = pipe();
-    let mut args = vec!["--ro-bind", "/", "/", "--unshare-pid", "--info-fd", "3"];
-    args.extend_from_slice(extra);
-    args.extend(["sh", "-c", "echo ready; exec sleep 600"]);
-    let mut cmd = command(which, &args);
-    pass_fd(&mut cmd, &write, 3);
-    cmd.stdout(Stdio::piped()).stderr(Stdio::null());
-    let mut child = cmd.spawn().expect("spawn launcher");
-    drop((cmd, write));
-    let mut info = String::new();
-    fs::File::from(read)
-        .read_to_string(&mut info)
-        .expect("read info");
-    let pid = info
-        .split("\"child-pid\":")
-        .nth(1)
-        .and_then(|rest| rest.split([',', '\n', '}']).next())
-        .and_then(|num| num.trim().parse::<i32>().ok())
-        .unwrap_or_else(|| panic!("no child-pid in {info:?}"));
-    if wait_ready {
-        let mut line = [0u8; 6];
-        child
-            .stdout
-            .as_mut()
-            .expect("stdout")
-            .read_exact(&mut line)
-            .expect("ready line");
-        assert_eq!(&line, b"ready\n");
-    }
-    (child, pid)
-}
-
-/// Whether the sandbox's first process ends (or is a zombie) once the
-/// launcher is killed. Polling is only a safety net, never a threshold.
-fn ends_after_parent_killed(which: Impl, die_with_parent: bool, wait_ready: bool) -> bool {
-    let extra: &[&str] = if die_with_parent {
-        &["--die-with-parent"]
-    } else {
-        &[]
-    };
-    let (mut launcher, pid) = spawn_with_info(which, extra, wait_ready);
-    launcher.kill().expect("kill launcher");
-    launcher.wait().expect("reap launcher");
-    let deadline = Instant::now() + Duration::from_secs(if die_with_parent { 20 } else { 1 });
-    loop {
-        let state = fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|stat| stat.rsplit(") ").next().map(|rest| rest.chars().next()));
-        match state {
-            None | Some(Some('Z')) => return true,
-            _ if Instant::now() > deadline => {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-                return false;
-            }
-            _ => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
-}
-
-#[test]
-fn die_with_parent_kills_the_sandbox_like_bubblewrap() {
-    if !have_system_bwrap("die_with_parent_kills_the_sandbox_like_bubblewrap") {
-        return;
-    }
-    assert!(ends_after_parent_killed(Impl::System, true, true));
-    assert!(ends_after_parent_killed(Impl::Builtin, true, true));
-    assert!(!ends_after_parent_killed(Impl::Builtin, false, true));
-}
-
-#[test]
-fn builtin_arms_die_with_parent_before_any_setup() {
-    // Documented improvement (SPEC §5.3 pitfalls): bubblewrap arms the death
-    // signal only once the command is forked, so a launcher killed during
-    // setup leaves the sandbox running; the built-in arms it first.
-    for _ in 0..3 {
-        assert!(ends_after_parent_killed(Impl::Builtin, true, false));
+        compare_plain(args, |caller, outcome| {
+            assert_eq!(outcome.code, *code, "{caller:?} {args:?}: {outcome:?}");
+        });
     }
 }
 
@@ -607,57 +811,68 @@ fn info_and_json_status_documents_have_bubblewraps_shape() {
     if !have_system_bwrap("info_and_json_status_documents_have_bubblewraps_shape") {
         return;
     }
-    let shape = |which: Impl| {
-        let (info_r, info_w) = pipe();
-        let (json_r, json_w) = pipe();
-        let args = [
-            "--ro-bind",
-            "/",
-            "/",
-            "--unshare-all",
-            "--info-fd",
-            "5",
-            "--json-status-fd",
-            "6",
-            "sh",
-            "-c",
-            "exit 5",
-        ];
-        let mut cmd = command(which, &args);
-        pass_fd(&mut cmd, &info_w, 5);
-        pass_fd(&mut cmd, &json_w, 6);
-        let outcome = finish(cmd);
-        drop((info_w, json_w));
-        let mut info = String::new();
-        let mut json = String::new();
-        fs::File::from(info_r)
-            .read_to_string(&mut info)
-            .expect("info");
-        fs::File::from(json_r)
-            .read_to_string(&mut json)
-            .expect("json");
-        let digits = |text: &str| {
-            text.chars()
-                .map(|c| if c.is_ascii_digit() { '9' } else { c })
-                .collect::<String>()
-        };
-        (
-            outcome.code,
-            digits(&info).replace("99", "9"),
-            json.lines().last().map(str::to_owned),
-        )
-    };
-    let squash = |(code, info, last): (i32, String, Option<String>)| {
-        let mut info = info;
-        while info.contains("99") {
-            info = info.replace("99", "9");
+    // The exit line comes only when the command did run.
+    for (command, last) in [
+        ("exit 5", "{ \"exit-code\": 5 }"),
+        ("exec /nonexistent", "{ \"exit-code\": 127 }"),
+    ] {
+        for caller in callers() {
+            let shape = |which: Impl, command: &[&str]| {
+                let (info_r, info_w) = pipe();
+                let (json_r, json_w) = pipe();
+                let mut args = vec![
+                    "--ro-bind",
+                    "/",
+                    "/",
+                    "--unshare-all",
+                    "--info-fd",
+                    "5",
+                    "--json-status-fd",
+                    "6",
+                ];
+                args.extend(command);
+                let mut cmd = command_as(which, caller, &args);
+                pass_fd(&mut cmd, &info_w, 5);
+                pass_fd(&mut cmd, &json_w, 6);
+                let outcome = finish(cmd);
+                drop((info_w, json_w));
+                let mut info = String::new();
+                let mut json = String::new();
+                fs::File::from(info_r)
+                    .read_to_string(&mut info)
+                    .expect("info");
+                fs::File::from(json_r)
+                    .read_to_string(&mut json)
+                    .expect("json");
+                let squash = |text: &str| {
+                    let mut text: String = text
+                        .chars()
+                        .map(|c| if c.is_ascii_digit() { '9' } else { c })
+                        .collect();
+                    while text.contains("99") {
+                        text = text.replace("99", "9");
+                    }
+                    text
+                };
+                let last = json.lines().last().map(|line| match line {
+                    "{ \"exit-code\": 5 }" | "{ \"exit-code\": 127 }" => line.to_owned(),
+                    other => squash(other),
+                });
+                (outcome.code, squash(&info), json.lines().count(), last)
+            };
+            let shell = ["sh", "-c", command];
+            let system = shape(Impl::System, &shell);
+            let builtin = shape(Impl::Builtin, &shell);
+            assert_eq!(system, builtin, "{caller:?} {command}");
+            assert_eq!(builtin.3.as_deref(), Some(last), "{caller:?} {command}");
+            // A command that cannot be exec'd gets no exit line at all.
+            let missing = ["/nonexistent-command"];
+            let system = shape(Impl::System, &missing);
+            let builtin = shape(Impl::Builtin, &missing);
+            assert_eq!(system, builtin, "{caller:?} exec failure");
+            assert_eq!((builtin.0, builtin.2), (1, 1), "{caller:?}: {builtin:?}");
         }
-        (code, info, last)
-    };
-    let system = squash(shape(Impl::System));
-    let builtin = squash(shape(Impl::Builtin));
-    assert_eq!(system, builtin);
-    assert_eq!(builtin.2.as_deref(), Some("{ \"exit-code\": 5 }"));
+    }
 }
 
 #[test]
@@ -665,46 +880,83 @@ fn block_fd_and_sync_fd_behave_like_bubblewrap() {
     if !have_system_bwrap("block_fd_and_sync_fd_behave_like_bubblewrap") {
         return;
     }
-    for which in [Impl::System, Impl::Builtin] {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let marker = dir.path().join("marker");
-        let marker_str = marker.to_str().expect("utf-8").to_owned();
-        let (block_r, block_w) = pipe();
-        let (sync_r, sync_w) = pipe();
-        let args = [
-            "--ro-bind",
-            "/",
-            "/",
-            "--block-fd",
-            "5",
-            "--sync-fd",
-            "6",
-            "sh",
-            "-c",
-            &format!("cat {marker_str}; ls /proc/self/fd | tr '\\n' ' '"),
-        ];
-        let mut cmd = command(which, &args);
-        pass_fd(&mut cmd, &block_r, 5);
-        pass_fd(&mut cmd, &sync_w, 6);
-        cmd.stdout(Stdio::piped());
-        let child = cmd.spawn().expect("spawn");
-        drop((cmd, block_r, sync_w));
-        // The command only runs once unblocked, so it sees the marker.
-        fs::write(&marker, "seen\n").expect("marker");
-        fs::File::from(block_w).write_all(b"x").expect("unblock");
-        let output = child.wait_with_output().expect("wait");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(stdout.starts_with("seen\n"), "{which:?}: {stdout}");
-        assert!(
-            stdout.ends_with("0 1 2 3 "),
-            "{which:?} leaks fds: {stdout}"
-        );
-        // Nothing holds the sync fd once the sandbox is gone.
-        let mut rest = Vec::new();
-        fs::File::from(sync_r)
-            .read_to_end(&mut rest)
-            .expect("sync fd EOF");
+    for caller in callers() {
+        for which in [Impl::System, Impl::Builtin] {
+            let dir = tempdir_for(caller);
+            let marker = dir.path().join("marker");
+            let marker_str = marker.to_str().expect("utf-8").to_owned();
+            let (block_r, block_w) = pipe();
+            let (sync_r, sync_w) = pipe();
+            let args = [
+                "--ro-bind",
+                "/",
+                "/",
+                "--block-fd",
+                "5",
+                "--sync-fd",
+                "6",
+                "sh",
+                "-c",
+                &format!("cat {marker_str}; ls /proc/self/fd | tr '\\n' ' '"),
+            ];
+            let mut cmd = command_as(which, caller, &args);
+            pass_fd(&mut cmd, &block_r, 5);
+            pass_fd(&mut cmd, &sync_w, 6);
+            cmd.stdout(Stdio::piped());
+            let child = cmd.spawn().expect("spawn");
+            drop((cmd, block_r, sync_w));
+            // The command only runs once unblocked, so it sees the marker.
+            fs::write(&marker, "seen\n").expect("marker");
+            fs::File::from(block_w).write_all(b"x").expect("unblock");
+            let output = child.wait_with_output().expect("wait");
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            assert!(
+                stdout.starts_with("seen\n"),
+                "{caller:?} {which:?}: {stdout}"
+            );
+            assert!(
+                stdout.ends_with("0 1 2 3 "),
+                "{caller:?} {which:?} leaks fds: {stdout}"
+            );
+            // Nothing holds the sync fd once the sandbox is gone.
+            let mut rest = Vec::new();
+            fs::File::from(sync_r)
+                .read_to_end(&mut rest)
+                .expect("sync fd EOF");
+        }
     }
+}
+
+#[test]
+fn as_pid_1_leaves_the_sync_fd_to_the_command_like_bubblewrap() {
+    if !have_system_bwrap("as_pid_1_leaves_the_sync_fd_to_the_command_like_bubblewrap") {
+        return;
+    }
+    let argv = [
+        "--ro-bind",
+        "/",
+        "/",
+        "--unshare-pid",
+        "--as-pid-1",
+        "--sync-fd",
+        "5",
+        "ls",
+        "/proc/self/fd",
+    ];
+    compare(
+        &argv,
+        |which, caller| {
+            let (read, write) = pipe();
+            let mut cmd = command_as(which, caller, &argv);
+            pass_fd(&mut cmd, &write, 5);
+            let outcome = finish(cmd);
+            drop((read, write));
+            outcome
+        },
+        |caller, outcome| {
+            assert_eq!(outcome.stdout, "0\n1\n2\n3\n5\n", "{caller:?}: {outcome:?}");
+        },
+    );
 }
 
 #[test]
@@ -730,29 +982,53 @@ fn seccomp_programs_apply_like_bubblewrap() {
         program.extend([jt, jf]);
         program.extend(k.to_ne_bytes());
     }
-    let argv = [
-        "--ro-bind",
-        "/",
-        "/",
-        "--tmpfs",
-        "/tmp",
-        "--seccomp",
-        "5",
-        "sh",
-        "-c",
-        "mkdir /tmp/x 2>/dev/null && echo made || echo denied; grep Seccomp: /proc/self/status",
-    ];
-    let with_program = |which: Impl| {
-        let (read, write) = pipe();
-        fs::File::from(write).write_all(&program).expect("program");
-        let mut cmd = command(which, &argv);
-        pass_fd(&mut cmd, &read, 5);
-        finish(cmd)
-    };
-    let system = with_program(Impl::System);
-    let builtin = with_program(Impl::Builtin);
-    assert_outcomes_equal(&argv, &system, &builtin);
-    assert!(builtin.stdout.starts_with("denied\n"), "{builtin:?}");
+    let script =
+        "mkdir /tmp/x 2>/dev/null && echo made || echo denied; grep Seccomp: /proc/self/status";
+    for option in ["--seccomp", "--add-seccomp-fd"] {
+        let argv = [
+            "--ro-bind",
+            "/",
+            "/",
+            "--tmpfs",
+            "/tmp",
+            option,
+            "5",
+            "sh",
+            "-c",
+            script,
+        ];
+        compare(
+            &argv,
+            |which, caller| {
+                let (read, write) = pipe();
+                fs::File::from(write).write_all(&program).expect("program");
+                let mut cmd = command_as(which, caller, &argv);
+                pass_fd(&mut cmd, &read, 5);
+                finish(cmd)
+            },
+            |caller, outcome| {
+                assert!(
+                    outcome.stdout.starts_with("denied\n"),
+                    "{caller:?}: {outcome:?}"
+                );
+            },
+        );
+    }
+    // A program that is no whole number of instructions, or empty.
+    for data in [&program[..7], &[][..]] {
+        let argv = ["--ro-bind", "/", "/", "--seccomp", "5", "true"];
+        compare(
+            &argv,
+            |which, caller| {
+                let (read, write) = pipe();
+                fs::File::from(write).write_all(data).expect("program");
+                let mut cmd = command_as(which, caller, &argv);
+                pass_fd(&mut cmd, &read, 5);
+                finish(cmd)
+            },
+            |caller, outcome| assert_eq!(outcome.code, 1, "{caller:?}: {outcome:?}"),
+        );
+    }
 }
 
 #[test]
@@ -760,31 +1036,32 @@ fn bind_fd_observes_the_same() {
     if !have_system_bwrap("bind_fd_observes_the_same") {
         return;
     }
-    let dir = tempfile::tempdir().expect("tempdir");
-    fs::write(dir.path().join("inside"), "x").expect("file");
-    let argv = [
-        "--ro-bind",
-        "/",
-        "/",
-        "--tmpfs",
-        "/mnt",
-        "--ro-bind-fd",
-        "5",
-        "/mnt/d",
-        "sh",
-        "-c",
-        "ls /mnt/d; test -w /mnt/d && echo w || echo ro",
-    ];
-    let with_dir = |which: Impl| {
-        let fd = OwnedFd::from(fs::File::open(dir.path()).expect("open dir"));
-        let mut cmd = command(which, &argv);
-        pass_fd(&mut cmd, &fd, 5);
-        finish(cmd)
-    };
-    let system = with_dir(Impl::System);
-    let builtin = with_dir(Impl::Builtin);
-    assert_outcomes_equal(&argv, &system, &builtin);
-    assert_eq!(builtin.stdout, "inside\nro\n");
+    for caller in callers() {
+        let dir = tempdir_for(caller);
+        fs::write(dir.path().join("inside"), "x").expect("file");
+        let argv = [
+            "--ro-bind",
+            "/",
+            "/",
+            "--tmpfs",
+            "/mnt",
+            "--ro-bind-fd",
+            "5",
+            "/mnt/d",
+            "sh",
+            "-c",
+            "ls /mnt/d; test -w /mnt/d && echo w || echo ro",
+        ];
+        let launch = |which: Impl| {
+            let fd = OwnedFd::from(fs::File::open(dir.path()).expect("open dir"));
+            let mut cmd = command_as(which, caller, &argv);
+            pass_fd(&mut cmd, &fd, 5);
+            finish(cmd)
+        };
+        let (system, builtin) = (launch(Impl::System), launch(Impl::Builtin));
+        assert_outcomes_equal_as(caller, &argv, &system, &builtin);
+        assert_eq!(builtin.stdout, "inside\nro\n", "{caller:?}");
+    }
 }
 
 #[test]
@@ -792,58 +1069,28 @@ fn disable_userns_and_new_session_observe_the_same() {
     if !have_system_bwrap("disable_userns_and_new_session_observe_the_same") {
         return;
     }
-    let outcome = assert_same(&[
+    let argv = [
         "--ro-bind",
         "/",
         "/",
         "--unshare-user",
         "--disable-userns",
         "--new-session",
+        "--uid",
+        "5",
         "sh",
         "-c",
         "unshare -U true 2>/dev/null && echo nested || echo refused; \
-         test \"$(ps -o sid= -p $$ | tr -d ' ')\" = $$ && echo leader",
-    ]);
-    assert_eq!(outcome.stdout, "refused\nleader\n");
-}
-
-#[test]
-fn unprivileged_caller_observes_the_same() {
-    if !have_system_bwrap("unprivileged_caller_observes_the_same") {
-        return;
-    }
-    if !Path::new("/usr/bin/setpriv").exists() || nix::unistd::getuid().as_raw() != 0 {
-        eprintln!("skipping unprivileged_caller_observes_the_same: needs root and setpriv");
-        return;
-    }
-    let exe = Path::new(common::bwrap::CODEXBOX);
-    let readable = exe.ancestors().all(|dir| {
-        fs::metadata(dir)
-            .map(|m| m.permissions().mode() & 0o005 != 0)
-            .unwrap_or(false)
-    });
-    if !readable {
-        eprintln!(
-            "skipping unprivileged_caller_observes_the_same: binary not reachable for nobody"
+         test \"$(ps -o sid= -p $$ | tr -d ' ')\" = $$ && echo leader; \
+         cat /proc/self/uid_map | tr -s ' '",
+    ];
+    compare_plain(&argv, |caller, outcome| {
+        // No reaper: the command itself leads the new session.
+        assert!(
+            outcome.stdout.starts_with("refused\nleader\n 5 5 1\n"),
+            "{caller:?}: {outcome:?}"
         );
-        return;
-    }
-    let script = "id -u; cat /proc/self/uid_map; grep -E '^Cap(Eff|Bnd)' /proc/self/status";
-    let as_nobody = |launcher: &str, arg0: &str| {
-        let mut cmd = std::process::Command::new("/usr/bin/setpriv");
-        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", launcher]);
-        let _ = arg0;
-        cmd.args(["--ro-bind", "/", "/", "--unshare-pid", "sh", "-c", script]);
-        finish(cmd)
-    };
-    let system = as_nobody(common::bwrap::SYSTEM_BWRAP, "bwrap");
-    let link_dir = tempfile::tempdir().expect("tempdir");
-    fs::set_permissions(link_dir.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
-    let link = link_dir.path().join("bwrap");
-    std::os::unix::fs::symlink(exe, &link).expect("symlink");
-    let builtin = as_nobody(link.to_str().expect("utf-8"), "bwrap");
-    assert_outcomes_equal(&["setpriv"], &system, &builtin);
-    assert!(builtin.stdout.starts_with("65534\n"), "{builtin:?}");
+    });
 }
 
 #[test]
@@ -877,22 +1124,24 @@ fn inherited_fds_pass_through_and_bwraps_own_do_not() {
         "ls",
         "/proc/self/fd",
     ];
-    let list = |which: Impl| {
-        let null = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/null");
-        let null = OwnedFd::from(null.expect("open /dev/null"));
-        let mut cmd = command(which, &argv);
-        for fd in [5, 6, 7, 8, 9] {
-            pass_fd(&mut cmd, &null, fd);
-        }
-        finish(cmd)
-    };
-    let system = list(Impl::System);
-    let builtin = list(Impl::Builtin);
-    assert_outcomes_equal(&argv, &system, &builtin);
-    assert_eq!(builtin.stdout, "0\n1\n2\n3\n9\n", "{builtin:?}");
+    compare(
+        &argv,
+        |which, caller| {
+            let null = fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/dev/null");
+            let null = OwnedFd::from(null.expect("open /dev/null"));
+            let mut cmd = command_as(which, caller, &argv);
+            for fd in [5, 6, 7, 8, 9] {
+                pass_fd(&mut cmd, &null, fd);
+            }
+            finish(cmd)
+        },
+        |caller, outcome| {
+            assert_eq!(outcome.stdout, "0\n1\n2\n3\n9\n", "{caller:?}: {outcome:?}");
+        },
+    );
 }
 
 #[test]
@@ -987,72 +1236,63 @@ fn builtin_sets_argv0_and_runs_as_a_subcommand() {
     assert_eq!(sub.stdout, "2\n", "{sub:?}");
 }
 
-/// Runs `python3` TIOCSTI injection through `which` inside a pseudo-terminal.
-fn tiocsti_in_pty(which: &str, new_session: bool) -> String {
-    let session = if new_session { "--new-session " } else { "" };
-    let program = "import fcntl, termios\n\
-                   try:\n    fcntl.ioctl(0, termios.TIOCSTI, b'x'); print('injected')\n\
-                   except OSError as e:\n    print('refused', e.errno)";
-    let inner =
-        format!("{which} --ro-bind / / --dev /dev {session}/usr/bin/python3 -c \"{program}\"");
-    let output = std::process::Command::new("script")
-        .args(["-qec", &inner, "/dev/null"])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run script");
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-#[test]
-fn builtin_new_session_blocks_terminal_injection() {
-    if !Path::new("/usr/bin/script").exists() || !Path::new("/usr/bin/python3").exists() {
-        eprintln!(
-            "skipping builtin_new_session_blocks_terminal_injection: needs script and python3"
-        );
-        return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let link = dir.path().join("bwrap");
-    std::os::unix::fs::symlink(common::bwrap::CODEXBOX, &link).expect("symlink");
-    let link = link.to_str().expect("utf-8");
-    let blocked = tiocsti_in_pty(link, true);
-    assert!(blocked.contains("refused 1"), "{blocked:?}");
-    // Documented difference: bubblewrap run by root keeps host capabilities
-    // (no user namespace), with which TIOCSTI still works after setsid().
-    let legacy = fs::read_to_string("/proc/sys/dev/tty/legacy_tiocsti").unwrap_or_default();
-    if legacy.trim() != "0" {
-        let same_session = tiocsti_in_pty(link, false);
-        assert!(same_session.contains("injected"), "{same_session:?}");
-    }
-}
-
 #[test]
 fn args_fd_and_share_net_observe_the_same() {
     if !have_system_bwrap("args_fd_and_share_net_observe_the_same") {
         return;
     }
-    let argv = [
-        "--args",
-        "5",
-        "sh",
-        "-c",
-        "hostname; echo $0 $1; ls /sys/class/net | tr '\\n' ' '",
-    ];
-    let with_args = |which: Impl| {
-        let (read, write) = pipe();
-        fs::File::from(write)
-            .write_all(
-                b"--ro-bind\0/\0/\0--unshare-all\0--share-net\0--unshare-uts\0--hostname\0h\0",
-            )
-            .expect("args");
-        let mut cmd = command(which, &argv);
-        pass_fd(&mut cmd, &read, 5);
-        finish(cmd)
-    };
-    let system = with_args(Impl::System);
-    let builtin = with_args(Impl::Builtin);
-    assert_outcomes_equal(&argv, &system, &builtin);
-    assert!(builtin.stdout.starts_with("h\nsh\n"), "{builtin:?}");
+    let script = "hostname; echo $0 $1; ls /sys/class/net | tr '\\n' ' '";
+    // Options from the fd come first; a command inside the data is dropped
+    // (bubblewrap only takes options from it).
+    for (data, argv, expected) in [
+        (
+            &b"--ro-bind\0/\0/\0--unshare-all\0--share-net\0--unshare-uts\0--hostname\0h\0"[..],
+            &["--args", "5", "sh", "-c", script][..],
+            "h\nsh\n",
+        ),
+        (
+            b"--ro-bind\0/\0/\0echo\0from-data\0",
+            &["--args", "5", "echo", "from-argv"],
+            "from-argv\n",
+        ),
+    ] {
+        compare(
+            argv,
+            |which, caller| {
+                let (read, write) = pipe();
+                fs::File::from(write).write_all(data).expect("args");
+                let mut cmd = command_as(which, caller, argv);
+                pass_fd(&mut cmd, &read, 5);
+                finish(cmd)
+            },
+            |caller, outcome| {
+                assert!(
+                    outcome.stdout.starts_with(expected),
+                    "{caller:?}: {outcome:?}"
+                );
+            },
+        );
+    }
+    // Nothing but options in the data and on the command line: no command,
+    // the usage (which names each launcher differently) and exit 1.
+    for caller in callers() {
+        let outcomes = [Impl::System, Impl::Builtin].map(|which| {
+            let (read, write) = pipe();
+            fs::File::from(write)
+                .write_all(b"--ro-bind\0/\0/\0echo\0from-data")
+                .expect("args");
+            let mut cmd = command_as(which, caller, &["--args", "5"]);
+            pass_fd(&mut cmd, &read, 5);
+            finish(cmd)
+        });
+        for outcome in outcomes {
+            assert_eq!(outcome.code, 1, "{caller:?}: {outcome:?}");
+            assert!(
+                outcome.stderr.starts_with("usage: "),
+                "{caller:?}: {outcome:?}"
+            );
+        }
+    }
 }
 
 /// The bwrap options `codexbox sandbox --explain` prints for a profile (up to
@@ -1092,51 +1332,54 @@ fn linux_sandbox_profile_argv_observes_the_same() {
     if !have_system_bwrap("linux_sandbox_profile_argv_observes_the_same") {
         return;
     }
-    let dir = tempfile::tempdir().expect("tempdir");
-    fs::create_dir(dir.path().join(".git")).expect("mkdir .git");
-    let ws = dir.path().to_str().expect("utf-8").to_owned();
-    for (profile, network) in [
-        ("read-only", false),
-        ("workspace", false),
-        ("workspace", true),
-    ] {
-        let args = sandbox_profile_argv(profile, dir.path(), network);
-        assert!(args.contains(&"--cap-drop".to_owned()), "{args:?}");
-        // Data fds the argv names (empty-file masks) are /dev/null for both.
-        let fds: Vec<i32> = args
-            .windows(2)
-            .filter(|pair| {
-                matches!(
-                    pair[0].as_str(),
-                    "--ro-bind-data" | "--bind-data" | "--file"
-                )
-            })
-            .filter_map(|pair| pair[1].parse().ok())
-            .collect();
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        let git = format!("{ws}/.git");
-        let argv = with_probe(&refs, &[ws.as_str(), &git, "/tmp", "/"]);
-        let launch = |which: Impl| {
-            let null = OwnedFd::from(fs::File::open("/dev/null").expect("open"));
-            let mut cmd = command(which, &argv);
-            for fd in &fds {
-                pass_fd(&mut cmd, &null, *fd);
-            }
-            finish(cmd)
-        };
-        let system = launch(Impl::System);
-        let builtin = launch(Impl::Builtin);
-        assert_outcomes_equal(&argv, &system, &builtin);
-        assert_eq!(builtin.code, 0, "{profile}: {builtin:?}");
-        assert!(builtin.stdout.contains("CapEff: 0000000000000000\n"));
-        let expected = if profile == "workspace" { "rw" } else { "r-" };
-        assert!(
-            builtin
-                .stdout
-                .contains(&format!("access: {ws} {expected}\n")),
-            "{profile}: {}",
-            builtin.stdout
-        );
-        assert!(builtin.stdout.contains(&format!("access: {git} r-\n")));
+    for caller in callers() {
+        let dir = tempdir_for(caller);
+        fs::create_dir(dir.path().join(".git")).expect("mkdir .git");
+        give_to(caller, &dir.path().join(".git"));
+        let ws = dir.path().to_str().expect("utf-8").to_owned();
+        for (profile, network) in [
+            ("read-only", false),
+            ("workspace", false),
+            ("workspace", true),
+        ] {
+            let args = sandbox_profile_argv(profile, dir.path(), network);
+            assert!(args.contains(&"--cap-drop".to_owned()), "{args:?}");
+            // Data fds the argv names (empty-file masks) are /dev/null for both.
+            let fds: Vec<i32> = args
+                .windows(2)
+                .filter(|pair| {
+                    matches!(
+                        pair[0].as_str(),
+                        "--ro-bind-data" | "--bind-data" | "--file"
+                    )
+                })
+                .filter_map(|pair| pair[1].parse().ok())
+                .collect();
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            let git = format!("{ws}/.git");
+            let argv = with_probe(&refs, &[ws.as_str(), &git, "/tmp", "/"]);
+            let launch = |which: Impl| {
+                let null = OwnedFd::from(fs::File::open("/dev/null").expect("open"));
+                let mut cmd = command_as(which, caller, &argv);
+                for fd in &fds {
+                    pass_fd(&mut cmd, &null, *fd);
+                }
+                finish(cmd)
+            };
+            let system = launch(Impl::System);
+            let builtin = launch(Impl::Builtin);
+            assert_outcomes_equal_as(caller, &argv, &system, &builtin);
+            assert_eq!(builtin.code, 0, "{caller:?} {profile}: {builtin:?}");
+            assert!(builtin.stdout.contains("CapEff: 0000000000000000\n"));
+            let expected = if profile == "workspace" { "rw" } else { "r-" };
+            assert!(
+                builtin
+                    .stdout
+                    .contains(&format!("access: {ws} {expected}\n")),
+                "{caller:?} {profile}: {}",
+                builtin.stdout
+            );
+            assert!(builtin.stdout.contains(&format!("access: {git} r-\n")));
+        }
     }
 }

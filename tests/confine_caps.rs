@@ -1,10 +1,10 @@
 //! Capabilities, no_new_privs and the session keyring after
-//! `sandbox::confine`, observed by a program exec'ed afterwards (as root,
+//! `sys::confine`, observed by a program exec'ed afterwards (as root,
 //! where an exec would otherwise hand back the full capability set).
 
 mod common;
 
-use codexbox::sandbox::confine;
+use codexbox::sys::confine;
 use common::confine::{exec_after, in_child, status_field};
 
 fn confined_status() -> String {

@@ -7,8 +7,8 @@ mod common;
 
 use std::os::unix::net::UnixListener;
 
-use codexbox::sandbox::confine;
 use codexbox::sandbox::seccomp::{SeccompMode, SeccompProgram};
+use codexbox::sys::confine;
 use common::confine::{errno, in_child};
 
 const EPERM: i32 = libc::EPERM;

@@ -221,10 +221,8 @@ async fn malformed_input_gets_the_minus_one_error_and_the_connection_keeps_servi
     let server = Server::start(&[]);
     let mut client = Client::connect(&server.url).await;
     let nested = "[".repeat(200_000);
-    let big = format!(
-        r#"{{"id":1,"method":"x","params":"{}"}}"#,
-        "a".repeat(100 << 20)
-    );
+    // Over the 128 MiB default and without an id to answer with.
+    let big = format!(r#"{{"method":"x","params":"{}"}}"#, "a".repeat(129 << 20));
     for bad in [
         "not-json".to_owned(),
         r#"{"id":1,"method":"a","method":"b"}"#.to_owned(),

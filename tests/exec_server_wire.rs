@@ -601,16 +601,16 @@ async fn envelope_members_of_the_wrong_type_are_malformed() {
 }
 
 #[tokio::test]
-async fn a_100_mib_message_is_refused_and_the_connection_stays_open() {
+async fn a_message_over_the_default_128_mib_limit_is_refused_and_the_connection_stays_open() {
     let server = Server::start(&[]);
     let (mut ws, _) = server.session().await;
-    let pad = "a".repeat(100 << 20);
+    let pad = "a".repeat(129 << 20);
     ws.send_text(format!(
         r#"{{"id":9,"method":"environment/status","params":{{"pad":"{pad}"}}}}"#
     ))
     .await;
     drop(pad);
-    expect_malformed_error(&mut ws).await;
+    expect_oversize_error(&mut ws, json!(9), 128 << 20).await;
     assert_still_serving(&mut ws).await;
 }
 
@@ -724,8 +724,22 @@ async fn the_live_process_limit_is_a_clear_error_and_frees_up() {
     assert_no_children(server.pid()).await;
 }
 
+/// An oversize request is answered with its own id (found by a scan of
+/// the message), so a client waiting on that id gets its answer.
+async fn expect_oversize_error(ws: &mut Raw, id: Value, limit: usize) {
+    let message = ws.recv().await;
+    assert_eq!(
+        message["id"], id,
+        "oversize request answers its id: {message}"
+    );
+    let (code, text) = error_of(&message).unwrap_or_else(|| panic!("not an error: {message}"));
+    assert_eq!(code, -32600, "{message}");
+    let limit = format!("exceeds the limit of {limit} bytes");
+    assert!(text.contains(&limit), "{text}");
+}
+
 #[tokio::test]
-async fn the_message_size_limit_is_configurable_and_answered_with_id_minus_one() {
+async fn the_message_size_limit_is_configurable_and_answered_with_the_request_id() {
     let server = Server::start(&["--max-message-bytes", "4096"]);
     let (mut ws, _) = server.session().await;
     let pad = "b".repeat(6000);
@@ -733,12 +747,26 @@ async fn the_message_size_limit_is_configurable_and_answered_with_id_minus_one()
         r#"{{"id":3,"method":"environment/status","params":{{"pad":"{pad}"}}}}"#
     ))
     .await;
+    expect_oversize_error(&mut ws, json!(3), 4096).await;
+    ws.send_text(format!(
+        r#"{{"params":{{"pad":"{pad}"}},"method":"environment/status","id":"s-3"}}"#
+    ))
+    .await;
+    expect_oversize_error(&mut ws, json!("s-3"), 4096).await;
+    // No id to recover (a notification, broken JSON): the `-1` error.
+    ws.send_text(format!(
+        r#"{{"method":"environment/status","params":{{"pad":"{pad}"}}}}"#
+    ))
+    .await;
+    expect_malformed_error(&mut ws).await;
+    ws.send_text(format!(r#"{{"id":5,"method":"m","params":"{pad}"#))
+        .await;
     expect_malformed_error(&mut ws).await;
     assert_still_serving(&mut ws).await;
 }
 
-/// SPEC §2.2: any message over the size limit gets the id ‑1 error and the
-/// connection stays open, however large it is.
+/// Any message over the size limit gets an error and the connection stays
+/// open, however large it is.
 #[tokio::test]
 async fn a_message_far_above_the_limit_is_answered_and_the_connection_stays_open() {
     let server = Server::start(&["--max-message-bytes", "4096"]);
@@ -748,7 +776,7 @@ async fn a_message_far_above_the_limit_is_answered_and_the_connection_stays_open
         r#"{{"id":3,"method":"environment/status","params":{{"pad":"{pad}"}}}}"#
     ))
     .await;
-    expect_malformed_error(&mut ws).await;
+    expect_oversize_error(&mut ws, json!(3), 4096).await;
     assert_still_serving(&mut ws).await;
 }
 

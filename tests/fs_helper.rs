@@ -4,7 +4,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use common::fs::{b64, helper_once, workdir, BIN};
 use serde_json::{json, Value};
@@ -87,18 +87,24 @@ fn argv0_codex_fs_helper_selects_the_mode() {
     assert!(dir.path().join("x/y").is_dir());
 }
 
-#[test]
-fn serve_form_answers_each_request_with_its_id_until_eof() {
-    let dir = workdir();
-    std::fs::write(dir.path().join("f"), b"data").unwrap();
+/// `fs-helper --serve` with its stdin and (buffered) stdout.
+fn spawn_serve() -> (Child, ChildStdin, BufReader<ChildStdout>) {
     let mut child = Command::new(BIN)
         .args(["fs-helper", "--serve"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let stdin = child.stdin.take().unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    (child, stdin, stdout)
+}
+
+#[test]
+fn serve_form_answers_each_request_with_its_id_until_eof() {
+    let dir = workdir();
+    std::fs::write(dir.path().join("f"), b"data").unwrap();
+    let (mut child, mut stdin, mut stdout) = spawn_serve();
     let mut ask = |request: Value| -> Value {
         writeln!(stdin, "{request}").unwrap();
         stdin.flush().unwrap();
@@ -129,4 +135,62 @@ fn serve_form_answers_each_request_with_its_id_until_eof() {
     assert_eq!(std::fs::read(dir.path().join("g")).unwrap(), b"xyz");
     drop(stdin);
     assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn serve_form_keeps_stream_handles_between_requests() {
+    let dir = workdir();
+    let path = dir.path().join("streamed");
+    let (mut child, mut stdin, mut stdout) = spawn_serve();
+    let mut ask = |operation: &str, params: Value| -> Value {
+        writeln!(
+            stdin,
+            "{}",
+            json!({"id": 1, "operation": operation, "params": params})
+        )
+        .unwrap();
+        stdin.flush().unwrap();
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let answer: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(answer["status"], "ok", "{operation}: {answer}");
+        answer["payload"]["response"].clone()
+    };
+    ask(
+        "fs/open",
+        json!({"handleId": "w", "path": path, "mode": "create"}),
+    );
+    ask(
+        "fs/writeBlock",
+        json!({"handleId": "w", "offset": 3, "dataBase64": b64(b"def")}),
+    );
+    ask(
+        "fs/writeBlock",
+        json!({"handleId": "w", "offset": 0, "dataBase64": b64(b"abc")}),
+    );
+    ask("fs/close", json!({"handleId": "w"}));
+    assert_eq!(std::fs::read(&path).unwrap(), b"abcdef");
+    ask("fs/open", json!({"handleId": "r", "path": path}));
+    let block = ask(
+        "fs/readBlock",
+        json!({"handleId": "r", "offset": 2, "len": 3}),
+    );
+    assert_eq!(block["chunk"], b64(b"cde"));
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn one_request_form_refuses_streaming_operations() {
+    let dir = workdir();
+    let request = json!({"operation": "fs/open", "params": {"handleId": "w", "path": dir.path().join("x"), "mode": "create"}});
+    let (code, stdout, _) = helper_once(&["fs-helper"], &request.to_string());
+    assert_eq!(code, 0);
+    let answer: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        answer,
+        json!({"status": "error", "payload": {"code": -32600,
+            "message": "`fs/open` needs the persistent form of the fs helper (--serve)"}})
+    );
+    assert!(!dir.path().join("x").exists());
 }

@@ -743,25 +743,39 @@ async fn open_handles_pin_the_file_and_are_bounded_per_connection() {
 }
 
 #[tokio::test]
-async fn streaming_refuses_a_platform_sandbox() {
+async fn streaming_with_a_platform_sandbox_reads_only_what_it_may() {
+    if !common::fs::sandbox_available() {
+        return;
+    }
     let server = Server::start();
     let client = server.connect().await;
-    let dir = workdir();
-    let root = canonical(&dir);
+    let (dir, hidden_dir) = (workdir(), workdir());
+    let (root, hidden) = (canonical(&dir), canonical(&hidden_dir));
     std::fs::write(root.join("f"), b"x").unwrap();
+    std::fs::write(hidden.join("secret"), b"secret").unwrap();
     let sandbox = common::fs::sandbox(common::fs::restricted(&[(&root, "read")], &[]), &root);
-    let err = client
-        .err(
+    client
+        .ok(
             "fs/open",
             json!({"handleId": "s", "path": root.join("f"), "sandbox": sandbox}),
         )
         .await;
-    assert_eq!(
-        (err.code, err.message.as_str()),
-        (
-            -32600,
-            "streaming file reads do not support platform sandboxing"
+    let block = client
+        .ok(
+            "fs/readBlock",
+            json!({"handleId": "s", "offset": 0, "len": 10}),
         )
+        .await;
+    assert_eq!(unb64(&block["chunk"]), b"x");
+    let err = client
+        .err(
+            "fs/open",
+            json!({"handleId": "t", "path": hidden.join("secret"), "sandbox": sandbox}),
+        )
+        .await;
+    assert!(
+        err.code == -32004 || err.message.contains("Permission denied"),
+        "{err:?}"
     );
     // A sandbox that runs directly is fine.
     let open = json!({"handleId": "d", "path": root.join("f"), "sandbox": {"permissions": {"type": "disabled"}}});

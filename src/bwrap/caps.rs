@@ -1,19 +1,22 @@
-//! Capabilities: `--cap-add` / `--cap-drop` names, and the final capability
-//! sets of the sandboxed command.
+//! Capabilities: `--cap-add` / `--cap-drop` names, and the capability sets
+//! the sandboxed command ends with.
 //!
-//! bubblewrap's rule, kept here: a command running as uid 0 inside the sandbox
-//! keeps every capability (of its user namespace) unless told otherwise, any
-//! other uid keeps none (a root caller passes its own set on instead).
-//! `--cap-drop`/`--cap-add` edit that set, which then is also ambient; the
-//! bounding set is cut down to it. Capabilities are only ever held in the
-//! sandbox's own user namespace, never on the host.
+//! bubblewrap's rule (not setuid), kept here: a root caller passes its own
+//! effective set on, any other caller passes nothing, whatever uid the
+//! command has inside; `--cap-add`/`--cap-drop` edit that set in order, and
+//! an edited set (or any set of a non-root caller) is also inheritable and
+//! ambient, so it survives the exec for any uid. The bounding set is always
+//! cut down to the set. Capabilities are only ever held in the command's own
+//! user namespace, below the one that owns the mounts.
 //!
-//! The system calls are [`crate::sandbox::confine`]'s: this module only names
-//! capabilities and decides the set; [`apply`] hands it over.
+//! Names are read as libcap's `cap_from_name` reads them. The system calls
+//! are [`crate::sys::confine`]'s: this module only names capabilities and
+//! decides the set.
 
-use crate::sandbox::confine::{self, ConfineError};
+use super::numbers::c_leading_ulong;
+use crate::sys::confine::{self, ConfineError};
 
-/// Capability names in kernel order (`CAP_CHOWN` = 0 …).
+/// Capability names in kernel order (`CAP_CHOWN` = 0 …), as libcap knows them.
 const CAP_NAMES: [&str; 41] = [
     "chown",
     "dac_override",
@@ -58,6 +61,9 @@ const CAP_NAMES: [&str; 41] = [
     "checkpoint_restore",
 ];
 
+/// Capability numbers libcap accepts (`__CAP_MAXBITS`).
+const CAP_MAX_BITS: u64 = 64;
+
 /// A set of capabilities as a bit mask (bit n = capability n).
 pub type CapSet = u64;
 
@@ -71,48 +77,58 @@ pub fn all_caps(last: u32) -> CapSet {
     }
 }
 
-/// Parses `ALL`, `CAP_SYS_ADMIN`, `cap_sys_admin` or `sys_admin`.
-pub fn parse_cap(name: &str) -> Option<CapSet> {
-    if name.eq_ignore_ascii_case("ALL") {
-        return Some(all_caps(confine::last_cap()));
+/// One capability as libcap's `cap_from_name` reads it: a number (C prefixes
+/// allowed) below 64, or `cap_` + a known name in any case. Like libcap, only
+/// the leading number or the leading run of letters and `_` is looked at, so
+/// `cap_chown,x` names `cap_chown`. `ALL` is the caller's business.
+pub fn parse_cap(name: &[u8]) -> Option<CapSet> {
+    if name.first().is_some_and(u8::is_ascii_digit) {
+        let number = c_leading_ulong(name).filter(|n| *n < CAP_MAX_BITS)?;
+        return Some(1u64 << number);
     }
-    let lower = name.to_ascii_lowercase();
-    let bare = lower.strip_prefix("cap_").unwrap_or(&lower);
+    let word_len = name
+        .iter()
+        .position(|byte| !(byte.is_ascii_alphabetic() || *byte == b'_'))
+        .unwrap_or(name.len());
+    let word = name.get(..word_len)?.to_ascii_lowercase();
+    let bare = word.strip_prefix(b"cap_")?;
     CAP_NAMES
         .iter()
-        .position(|known| *known == bare)
+        .position(|known| known.as_bytes() == bare)
         .map(|bit| 1u64 << bit)
 }
 
-/// One `--cap-add` or `--cap-drop`, in command-line order.
+/// One `--cap-add` or `--cap-drop`, in command-line order (`ALL` = every bit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CapEdit {
     Add(CapSet),
     Drop(CapSet),
 }
 
-/// The capabilities the command keeps; the bounding set is always cut down
-/// to them, as bubblewrap does. bubblewrap's rules: a root caller passes on
-/// its own effective set; otherwise uid 0 inside keeps everything and any
-/// other uid nothing. `--cap-add`/`--cap-drop` edit that set in order.
-pub fn requested_caps(
-    caller_root_caps: Option<CapSet>,
-    sandbox_uid: u32,
-    last: u32,
-    edits: &[CapEdit],
-) -> CapSet {
-    let mut caps = match caller_root_caps {
-        Some(caps) => caps,
-        None if sandbox_uid == 0 => all_caps(last),
-        None => 0,
-    };
+/// What the command keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CapPlan {
+    /// Effective and permitted set, and the bounding set.
+    pub keep: CapSet,
+    /// `keep` is also inheritable and raised as ambient.
+    pub ambient: bool,
+}
+
+/// bubblewrap's decision: the caller's effective set for a root caller,
+/// nothing otherwise; edited in order. A root caller's untouched set is kept
+/// as is (not made ambient); any other set is made ambient too.
+pub fn plan(caller_root_caps: Option<CapSet>, edits: &[CapEdit]) -> CapPlan {
+    let mut keep = caller_root_caps.unwrap_or(0);
     for edit in edits {
         match *edit {
-            CapEdit::Add(set) => caps |= set,
-            CapEdit::Drop(set) => caps &= !set,
+            CapEdit::Add(set) => keep |= set,
+            CapEdit::Drop(set) => keep &= !set,
         }
     }
-    caps
+    CapPlan {
+        keep,
+        ambient: caller_root_caps.is_none() || !edits.is_empty(),
+    }
 }
 
 /// The calling process's effective capabilities.
@@ -120,18 +136,10 @@ pub fn effective_caps() -> Result<CapSet, ConfineError> {
     confine::effective_capabilities()
 }
 
-/// Leaves the process with exactly `keep` (in its user namespace), for caps
-/// `0..=last`, the bounding set included. With `ambient` (the set was edited
-/// by `--cap-add`/`--cap-drop`) they are also inheritable and raised as
-/// ambient, so they survive an execve by any uid.
-/// Keeping nothing is [`confine::drop_capabilities_through`], which also
-/// locks the securebits.
-pub fn apply(keep: CapSet, ambient: bool, last: u32) -> Result<(), ConfineError> {
-    if keep == 0 {
-        confine::drop_capabilities_through(last)
-    } else {
-        confine::keep_only_capabilities(keep, last, ambient)
-    }
+/// Leaves the process with exactly the planned set (in its user namespace),
+/// for caps `0..=last`, the bounding set included.
+pub fn apply(plan: CapPlan, last: u32) -> Result<(), ConfineError> {
+    confine::keep_only_capabilities(plan.keep & all_caps(last), last, plan.ambient)
 }
 
 #[cfg(test)]
@@ -139,21 +147,44 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cap_names_parse_in_every_spelling() {
-        assert_eq!(parse_cap("CAP_SYS_ADMIN"), Some(1 << 21));
-        assert_eq!(parse_cap("cap_sys_admin"), Some(1 << 21));
-        assert_eq!(parse_cap("chown"), Some(1));
-        assert_eq!(parse_cap("FOO"), None);
-        assert_eq!(parse_cap("ALL"), Some(all_caps(confine::last_cap())));
+    fn cap_names_parse_as_libcap_reads_them() {
+        assert_eq!(parse_cap(b"CAP_SYS_ADMIN"), Some(1 << 21));
+        assert_eq!(parse_cap(b"cap_sys_admin"), Some(1 << 21));
+        assert_eq!(parse_cap(b"cap_sys_admin,"), Some(1 << 21));
+        assert_eq!(parse_cap(b"cap_chown"), Some(1));
+        assert_eq!(parse_cap(b"21"), Some(1 << 21));
+        assert_eq!(parse_cap(b"0x15"), Some(1 << 21));
+        assert_eq!(parse_cap(b"21abc"), Some(1 << 21));
+        assert_eq!(parse_cap(b"63"), Some(1 << 63));
+        assert_eq!(parse_cap(b"64"), None);
+        assert_eq!(parse_cap(b"sys_admin"), None);
+        assert_eq!(parse_cap(b"cap_chownx"), None);
+        assert_eq!(parse_cap(b" cap_chown"), None);
+        assert_eq!(parse_cap(b""), None);
     }
 
     #[test]
-    fn root_keeps_everything_unless_told_otherwise() {
+    fn only_a_root_caller_passes_capabilities_on() {
         let all = all_caps(40);
         assert_eq!(all, (1 << 41) - 1);
-        assert_eq!(requested_caps(None, 0, 40, &[]), all);
-        assert_eq!(requested_caps(None, 1000, 40, &[]), 0);
-        assert_eq!(requested_caps(Some(0b101), 0, 40, &[]), 0b101);
-        assert_eq!(requested_caps(None, 0, 40, &[CapEdit::Drop(all)]), 0);
+        assert_eq!(
+            plan(Some(all), &[]),
+            CapPlan {
+                keep: all,
+                ambient: false
+            }
+        );
+        assert_eq!(
+            plan(None, &[]),
+            CapPlan {
+                keep: 0,
+                ambient: true
+            }
+        );
+        assert_eq!(plan(Some(all), &[CapEdit::Drop(u64::MAX)]).keep, 0);
+        let added = plan(None, &[CapEdit::Add(1 << 13)]);
+        assert_eq!((added.keep, added.ambient), (1 << 13, true));
+        let edited = plan(Some(0b111), &[CapEdit::Drop(0b10), CapEdit::Add(0b1000)]);
+        assert_eq!((edited.keep, edited.ambient), (0b1101, true));
     }
 }

@@ -1,33 +1,42 @@
 //! Namespaces: the `clone` that creates them, the uid/gid maps, loopback in a
-//! new network namespace, and `--disable-userns`.
+//! new network namespace, the nested user namespace the command runs in, and
+//! `--disable-userns`.
 //!
 //! Unprivileged user namespaces only: the child maps its own uid and gid (one
 //! line each, `setgroups` denied), so no setuid helper and no host capability
-//! is ever used. A root caller gets a user namespace too, so the command's
-//! capabilities never reach beyond the sandbox.
+//! is ever used. A root caller gets a user namespace too. The setup runs in
+//! that first namespace, which owns the mount namespace; the command then
+//! runs in a second one nested in it, so whatever capabilities it holds never
+//! reach its mounts (as bubblewrap does whenever it nests).
 
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::Path;
 
 use super::cli::Unshare;
+use crate::sys::errno_text;
 
 /// A namespace step that failed; `Display` is bubblewrap's wording.
 #[derive(Debug, thiserror::Error)]
 pub enum NamespaceError {
     #[error("{}", clone_message(.0))]
     Clone(#[source] io::Error),
-    #[error("setting up uid map: {}", super::fds::desc(.0))]
+    #[error("Cannot create new cgroup namespace because the kernel does not support it")]
+    NoCgroupNamespace,
+    #[error("stat on /proc/self/ns/cgroup failed: {}", errno_text(.0))]
+    CgroupStat(#[source] io::Error),
+    #[error("setting up uid map: {}", errno_text(.0))]
     UidMap(#[source] io::Error),
-    #[error("setting up gid map: {}", super::fds::desc(.0))]
+    #[error("error writing to setgroups: {}", errno_text(.0))]
+    Setgroups(#[source] io::Error),
+    #[error("setting up gid map: {}", errno_text(.0))]
     GidMap(#[source] io::Error),
-    #[error("loopback: Failed RTM_NEWLINK: {}", super::fds::desc(.0))]
+    #[error("loopback: Failed RTM_NEWLINK: {}", errno_text(.0))]
     Loopback(#[source] io::Error),
-    #[error("sethostname: {}", super::fds::desc(.0))]
-    Hostname(#[source] io::Error),
-    #[error("Failed to set max_user_namespaces: {}", super::fds::desc(.0))]
-    MaxUserNamespaces(#[source] io::Error),
-    #[error("Creating new user namespace failed: {}", super::fds::desc(.0))]
+    #[error("cannot open /proc/sys/user/max_user_namespaces: {}", errno_text(.0))]
+    OpenMaxUserNamespaces(#[source] io::Error),
+    #[error("sysctl user.max_user_namespaces = 1: {}", errno_text(.0))]
+    WriteMaxUserNamespaces(#[source] io::Error),
+    #[error("unshare user ns: {}", errno_text(.0))]
     NestedUserns(#[source] io::Error),
     #[error("creation of new user namespaces was not disabled as requested")]
     UsernsStillAllowed,
@@ -46,12 +55,15 @@ fn clone_message(err: &io::Error) -> String {
         Some(libc::EINVAL) => "Creating new namespace failed, likely because the kernel does not \
              support user namespaces.  bwrap must be installed setuid on such systems."
             .to_owned(),
-        _ => format!("Creating new namespace failed: {}", super::fds::desc(err)),
+        Some(libc::ENOSPC) => "Creating new namespace failed: nesting depth or \
+             /proc/sys/user/max_*_namespaces exceeded (ENOSPC)"
+            .to_owned(),
+        _ => format!("Creating new namespace failed: {}", errno_text(err)),
     }
 }
 
 /// The clone flags for what was asked; a user and mount namespace always.
-pub fn clone_flags(unshare: &Unshare) -> libc::c_int {
+pub fn clone_flags(unshare: &Unshare) -> Result<libc::c_int> {
     let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS;
     if unshare.pid {
         flags |= libc::CLONE_NEWPID;
@@ -65,10 +77,22 @@ pub fn clone_flags(unshare: &Unshare) -> libc::c_int {
     if unshare.uts {
         flags |= libc::CLONE_NEWUTS;
     }
-    if unshare.cgroup || (unshare.cgroup_try && Path::new("/proc/self/ns/cgroup").exists()) {
+    let cgroup_ns = std::fs::metadata("/proc/self/ns/cgroup");
+    let has_cgroup_ns = cgroup_ns.is_ok();
+    if unshare.cgroup {
+        if let Err(err) = cgroup_ns {
+            return Err(if err.raw_os_error() == Some(libc::ENOENT) {
+                NamespaceError::NoCgroupNamespace
+            } else {
+                NamespaceError::CgroupStat(err)
+            });
+        }
         flags |= libc::CLONE_NEWCGROUP;
     }
-    flags
+    if unshare.cgroup_try && has_cgroup_ns {
+        flags |= libc::CLONE_NEWCGROUP;
+    }
+    Ok(flags)
 }
 
 /// What `clone` returned.
@@ -80,7 +104,8 @@ pub enum Forked {
 /// fork()-like clone into new namespaces: the child continues on a copy of
 /// this stack. Only sound because the bwrap mode is single-threaded.
 pub fn clone_into(flags: libc::c_int) -> Result<Forked> {
-    let flags = libc::c_ulong::try_from(flags | libc::SIGCHLD).unwrap_or(0);
+    let flags = libc::c_ulong::try_from(flags | libc::SIGCHLD)
+        .map_err(|_| NamespaceError::Clone(io::Error::from_raw_os_error(libc::EINVAL)))?;
     // SAFETY: with a NULL stack, clone behaves like fork: the child gets a
     // copy-on-write copy of this (single-threaded) process. No pointers are
     // passed (parent/child tid and tls are unused without their flags).
@@ -97,7 +122,9 @@ pub fn clone_into(flags: libc::c_int) -> Result<Forked> {
     match pid {
         -1 => Err(NamespaceError::Clone(io::Error::last_os_error())),
         0 => Ok(Forked::Child),
-        pid => Ok(Forked::Parent(libc::pid_t::try_from(pid).unwrap_or(-1))),
+        pid => libc::pid_t::try_from(pid)
+            .map(Forked::Parent)
+            .map_err(|_| NamespaceError::Clone(io::Error::from_raw_os_error(libc::EOVERFLOW))),
     }
 }
 
@@ -124,30 +151,41 @@ fn write_proc(proc_fd: &OwnedFd, name: &str, data: &str) -> io::Result<()> {
     open_write_at(proc_fd, &format!("self/{name}"))?.write_all(data.as_bytes())
 }
 
-/// Maps `inside` to `outside` (one id each), denying setgroups first.
-/// `proc_fd` is the host `/proc`, opened before the mount tree changed.
+/// One id of the namespace (`inside`) and the id of the parent namespace it
+/// stands for (`outside`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdMap {
+    pub inside: u32,
+    pub outside: u32,
+}
+
+/// Writes this process's (new) user namespace's maps, one id each, in
+/// bubblewrap's order: uid map, then (with `deny_setgroups`) setgroups,
+/// then gid map. `proc_fd` is the host `/proc`, opened before the mount
+/// tree changed.
 pub fn write_id_maps(
     proc_fd: &OwnedFd,
-    uid_inside: u32,
-    uid_outside: u32,
-    gid_inside: u32,
-    gid_outside: u32,
+    uid: IdMap,
+    gid: IdMap,
+    deny_setgroups: bool,
 ) -> Result<()> {
-    match write_proc(proc_fd, "setgroups", "deny\n") {
-        // Kernels before 3.19 have no setgroups file.
-        Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-        other => other.map_err(NamespaceError::GidMap)?,
-    }
     write_proc(
         proc_fd,
         "uid_map",
-        &format!("{uid_inside} {uid_outside} 1\n"),
+        &format!("{} {} 1\n", uid.inside, uid.outside),
     )
     .map_err(NamespaceError::UidMap)?;
+    if deny_setgroups {
+        match write_proc(proc_fd, "setgroups", "deny\n") {
+            // Kernels before 3.19 have no setgroups file.
+            Err(err) if err.raw_os_error() == Some(libc::ENOENT) => {}
+            other => other.map_err(NamespaceError::Setgroups)?,
+        }
+    }
     write_proc(
         proc_fd,
         "gid_map",
-        &format!("{gid_inside} {gid_outside} 1\n"),
+        &format!("{} {} 1\n", gid.inside, gid.outside),
     )
     .map_err(NamespaceError::GidMap)?;
     Ok(())
@@ -166,15 +204,16 @@ pub fn loopback_up() -> Result<()> {
     // SAFETY: ifreq is plain old data; all-zero is a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     for (slot, byte) in req.ifr_name.iter_mut().zip(b"lo\0") {
-        *slot = *byte as libc::c_char;
+        *slot = libc::c_char::from_ne_bytes([*byte]);
     }
     // SAFETY: SIOCGIFFLAGS reads into the ifreq we own.
     if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
         return Err(NamespaceError::Loopback(io::Error::last_os_error()));
     }
+    let up = libc::c_short::try_from(libc::IFF_UP | libc::IFF_RUNNING).unwrap_or(0);
     // SAFETY: the flags member of the union is the one SIOCGIFFLAGS filled.
     unsafe {
-        req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+        req.ifr_ifru.ifru_flags |= up;
     }
     // SAFETY: SIOCSIFFLAGS reads the ifreq we own.
     if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
@@ -183,32 +222,27 @@ pub fn loopback_up() -> Result<()> {
     Ok(())
 }
 
-/// Sets the hostname of the new UTS namespace.
-pub fn set_hostname(name: &std::ffi::OsStr) -> Result<()> {
-    nix::unistd::sethostname(name).map_err(|errno| NamespaceError::Hostname(errno.into()))
-}
-
-/// `--disable-userns`, part one (still holding the sandbox namespace's
-/// capabilities): allow exactly one more user namespace below this one.
-pub fn limit_user_namespaces(proc_fd: &OwnedFd) -> Result<()> {
-    open_write_at(proc_fd, "sys/user/max_user_namespaces")
-        .and_then(|mut file| file.write_all(b"1\n"))
-        .map_err(NamespaceError::MaxUserNamespaces)
-}
-
-/// After every mount: move into a nested user namespace mapping the
-/// requested ids (inside, outside) onto the setup ids. With `--disable-userns` it is the
-/// last one allowed (see [`limit_user_namespaces`]): check that no further one
-/// can be created.
+/// After every mount: move into the nested user namespace the command runs
+/// in, mapping the requested ids onto the setup ids. With `disable_userns`
+/// it is the last one allowed: `max_user_namespaces` is set to 1 first (in
+/// the setup namespace, still holding its capabilities), and creating
+/// another one is checked to fail.
 pub fn enter_nested_user_namespace(
     proc_fd: &OwnedFd,
-    (uid, setup_uid): (u32, u32),
-    (gid, setup_gid): (u32, u32),
+    uid: IdMap,
+    gid: IdMap,
     disable_userns: bool,
 ) -> Result<()> {
+    if disable_userns {
+        let mut sysctl = open_write_at(proc_fd, "sys/user/max_user_namespaces")
+            .map_err(NamespaceError::OpenMaxUserNamespaces)?;
+        sysctl
+            .write_all(b"1")
+            .map_err(NamespaceError::WriteMaxUserNamespaces)?;
+    }
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER)
         .map_err(|errno| NamespaceError::NestedUserns(errno.into()))?;
-    write_id_maps(proc_fd, uid, setup_uid, gid, setup_gid)?;
+    write_id_maps(proc_fd, uid, gid, false)?;
     if disable_userns && nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER).is_ok() {
         return Err(NamespaceError::UsernsStillAllowed);
     }
@@ -221,7 +255,7 @@ mod tests {
 
     #[test]
     fn user_and_mount_namespaces_are_always_created() {
-        let flags = clone_flags(&Unshare::default());
+        let flags = clone_flags(&Unshare::default()).expect("flags");
         assert_eq!(flags, libc::CLONE_NEWUSER | libc::CLONE_NEWNS);
         let all = clone_flags(&Unshare {
             pid: true,
@@ -230,7 +264,8 @@ mod tests {
             uts: true,
             cgroup: true,
             ..Unshare::default()
-        });
+        })
+        .expect("flags");
         for flag in [
             libc::CLONE_NEWPID,
             libc::CLONE_NEWNET,
@@ -248,5 +283,7 @@ mod tests {
         assert!(err
             .to_string()
             .starts_with("No permissions to create a new namespace"));
+        let err = NamespaceError::Clone(io::Error::from_raw_os_error(libc::ENOSPC));
+        assert!(err.to_string().ends_with("exceeded (ENOSPC)"));
     }
 }

@@ -9,17 +9,19 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
-use super::fds;
+use super::log::Log;
+use super::status;
+use crate::sys::{errno_text, fds};
 
-/// bubblewrap's exit status for a wait status: the exit code, or 128 + the
-/// signal that killed it.
+/// bubblewrap's exit status for a wait status: the exit code, 128 + the
+/// signal that killed it, 255 otherwise.
 pub fn exit_code(status: libc::c_int) -> i32 {
     if libc::WIFEXITED(status) {
         libc::WEXITSTATUS(status)
     } else if libc::WIFSIGNALED(status) {
         128 + libc::WTERMSIG(status)
     } else {
-        1
+        255
     }
 }
 
@@ -40,7 +42,7 @@ fn wait_any(pid: libc::pid_t) -> io::Result<(libc::pid_t, libc::c_int)> {
 
 /// The reaper: waits for every child; reports the command's status as soon
 /// as it ends, and exits with it once nothing is left to reap.
-pub fn run_reaper(command: libc::pid_t, status_pipe: OwnedFd) -> i32 {
+pub fn run_reaper(command: libc::pid_t, status_pipe: OwnedFd, log: Log) -> i32 {
     let mut code = 1;
     let mut status_pipe = Some(status_pipe);
     loop {
@@ -48,51 +50,84 @@ pub fn run_reaper(command: libc::pid_t, status_pipe: OwnedFd) -> i32 {
             Ok((pid, status)) if pid == command => {
                 code = exit_code(status);
                 if let Some(pipe) = status_pipe.take() {
+                    // The outer process may be gone already: nothing to tell then.
                     let _ = fds::write_all(pipe.as_raw_fd(), &code.to_ne_bytes());
                 }
             }
             Ok(_) => {}
-            Err(_) => break,
+            Err(err) if err.raw_os_error() == Some(libc::ECHILD) => break,
+            Err(err) => {
+                log.error(&format_args!("init wait(): {}", errno_text(&err)));
+                return 1;
+            }
         }
     }
     code
 }
 
+/// The outer process's ends of the pipes from the sandbox.
+pub struct Monitored {
+    /// The sandbox's first process.
+    pub child: libc::pid_t,
+    /// The command's exit status, from the reaper (EOF without one).
+    pub status: OwnedFd,
+    /// With `--json-status-fd`: one byte once the command is about to be
+    /// exec'd, a second one if that exec failed.
+    pub setup_finished: Option<OwnedFd>,
+}
+
 /// The outer process: waits for the command's status (from the reaper, or
-/// the direct child's own exit), writes the JSON status line, returns it.
-pub fn monitor(child: libc::pid_t, status_pipe: OwnedFd, json_status_fd: Option<RawFd>) -> i32 {
+/// the direct child's own exit), writes the JSON exit line when the command
+/// did run (as bubblewrap does), returns the status.
+pub fn monitor(pipes: Monitored, json_status_fd: Option<RawFd>, log: Log) -> i32 {
     let mut buf = [0u8; 4];
-    let mut got = 0;
-    while got < buf.len() {
-        // SAFETY: reads into the unfilled tail of a live 4-byte buffer.
-        let rc = unsafe {
-            libc::read(
-                status_pipe.as_raw_fd(),
-                buf[got..].as_mut_ptr().cast(),
-                buf.len() - got,
-            )
-        };
-        if rc > 0 {
-            got += usize::try_from(rc).unwrap_or(0);
-        } else if rc == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            break;
-        }
-    }
+    let got = read_full(pipes.status.as_raw_fd(), &mut buf);
     let code = if got == buf.len() {
         i32::from_ne_bytes(buf)
     } else {
-        match wait_any(child) {
+        match wait_any(pipes.child) {
             Ok((_, status)) => exit_code(status),
             Err(err) => {
-                eprintln!("bwrap: waitpid: {}", fds::desc(&err));
+                log.error(&format_args!("waitpid: {}", errno_text(&err)));
                 1
             }
         }
     };
-    if let Some(fd) = json_status_fd {
-        let _ = fds::write_all(fd, fds::status_exit_json(code).as_bytes());
+    if let (Some(fd), Some(finished)) = (json_status_fd, pipes.setup_finished) {
+        let mut marks = [0u8; 2];
+        if read_once(finished.as_raw_fd(), &mut marks) == 1 {
+            // Like bubblewrap, a failed write of this last line is not an error.
+            let _ = fds::write_all(fd, status::status_exit_json(code).as_bytes());
+        }
+        fds::close(fd);
     }
     code
+}
+
+/// One `read` (retried on EINTR); 0 on EOF or error.
+fn read_once(fd: RawFd, buf: &mut [u8]) -> usize {
+    loop {
+        // SAFETY: reads at most `buf.len()` bytes into the live buffer.
+        let rc = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if rc >= 0 {
+            return usize::try_from(rc).unwrap_or(0);
+        }
+        if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return 0;
+        }
+    }
+}
+
+/// Reads until `buf` is full or EOF; returns how much was read.
+fn read_full(fd: RawFd, buf: &mut [u8]) -> usize {
+    let mut got = 0;
+    while let Some(rest) = buf.get_mut(got..).filter(|rest| !rest.is_empty()) {
+        match read_once(fd, rest) {
+            0 => break,
+            n => got += n,
+        }
+    }
+    got
 }
 
 #[cfg(test)]
@@ -103,5 +138,7 @@ mod tests {
     fn signals_become_128_plus_the_signal() {
         assert_eq!(exit_code(9), 137);
         assert_eq!(exit_code(7 << 8), 7);
+        // Stopped: neither exited nor signalled.
+        assert_eq!(exit_code(0x137f), 255);
     }
 }

@@ -512,6 +512,36 @@ impl ExecServerClient {
         self.call("fs/open", params).await.map(drop)
     }
 
+    /// `fs/open` with an explicit mode: `Read` is [`Self::fs_open`];
+    /// `Create`, `Truncate` and `Append` open a handle for
+    /// [`Self::fs_write_block`].
+    pub async fn fs_open_mode(
+        &self,
+        handle_id: &str,
+        path: &str,
+        mode: crate::protocol::fs::OpenMode,
+        sandbox: Option<&Value>,
+    ) -> Result<(), ClientError> {
+        let params = json!({"handleId": handle_id, "path": path, "mode": mode, "sandbox": sandbox});
+        self.call("fs/open", params).await.map(drop)
+    }
+
+    /// `fs/writeBlock`: writes `data` (at most 1 MiB) at `offset` of a
+    /// handle opened for writing.
+    pub async fn fs_write_block(
+        &self,
+        handle_id: &str,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), ClientError> {
+        let params = json!({
+            "handleId": handle_id,
+            "offset": offset,
+            "dataBase64": types::b64().encode(data),
+        });
+        self.call("fs/writeBlock", params).await.map(drop)
+    }
+
     /// `fs/readBlock`: up to `len` bytes at `offset`, and whether EOF was hit.
     pub async fn fs_read_block(
         &self,
@@ -529,7 +559,8 @@ impl ExecServerClient {
         Ok((decode_base64("fs/readBlock", &block.chunk)?, block.eof))
     }
 
-    /// `fs/close` of a read handle.
+    /// `fs/close`: a write handle is synced to disk first, and an error
+    /// there is returned.
     pub async fn fs_close(&self, handle_id: &str) -> Result<(), ClientError> {
         self.call("fs/close", json!({"handleId": handle_id}))
             .await

@@ -1,8 +1,11 @@
 //! The error of a filesystem operation and its JSON-RPC code (reference
 //! notes §8.10): NotFound → ‑32004, PermissionDenied/InvalidInput → ‑32600,
 //! any other I/O error → ‑32603; the message is the I/O error's text.
+//! Paths an operation refuses to act on (see [`super::entry`]) are ‑32600
+//! with a message naming the path.
 
 use std::io;
+use std::path::PathBuf;
 
 /// JSON-RPC code: invalid request.
 pub const INVALID_REQUEST: i64 = -32600;
@@ -31,6 +34,36 @@ pub enum FsError {
     /// Anything else (‑32603).
     #[error("{0}")]
     Internal(String),
+    /// The path is `/` (‑32600). `op` is the method, e.g. `fs/remove`.
+    #[error("{op} refuses `{}`: it names the root directory", .path.display())]
+    RootDirectory { op: &'static str, path: PathBuf },
+    /// The path's last component is `.` or `..` (‑32600).
+    #[error("{op} refuses `{}`: its last component is `.` or `..`", .path.display())]
+    DotComponent { op: &'static str, path: PathBuf },
+    /// The path ends in `/` and its last component is a symlink, so it names
+    /// whatever the link points to (‑32600).
+    #[error(
+        "{op} refuses `{}`: the trailing `/` names what the symlink `{}` points to, and {op} does not go through symlinks",
+        .path.display(), .link.display()
+    )]
+    ThroughSymlink {
+        op: &'static str,
+        path: PathBuf,
+        link: PathBuf,
+    },
+    /// An entry the operation would create or overwrite is a symlink (‑32600).
+    #[error("{op} refuses to write `{}`: it is a symlink, and {op} does not write through symlinks", .path.display())]
+    SymlinkInTheWay { op: &'static str, path: PathBuf },
+    /// The path ends in `/` but what would be created there is not a
+    /// directory (‑32600).
+    #[error("{op} refuses `{}`: a path ending in `/` names a directory, and the source is not one", .path.display())]
+    TrailingSlash { op: &'static str, path: PathBuf },
+}
+
+impl From<nix::errno::Errno> for FsError {
+    fn from(errno: nix::errno::Errno) -> Self {
+        FsError::Io(errno.into())
+    }
 }
 
 /// A result of a filesystem operation.
@@ -59,6 +92,11 @@ impl FsError {
             FsError::InvalidParams(_) => INVALID_PARAMS,
             FsError::NotFound(_) => NOT_FOUND,
             FsError::Internal(_) => INTERNAL_ERROR,
+            FsError::RootDirectory { .. }
+            | FsError::DotComponent { .. }
+            | FsError::ThroughSymlink { .. }
+            | FsError::SymlinkInTheWay { .. }
+            | FsError::TrailingSlash { .. } => INVALID_REQUEST,
         }
     }
 

@@ -1,12 +1,17 @@
 //! Filesystem operations, implemented once and shared by the server's direct
 //! path and the fs-helper (SPEC §4, reference notes §8): the one-shot
-//! operations ([`ops::run`]), `fs/walk` ([`walk`]), the per-connection
-//! streaming reads ([`stream::FileStreams`]) and the error-to-code mapping
+//! operations ([`ops::run`]), the entry-changing `fs/remove` ([`remove`])
+//! and `fs/copy` ([`copy`]) that reach entries through their parent
+//! directory's descriptor ([`entry`]), `fs/walk` ([`walk`]), the tables of
+//! streaming reads and writes ([`stream::FileStreams`]) and the error-to-code mapping
 //! ([`error::FsError`]). Where an operation runs (directly or in a sandboxed
 //! helper) is decided by the server, not here.
 
+pub mod copy;
+pub mod entry;
 pub mod error;
 pub mod ops;
+pub mod remove;
 pub mod stream;
 pub mod walk;
 

@@ -6,7 +6,7 @@
 use std::fs::{self, File, Metadata, OpenOptions};
 use std::io::{self, Read};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::time::SystemTime;
 
 use base64::Engine;
@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::error::{FsError, Result};
-use super::walk;
+use super::{copy, remove, walk};
 use crate::protocol::fs::{
     method, CanonicalizeResponse, CopyParams, CreateDirectoryParams, DirectoryEntry, EmptyResponse,
     GetMetadataResponse, PathFieldsProbe, PathParams, ReadDirectoryResponse, ReadFileParams,
@@ -92,8 +92,8 @@ pub fn run(operation: &str, params: Value) -> Result<Value> {
         method::CANONICALIZE => to_value(canonicalize(&decode_params(params)?)?),
         method::READ_DIRECTORY => to_value(read_directory(&decode_params(params)?)?),
         method::WALK => to_value(walk::walk(&decode_params::<WalkParams>(params)?)?),
-        method::REMOVE => to_value(remove(&decode_params(params)?)?),
-        method::COPY => to_value(copy(&decode_params(params)?)?),
+        method::REMOVE => to_value(remove::remove(&decode_params(params)?)?),
+        method::COPY => to_value(copy::copy(&decode_params(params)?)?),
         other => Err(FsError::InvalidRequest(format!(
             "unsupported fs operation `{other}`"
         ))),
@@ -162,11 +162,34 @@ pub fn write_file(params: &WriteFileParams) -> Result<EmptyResponse> {
 /// `fs/createDirectory`: recursive (the default) succeeds when it exists.
 pub fn create_directory(params: &CreateDirectoryParams) -> Result<EmptyResponse> {
     if params.recursive.unwrap_or(true) {
-        fs::create_dir_all(params.path.path())?;
+        create_directory_all(params.path.path())?;
     } else {
         fs::create_dir(params.path.path())?;
     }
     Ok(EmptyResponse {})
+}
+
+/// `mkdir -p`: creates each missing component in turn, each one resolved
+/// by the kernel (so `a/../b` creates `a` and `b`, `new/.` creates `new`,
+/// and an existing symlink to a directory counts as that directory).
+fn create_directory_all(path: &Path) -> io::Result<()> {
+    let exists_as_directory = |result: io::Result<()>, at: &Path| match result {
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists && at.is_dir() => Ok(()),
+        other => other,
+    };
+    match exists_as_directory(fs::create_dir(path), path) {
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+        done => return done,
+    }
+    let mut prefix = PathBuf::new();
+    for component in path.components() {
+        prefix.push(component);
+        if let Component::Normal(_) = component {
+            exists_as_directory(fs::create_dir(&prefix), &prefix)?;
+        }
+    }
+    // `components()` drops a trailing `.`; the kernel sees it once more.
+    exists_as_directory(fs::create_dir(path), path)
 }
 
 fn millis(time: io::Result<SystemTime>) -> i64 {
@@ -234,105 +257,4 @@ pub fn read_directory(params: &PathParams) -> Result<ReadDirectoryResponse> {
         })
         .collect();
     Ok(ReadDirectoryResponse { entries })
-}
-
-/// `fs/remove`: `lstat`, then `remove_dir_all`/`rmdir` for a directory and
-/// `unlink` for anything else (a symlink goes, its target stays).
-/// `recursive` and `force` default to true; `force` ignores NotFound.
-pub fn remove(params: &RemoveParams) -> Result<EmptyResponse> {
-    let path = params.path.path();
-    let force = params.force.unwrap_or(true);
-    let result = fs::symlink_metadata(path).and_then(|meta| {
-        if meta.is_dir() {
-            if params.recursive.unwrap_or(true) {
-                fs::remove_dir_all(path)
-            } else {
-                fs::remove_dir(path)
-            }
-        } else {
-            fs::remove_file(path)
-        }
-    });
-    match result {
-        Err(err) if force && err.kind() == io::ErrorKind::NotFound => Ok(EmptyResponse {}),
-        other => Ok(other.map(|()| EmptyResponse {})?),
-    }
-}
-
-/// The canonical form of a path that may not exist yet: its deepest
-/// existing ancestor canonicalized, the rest appended.
-fn canonical_for_compare(path: &Path) -> PathBuf {
-    let mut rest = Vec::new();
-    let mut cursor = path.to_path_buf();
-    loop {
-        if let Ok(real) = fs::canonicalize(&cursor) {
-            let mut out = real;
-            out.extend(rest.iter().rev());
-            return out;
-        }
-        match (
-            cursor.file_name().map(|n| n.to_os_string()),
-            cursor.parent(),
-        ) {
-            (Some(name), Some(parent)) => {
-                rest.push(name);
-                cursor = parent.to_path_buf();
-            }
-            _ => return path.to_path_buf(),
-        }
-    }
-}
-
-/// `fs/copy`: files, symlinks (recreated with the same target) and, with
-/// `recursive`, directory trees (special files inside are skipped).
-pub fn copy(params: &CopyParams) -> Result<EmptyResponse> {
-    let source = params.source_path.path();
-    let destination = params.destination_path.path();
-    let meta = fs::symlink_metadata(source)?;
-    let kind = meta.file_type();
-    if kind.is_dir() {
-        if !params.recursive {
-            return Err(FsError::InvalidRequest(
-                "fs/copy requires recursive: true when sourcePath is a directory".into(),
-            ));
-        }
-        let source_real = fs::canonicalize(source)?;
-        let destination_real =
-            canonical_for_compare(&crate::sandbox::policy::normalize(destination));
-        if destination_real.starts_with(&source_real) {
-            return Err(FsError::InvalidRequest(
-                "fs/copy cannot copy a directory to itself or one of its descendants".into(),
-            ));
-        }
-        copy_tree(source, destination)?;
-    } else if kind.is_symlink() {
-        std::os::unix::fs::symlink(fs::read_link(source)?, destination)?;
-    } else if kind.is_file() {
-        fs::copy(source, destination)?;
-    } else {
-        return Err(FsError::InvalidRequest(
-            "fs/copy only supports regular files, directories, and symlinks".into(),
-        ));
-    }
-    Ok(EmptyResponse {})
-}
-
-fn copy_tree(source: &Path, destination: &Path) -> io::Result<()> {
-    fs::create_dir_all(destination)?;
-    let mut entries = fs::read_dir(source)?.collect::<io::Result<Vec<_>>>()?;
-    entries.sort_by_key(|entry| entry.file_name());
-    for entry in entries {
-        let from = entry.path();
-        let to = destination.join(entry.file_name());
-        let kind = entry.file_type()?;
-        if kind.is_dir() {
-            copy_tree(&from, &to)?;
-        } else if kind.is_symlink() {
-            std::os::unix::fs::symlink(fs::read_link(&from)?, &to)?;
-        } else if kind.is_file() {
-            fs::copy(&from, &to)?;
-        }
-        // Anything else (FIFOs, sockets, devices) is skipped in a recursive copy.
-    }
-    Ok(())
 }

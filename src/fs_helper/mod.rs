@@ -1,6 +1,7 @@
 //! The `fs-helper` mode (SPEC §4.3, reference notes §12.2): performs the
-//! one-shot filesystem operations of [`crate::fs::ops`] for the server,
-//! usually inside the Linux sandbox, over stdin/stdout.
+//! filesystem operations of [`crate::fs`] for the server, usually inside the
+//! Linux sandbox, over stdin/stdout. It is a thin loop: every operation is
+//! the same function the server calls on its direct path.
 //!
 //! - Compatible form: stdin is one JSON document `{"operation","params"}`;
 //!   stdout one line `{"status":"ok","payload":{"operation","response"}}` or
@@ -9,9 +10,12 @@
 //!   on stderr and exits 1.
 //! - Persistent form (`--serve`): newline-delimited `{"id","operation",
 //!   "params"}` requests, one answer line per request carrying the same `id`,
-//!   until stdin closes.
+//!   until stdin closes. This form also serves the streaming operations
+//!   (`fs/open`, `fs/readBlock`, `fs/writeBlock`, `fs/close`): the handles
+//!   it opens stay open between requests, in its sandbox.
 //!
-//! The helper is single-threaded and keeps no state between requests.
+//! The helper is single-threaded; apart from open handles it keeps no state
+//! between requests.
 
 use std::ffi::OsString;
 use std::io::{self, BufRead, Read, Write};
@@ -20,6 +24,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::fs::error::INVALID_REQUEST;
+use crate::fs::{FileStreams, FsError};
+use crate::protocol::fs::method;
 
 /// Why the helper itself failed.
 #[derive(Debug, thiserror::Error)]
@@ -81,9 +87,21 @@ pub struct ServeResponse {
     pub response: HelperResponse,
 }
 
-/// Runs one operation and shapes the answer.
-pub fn execute(operation: &str, params: Value) -> HelperResponse {
-    match crate::fs::ops::run(operation, params) {
+/// Runs one operation and shapes the answer. `streams` is the handle table
+/// of the persistent form; without it the streaming operations are refused
+/// (a handle would not outlive the one-request process).
+pub fn execute(operation: &str, params: Value, streams: Option<&FileStreams>) -> HelperResponse {
+    let result = if method::STREAM_OPERATIONS.contains(&operation) {
+        match streams {
+            Some(streams) => crate::fs::stream::run(streams, operation, params),
+            None => Err(FsError::InvalidRequest(format!(
+                "`{operation}` needs the persistent form of the fs helper (--serve)"
+            ))),
+        }
+    } else {
+        crate::fs::ops::run(operation, params)
+    };
+    match result {
         Ok(response) => HelperResponse::Ok(OkPayload {
             operation: operation.to_owned(),
             response,
@@ -148,7 +166,7 @@ fn run_once() -> Result<(), HelperError> {
         .map_err(HelperError::ReadRequest)?;
     let request: HelperRequest =
         serde_json::from_slice(&input).map_err(HelperError::DecodeRequest)?;
-    let response = execute(&request.operation, request.params);
+    let response = execute(&request.operation, request.params, None);
     write_line(&mut io::stdout().lock(), &response)
 }
 
@@ -157,6 +175,8 @@ fn serve_loop() -> Result<(), HelperError> {
     let mut input = stdin.lock();
     let mut out = io::BufWriter::new(io::stdout().lock());
     let mut line = Vec::new();
+    // Handles opened here live until closed or until stdin closes.
+    let streams = FileStreams::new();
     loop {
         line.clear();
         let n = input
@@ -171,7 +191,7 @@ fn serve_loop() -> Result<(), HelperError> {
         let answer = match serde_json::from_slice::<ServeRequest>(&line) {
             Ok(request) => ServeResponse {
                 id: request.id,
-                response: execute(&request.operation, request.params),
+                response: execute(&request.operation, request.params, Some(&streams)),
             },
             Err(err) => ServeResponse {
                 id: serde_json::from_slice::<Value>(&line)

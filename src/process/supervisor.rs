@@ -282,21 +282,7 @@ unsafe fn supervise(command: libc::pid_t, config: SupervisorConfig<'_>) -> ! {
     // Most commands are short: wait for them in place first, so only the
     // long-lived ones pay for the reaper exec.
     wait_briefly(command);
-    let mut leftover_children = false;
-    loop {
-        let mut status: libc::c_int = 0;
-        // SAFETY: waitpid writes the status into a live stack variable.
-        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-        if pid == command {
-            status_fd = report(status_fd, status);
-        } else if pid == 0 {
-            leftover_children = true;
-            break;
-        } else if pid < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            break;
-        }
-    }
-    if !leftover_children {
+    if !collect_exited(command, &mut status_fd) {
         // SAFETY: _exit is async-signal-safe and skips atexit handlers.
         unsafe { libc::_exit(0) }
     }
@@ -385,6 +371,24 @@ fn format_decimal(value: i32, buf: &mut [u8; 12]) {
     }
 }
 
+/// Reaps every child that has exited, reporting the command's wait status
+/// when it is among them (and `*status_fd` is not -1: already reported).
+/// Returns whether children remain.
+fn collect_exited(command: libc::pid_t, status_fd: &mut RawFd) -> bool {
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: waitpid writes the status into a live stack variable.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid == command {
+            *status_fd = report(*status_fd, status);
+        } else if pid == 0 {
+            return true;
+        } else if pid < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return false;
+        }
+    }
+}
+
 /// Reports the command's wait status (unless `status_fd` is -1: already
 /// reported), then reaps every adopted descendant until none is left, and exits.
 fn reap(command: libc::pid_t, mut status_fd: RawFd) -> ! {
@@ -392,19 +396,9 @@ fn reap(command: libc::pid_t, mut status_fd: RawFd) -> ! {
     // Already blocked unless the reaper was started by hand.
     let _ = block_reaper_signals();
     loop {
-        loop {
-            let mut status: libc::c_int = 0;
-            // SAFETY: waitpid writes the status into a live stack variable.
-            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-            if pid == command {
-                status_fd = report(status_fd, status);
-            } else if pid == 0 {
-                break;
-            } else if pid < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                // No child left.
-                // SAFETY: _exit is async-signal-safe and skips atexit handlers.
-                unsafe { libc::_exit(0) }
-            }
+        if !collect_exited(command, &mut status_fd) {
+            // SAFETY: _exit is async-signal-safe and skips atexit handlers.
+            unsafe { libc::_exit(0) }
         }
         // SAFETY: waits for one of the blocked signals of a live set.
         let signo = unsafe { libc::sigwaitinfo(&waited, std::ptr::null_mut()) };

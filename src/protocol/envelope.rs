@@ -156,6 +156,120 @@ pub fn decode(bytes: &[u8], max_bytes: usize) -> Result<Incoming, EnvelopeError>
     classify(value)
 }
 
+/// The `id` of a request that is not decoded in full (it is over the size
+/// limit), so that its error can carry it. A single pass over the text that
+/// builds nothing: every value but the top-level `id` and `method` is
+/// skipped as it is read. `None` unless the text is one JSON object with a
+/// string `method` and exactly one `id` that is a string or a 64-bit integer.
+pub fn scan_request_id(bytes: &[u8]) -> Option<RequestId> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let id = de::Deserializer::deserialize_map(&mut de, RequestScan).ok()?;
+    de.end().ok()?;
+    id
+}
+
+/// The top-level members [`scan_request_id`] looks at.
+enum ScannedKey {
+    Id,
+    Method,
+    Other,
+}
+
+impl<'de> de::Deserialize<'de> for ScannedKey {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl Visitor<'_> for KeyVisitor {
+            type Value = ScannedKey;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object key")
+            }
+            fn visit_str<E: de::Error>(self, key: &str) -> Result<ScannedKey, E> {
+                Ok(match key {
+                    "id" => ScannedKey::Id,
+                    "method" => ScannedKey::Method,
+                    _ => ScannedKey::Other,
+                })
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+/// A request id as [`classify`] accepts it.
+struct ScannedId(RequestId);
+
+impl<'de> de::Deserialize<'de> for ScannedId {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct IdVisitor;
+        impl Visitor<'_> for IdVisitor {
+            type Value = ScannedId;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or a 64-bit integer")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<ScannedId, E> {
+                Ok(ScannedId(RequestId::Int(v)))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<ScannedId, E> {
+                i64::try_from(v)
+                    .map(|v| ScannedId(RequestId::Int(v)))
+                    .map_err(|_| E::invalid_value(de::Unexpected::Unsigned(v), &self))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ScannedId, E> {
+                Ok(ScannedId(RequestId::Str(v.to_owned())))
+            }
+        }
+        deserializer.deserialize_any(IdVisitor)
+    }
+}
+
+/// Whether a value is a string, read without keeping it.
+struct IsString;
+
+impl<'de> de::Deserialize<'de> for IsString {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct StrVisitor;
+        impl Visitor<'_> for StrVisitor {
+            type Value = IsString;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<IsString, E> {
+                Ok(IsString)
+            }
+        }
+        deserializer.deserialize_str(StrVisitor)
+    }
+}
+
+/// The visitor of [`scan_request_id`]'s top-level object.
+struct RequestScan;
+
+impl<'de> Visitor<'de> for RequestScan {
+    type Value = Option<RequestId>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON-RPC object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let (mut id, mut ids, mut has_method) = (None, 0usize, false);
+        while let Some(key) = map.next_key::<ScannedKey>()? {
+            match key {
+                ScannedKey::Id => {
+                    ids += 1;
+                    id = Some(map.next_value::<ScannedId>()?.0);
+                }
+                ScannedKey::Method => {
+                    map.next_value::<IsString>()?;
+                    has_method = true;
+                }
+                ScannedKey::Other => {
+                    map.next_value::<de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(id.filter(|_| ids == 1 && has_method))
+    }
+}
+
 /// Parses JSON text into a [`Value`] with the hardening rules.
 pub fn parse_limited(bytes: &[u8]) -> Result<Value, serde_json::Error> {
     let counter = Cell::new(0usize);
@@ -447,6 +561,42 @@ mod tests {
             decode(b"{}", 1),
             Err(EnvelopeError::TooLarge { .. })
         ));
+    }
+
+    #[test]
+    fn the_id_of_an_undecoded_request_is_found_by_a_scan() {
+        let big = "A".repeat(100_000);
+        let scan = |text: String| scan_request_id(text.as_bytes());
+        assert_eq!(
+            scan(format!(
+                r#"{{"method":"fs/writeFile","params":{{"dataBase64":"{big}","x":[1,{{"id":9}}]}},"id":"req-7"}}"#
+            )),
+            Some(RequestId::Str("req-7".into()))
+        );
+        assert_eq!(
+            scan(format!(
+                r#"{{"id":42,"params":{{"d":"{big}"}},"method":"m"}}"#
+            )),
+            Some(RequestId::Int(42))
+        );
+        assert_eq!(
+            scan(r#"{"\u0069d":-3,"method":"m"}"#.to_owned()),
+            Some(RequestId::Int(-3))
+        );
+        for bad in [
+            r#"{"id":1,"params":{}}"#,             // a notification-less response
+            r#"{"method":"m","params":{"id":1}}"#, // only a nested id
+            r#"{"id":1,"id":2,"method":"m"}"#,     // duplicate
+            r#"{"id":1.5,"method":"m"}"#,          // not an id
+            r#"{"id":18446744073709551615,"method":"m"}"#,
+            r#"{"id":null,"method":"m"}"#,
+            r#"{"id":1,"method":7}"#,
+            r#"{"id":1,"method":"m","params":"#, // truncated
+            r#"{"id":1,"method":"m"} trailing"#,
+            r#"[{"id":1,"method":"m"}]"#,
+        ] {
+            assert_eq!(scan(bad.to_owned()), None, "{bad}");
+        }
     }
 
     #[test]

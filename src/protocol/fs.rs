@@ -21,7 +21,12 @@ pub mod method {
     pub const COPY: &str = "fs/copy";
     pub const OPEN: &str = "fs/open";
     pub const READ_BLOCK: &str = "fs/readBlock";
+    pub const WRITE_BLOCK: &str = "fs/writeBlock";
     pub const CLOSE: &str = "fs/close";
+
+    /// The streaming operations: they act on a handle table, so a fs-helper
+    /// runs them only in its persistent (`--serve`) form.
+    pub const STREAM_OPERATIONS: [&str; 4] = [OPEN, READ_BLOCK, WRITE_BLOCK, CLOSE];
 
     /// The one-shot operations a fs-helper can run (no streaming).
     pub const HELPER_OPERATIONS: [&str; 9] = [
@@ -47,6 +52,8 @@ pub const MAX_HANDLE_ID_BYTES: usize = 32;
 pub const MAX_OPEN_HANDLES: usize = 128;
 /// Largest `fs/readBlock` length: 1 MiB.
 pub const MAX_READ_BLOCK_LEN: usize = 1024 * 1024;
+/// Largest `fs/writeBlock` payload (decoded): 1 MiB, like a read block.
+pub const MAX_WRITE_BLOCK_BYTES: usize = 1024 * 1024;
 /// `fs/walk` maximums.
 pub const WALK_MAX_DEPTH: usize = 64;
 pub const WALK_MAX_DIRECTORIES: usize = 10_000;
@@ -220,14 +227,50 @@ pub struct CopyParams {
     pub sandbox: Option<FileSystemSandboxContext>,
 }
 
-/// `fs/open` params and result.
+/// How `fs/open` opens its file. Absent or `null` is `read`.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum OpenMode {
+    /// An existing regular file, for `fs/readBlock`.
+    #[default]
+    Read,
+    /// A new file, for `fs/writeBlock`; fails when the path exists (even as
+    /// a symlink).
+    Create,
+    /// Created or truncated, for `fs/writeBlock`; follows symlinks and hard
+    /// links like `fs/writeFile`.
+    Truncate,
+    /// Created or kept, for `fs/writeBlock`; block offsets count from the
+    /// file's length when it was opened.
+    Append,
+}
+
+impl OpenMode {
+    /// Whether the handle is written (`fs/writeBlock`) rather than read.
+    pub fn is_write(self) -> bool {
+        self != OpenMode::Read
+    }
+}
+
+/// `fs/open` params.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OpenParams {
     pub handle_id: String,
     pub path: WirePath,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<OpenMode>,
     #[serde(default)]
     pub sandbox: Option<FileSystemSandboxContext>,
+}
+
+impl OpenParams {
+    /// The mode, `read` when absent.
+    pub fn mode(&self) -> OpenMode {
+        self.mode.unwrap_or_default()
+    }
 }
 
 /// `fs/open` result.
@@ -255,6 +298,18 @@ pub struct ReadBlockResponse {
     pub eof: bool,
 }
 
+/// `fs/writeBlock` params: writes `dataBase64` (at most 1 MiB decoded) at
+/// `offset` of a handle opened for writing; positional, any order. The
+/// result is `{}` once every byte is written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WriteBlockParams {
+    pub handle_id: String,
+    pub offset: u64,
+    #[schemars(extend("contentEncoding" = "base64"))]
+    pub data_base64: String,
+}
+
 /// `fs/close` params.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -262,7 +317,8 @@ pub struct CloseParams {
     pub handle_id: String,
 }
 
-/// The empty result `{}` of writeFile, createDirectory, remove, copy, close.
+/// The empty result `{}` of writeFile, createDirectory, remove, copy,
+/// writeBlock, close.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
 )]

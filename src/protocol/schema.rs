@@ -358,6 +358,11 @@ pub fn files() -> BTreeMap<String, Value> {
             outbound::<fs::ReadBlockResponse>(),
         ),
         (
+            m::WRITE_BLOCK,
+            inbound::<fs::WriteBlockParams>(),
+            outbound::<fs::EmptyResponse>(),
+        ),
+        (
             m::CLOSE,
             inbound::<fs::CloseParams>(),
             outbound::<fs::EmptyResponse>(),

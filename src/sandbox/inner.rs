@@ -33,7 +33,7 @@ pub enum InnerError {
         source: nix::Error,
     },
     #[error("error applying Linux sandbox restrictions: {0}")]
-    Confine(#[from] crate::sandbox::confine::ConfineError),
+    Confine(#[from] crate::sys::confine::ConfineError),
     #[error("error applying Linux sandbox restrictions: {0}")]
     Seccomp(#[from] crate::sandbox::seccomp::SeccompError),
     #[error("cannot execute {program}: {source}")]
@@ -105,7 +105,7 @@ pub fn signal_started(fd: i32) {
 /// Confines this process and installs seccomp for `mode`.
 pub fn confine(mode: SeccompMode) -> Result<(), InnerError> {
     let program = crate::sandbox::seccomp::SeccompProgram::build(mode)?;
-    crate::sandbox::confine::confine_process()?;
+    crate::sys::confine::confine_process()?;
     program.install()?;
     Ok(())
 }

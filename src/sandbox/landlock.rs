@@ -38,11 +38,11 @@ use landlock::{
     RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 
-use crate::sandbox::confine::{self, ConfineError};
 use crate::sandbox::glob::{self, GlobError, Scanner};
 use crate::sandbox::policy::{FileSystemSandboxKind, NetworkSandboxPolicy, ResolvedPolicy};
 use crate::sandbox::probe;
 use crate::sandbox::seccomp::{HostShared, SeccompError, SeccompMode, SeccompProgram};
+use crate::sys::confine::{self, ConfineError};
 
 /// The newest ABI this crate version knows; older kernels are handled
 /// best-effort by the crate.

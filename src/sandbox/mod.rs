@@ -1,7 +1,6 @@
 //! The Linux sandbox: policy model, bubblewrap argv, launcher selection, seccomp, Landlock, and the `linux-sandbox`, `sandbox` and `doctor` front ends.
 pub mod bwrap_args;
 pub mod cli;
-pub mod confine;
 pub mod debug;
 pub mod doctor;
 pub mod glob;

@@ -143,7 +143,7 @@ fn forwarded() -> SigSet {
 /// Marks every fd ≥ 3 close-on-exec (so nothing of the caller leaks into
 /// the sandbox except what a run passes on purpose).
 pub fn cloexec_inherited_fds() {
-    crate::bwrap::fds::cloexec_from_3();
+    crate::sys::fds::cloexec_from_3();
 }
 
 /// Runs `launcher` with `argv` (after `bwrap`), passing `fds`.

@@ -5,7 +5,7 @@
 //! Described as data ([`rules`]), compiled ([`SeccompProgram::build`]) and
 //! installed ([`SeccompProgram::install`], async-signal-safe) as separate
 //! steps. No capability or keyring handling here: see
-//! [`crate::sandbox::confine`].
+//! [`crate::sys::confine`].
 //!
 //! Every matching rule returns `EPERM`; anything else is allowed.
 //!
@@ -86,7 +86,7 @@ pub enum SeccompError {
     #[error("cannot install the seccomp filter: {0}")]
     Install(#[source] seccompiler::Error),
     #[error(transparent)]
-    NoNewPrivs(#[from] crate::sandbox::confine::ConfineError),
+    NoNewPrivs(#[from] crate::sys::confine::ConfineError),
 }
 
 /// Result of this module.
@@ -444,7 +444,7 @@ impl SeccompProgram {
 /// calling thread. Call it last before exec, single-threaded.
 pub fn install(mode: SeccompMode) -> Result<()> {
     let program = SeccompProgram::build(mode)?;
-    crate::sandbox::confine::set_no_new_privs()?;
+    crate::sys::confine::set_no_new_privs()?;
     program.install()
 }
 

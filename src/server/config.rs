@@ -7,8 +7,12 @@ use std::time::Duration;
 use super::listen::ListenUrl;
 use crate::process::retention::RETAINED_OUTPUT_BYTES;
 
-/// Default largest JSON-RPC message accepted.
-pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+/// Default largest JSON-RPC message accepted: 128 MiB. A 64 MiB file is
+/// 89.5 MB of base64, so `fs/writeFile` of up to about 95 MiB fits in one
+/// message out of the box; larger files go through `fs/open` +
+/// `fs/writeBlock` in bounded memory. Parsing a message costs about twice
+/// its size (the text and the decoded value), which the cap bounds.
+pub const MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
 /// The smallest transport-level message cap (see [`ServerConfig::transport_cap`]).
 pub const MIN_TRANSPORT_CAP: usize = 128 * 1024 * 1024;
 /// Default live processes per session.
@@ -55,10 +59,14 @@ impl ServerConfig {
         }
     }
 
-    /// Frames above this close the WebSocket (1009); between the JSON limit
-    /// and this, a message gets an error reply and the connection stays open.
-    /// Twice the JSON limit, and never below [`MIN_TRANSPORT_CAP`], so a
-    /// small `--max-message-bytes` still answers oversized messages.
+    /// Frames above this close the WebSocket (1009) unread, so the memory a
+    /// peer can make one connection hold is bounded by it; between the JSON
+    /// limit and this, a message is read and refused with an error carrying
+    /// its id (found by a scan) and the connection stays open. Twice the
+    /// JSON limit (256 MiB by default), so a client that overshoots by up to
+    /// 2× is told why instead of being cut off, and never below
+    /// [`MIN_TRANSPORT_CAP`], so a small `--max-message-bytes` still answers
+    /// oversized messages.
     pub fn transport_cap(&self) -> usize {
         self.max_message_bytes
             .saturating_mul(2)

@@ -1,6 +1,7 @@
 //! One JSON-RPC connection, whatever its transport: decodes each inbound
 //! message, routes requests in arrival order, answers malformed input with the
-//! `-1` error, and owns the connection's bounded outbound queue and its
+//! `-1` error (a message refused only for its size gets its own id when a
+//! scan of it finds one), and owns the connection's bounded outbound queue and its
 //! handshake state. A request that waits (a long poll) answers later from its
 //! own task, so it never blocks the requests behind it.
 
@@ -80,6 +81,13 @@ impl Connection {
             }
             Ok(Incoming::Notification { method, .. }) => self.notification(&method).await,
             Ok(Incoming::Response) => {}
+            // Too large to decode, but its sender waits on its id.
+            Err(err @ envelope::EnvelopeError::TooLarge { .. }) => {
+                let id = envelope::scan_request_id(bytes).unwrap_or(RequestId::MALFORMED);
+                let error =
+                    RpcError::invalid_request(format!("{}: {err}", self.parse_error_prefix));
+                self.send(encode_error(&id, &error)).await;
+            }
             Err(err) => {
                 self.malformed(format!("{}: {err}", self.parse_error_prefix))
                     .await

@@ -9,6 +9,10 @@
 //! (`CODEXBOX_FS_HELPER_IDLE_MS`, default 5 s). A helper that dies or
 //! answers garbage is discarded: the request it was serving fails with
 //! ‑32603 and the next request gets a fresh helper.
+//!
+//! A connection with open file handles in a sandbox holds a helper of its
+//! own ([`HelperPool::lease`]), taken from the idle set or started, and
+//! hands it back when its last handle there is closed.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -139,19 +143,7 @@ impl HelperPool {
             .acquire_owned()
             .await
             .map_err(|err| RpcError::internal(format!("fs sandbox helper pool closed: {err}")))?;
-        let idle = loop {
-            let Some(mut helper) = self.lock().idle.get_mut(key).and_then(Vec::pop) else {
-                break None;
-            };
-            // An idle helper that died meanwhile is replaced, not used.
-            if helper.is_alive() {
-                break Some(helper);
-            }
-        };
-        let mut helper = match idle {
-            Some(helper) => helper,
-            None => spawn_helper(paths, key)?,
-        };
+        let mut helper = self.take(paths, key)?;
         match helper.request(operation, params).await {
             Ok(answer) => {
                 self.put_idle(key, helper);
@@ -161,6 +153,42 @@ impl HelperPool {
                 let message = helper.failure_message(err).await;
                 Err(RpcError::internal(message))
             }
+        }
+    }
+
+    /// An idle helper for `key`, or a new one.
+    fn take(&self, paths: &ExecServerRuntimePaths, key: &HelperKey) -> Result<Helper, RpcError> {
+        loop {
+            let Some(mut helper) = self.lock().idle.get_mut(key).and_then(Vec::pop) else {
+                return spawn_helper(paths, key);
+            };
+            // An idle helper that died meanwhile is replaced, not used.
+            if helper.is_alive() {
+                return Ok(helper);
+            }
+        }
+    }
+
+    /// A helper for `key` that only the caller uses until it hands it back
+    /// with [`HelperPool::give_back`] (a connection's open file handles live
+    /// in it). It does not count against the busy limit: the caller bounds
+    /// how many it leases.
+    pub fn lease(
+        self: &Arc<Self>,
+        paths: &ExecServerRuntimePaths,
+        key: &HelperKey,
+    ) -> Result<LeasedHelper, RpcError> {
+        self.start_reaper();
+        Ok(LeasedHelper {
+            helper: Some(self.take(paths, key)?),
+        })
+    }
+
+    /// Returns a leased helper to the idle set. The caller must have closed
+    /// every handle it opened there; a helper that failed is just dropped.
+    pub fn give_back(&self, key: &HelperKey, leased: LeasedHelper) {
+        if let Some(helper) = leased.helper {
+            self.put_idle(key, helper);
         }
     }
 
@@ -235,6 +263,46 @@ impl HelperPool {
             });
         }
         expired.into_iter().for_each(close_helper);
+    }
+}
+
+/// A helper leased from the pool for one caller's exclusive use.
+pub struct LeasedHelper {
+    /// `None` once the helper failed and was torn down.
+    helper: Option<Helper>,
+}
+
+impl std::fmt::Debug for LeasedHelper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeasedHelper")
+            .field("alive", &self.is_alive())
+            .finish()
+    }
+}
+
+impl LeasedHelper {
+    /// Runs `operation` in the helper. When the helper itself fails (dies,
+    /// answers garbage), the error says so and [`LeasedHelper::is_alive`]
+    /// is false from then on.
+    pub async fn call(&mut self, operation: &str, params: Value) -> Result<Value, RpcError> {
+        let Some(helper) = self.helper.as_mut() else {
+            return Err(RpcError::internal("fs sandbox helper is gone"));
+        };
+        match helper.request(operation, params).await {
+            Ok(answer) => answer,
+            Err(err) => {
+                let message = match self.helper.take() {
+                    Some(helper) => helper.failure_message(err).await,
+                    None => err.to_string(),
+                };
+                Err(RpcError::internal(message))
+            }
+        }
+    }
+
+    /// Whether the helper still serves requests.
+    pub fn is_alive(&self) -> bool {
+        self.helper.is_some()
     }
 }
 

@@ -16,6 +16,9 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_codexbox");
 
+/// Largest message the test client accepts.
+pub const CLIENT_MESSAGE_BYTES: usize = 512 * 1024 * 1024;
+
 /// A running exec-server, killed on drop.
 pub struct Server {
     child: Child,
@@ -28,9 +31,15 @@ impl Server {
     }
 
     pub fn start_with_env(env: &[(&str, &str)]) -> Server {
+        Self::start_with(&[], env)
+    }
+
+    /// A server with extra command-line flags and environment.
+    pub fn start_with(args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut command = Command::new(BIN);
         command
             .args(["exec-server", "--listen", "ws://127.0.0.1:0"])
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
@@ -81,7 +90,11 @@ pub struct Client {
 
 impl Client {
     pub async fn connect(url: &str) -> Client {
-        let (ws, _) = tokio_tungstenite::connect_async(url)
+        // Large enough for a 64 MiB `fs/readFile` answer (≈ 90 MB of text).
+        let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+            .max_message_size(Some(CLIENT_MESSAGE_BYTES))
+            .max_frame_size(Some(CLIENT_MESSAGE_BYTES));
+        let (ws, _) = tokio_tungstenite::connect_async_with_config(url, Some(config), false)
             .await
             .expect("websocket connect");
         let client = Client {
@@ -109,6 +122,19 @@ impl Client {
     pub async fn call(&self, method: &str, params: Value) -> Result<Value, RpcErr> {
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let text = json!({"id": id, "method": method, "params": params}).to_string();
+        let answer = self.send_raw(text, &json!(id)).await;
+        if let Some(error) = answer.get("error") {
+            return Err(RpcErr {
+                code: error["code"].as_i64().unwrap_or(0),
+                message: error["message"].as_str().unwrap_or("").to_owned(),
+            });
+        }
+        Ok(answer.get("result").cloned().unwrap_or(Value::Null))
+    }
+
+    /// Sends `text` as one frame and returns the first message whose `id`
+    /// is `id` (skipping notifications and other answers).
+    pub async fn send_raw(&self, text: String, id: &Value) -> Value {
         let mut ws = self.ws.lock().await;
         ws.send(Message::text(text)).await.expect("send");
         loop {
@@ -123,16 +149,9 @@ impl Client {
                 _ => continue,
             };
             let value: Value = serde_json::from_str(&text).expect("json");
-            if value.get("id") != Some(&json!(id)) {
-                continue;
+            if value.get("id") == Some(id) {
+                return value;
             }
-            if let Some(error) = value.get("error") {
-                return Err(RpcErr {
-                    code: error["code"].as_i64().unwrap_or(0),
-                    message: error["message"].as_str().unwrap_or("").to_owned(),
-                });
-            }
-            return Ok(value.get("result").cloned().unwrap_or(Value::Null));
         }
     }
 

@@ -1,24 +1,13 @@
-//! File descriptors handed to bwrap: reading `--args`/`--file`/seccomp data,
-//! the `--info-fd`/`--json-status-fd` documents, the `--block-fd` wait, and
-//! the reaper's fd clean-up.
+//! Raw file descriptors a process was handed by number: reading one to its
+//! end, writing to one, closing one, and closing (or marking close-on-exec)
+//! every fd above stdio at once.
 //!
-//! Only raw fd numbers come from the command line; each is read or written
-//! once and closed where bubblewrap closes it.
+//! Only borrowed: nothing here takes ownership of an fd it did not open.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::mem::ManuallyDrop;
 use std::os::fd::{FromRawFd, RawFd};
-
-/// The text bubblewrap prints for an errno (`strerror`), without Rust's
-/// " (os error N)" suffix.
-pub fn desc(err: &io::Error) -> String {
-    let text = err.to_string();
-    match (err.raw_os_error(), text.rfind(" (os error ")) {
-        (Some(_), Some(cut)) => text[..cut].to_owned(),
-        _ => text,
-    }
-}
 
 /// Borrows a raw fd as a `File` without taking ownership of it.
 fn borrow(fd: RawFd) -> io::Result<ManuallyDrop<File>> {
@@ -52,19 +41,6 @@ pub fn close(fd: RawFd) {
     unsafe { libc::close(fd) };
 }
 
-/// `--block-fd`: waits until one byte (or EOF) can be read.
-pub fn block_on(fd: RawFd) {
-    let mut byte = [0u8; 1];
-    loop {
-        // SAFETY: reads at most one byte into a live one-byte buffer.
-        let rc = unsafe { libc::read(fd, byte.as_mut_ptr().cast(), 1) };
-        if rc >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            break;
-        }
-    }
-    close(fd);
-}
-
 /// Closes every fd from 3 upwards except those in `keep` (for a process
 /// that never execs, such as the reaper).
 pub fn close_all_but(keep: &[RawFd]) -> io::Result<()> {
@@ -87,15 +63,33 @@ fn close_range_or(first: u32, last: u32, flags: u32, each: impl Fn(RawFd)) -> io
     if rc == 0 {
         return Ok(());
     }
-    let entries: Vec<u32> = std::fs::read_dir("/proc/self/fd")?
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
+    let entries: Vec<u32> = match std::fs::read_dir("/proc/self/fd") {
+        Ok(dir) => dir
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+            .collect(),
+        // No /proc here (a sandbox without one): every number up to the
+        // process's fd limit instead.
+        Err(_) => (first..open_fd_limit()?.min(last.saturating_add(1))).collect(),
+    };
     for fd in entries.into_iter().filter(|fd| (first..=last).contains(fd)) {
         if let Ok(fd) = RawFd::try_from(fd) {
             each(fd);
         }
     }
     Ok(())
+}
+
+/// The soft limit on open fds: no fd number reaches it.
+fn open_fd_limit() -> io::Result<u32> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the live struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(u32::try_from(limit.rlim_cur).unwrap_or(u32::MAX))
 }
 
 fn for_ranges_but(
@@ -118,61 +112,4 @@ fn for_ranges_but(
         start = fd.saturating_add(1);
     }
     Ok(())
-}
-
-/// The namespace inode numbers bubblewrap reports, for the process `pid`.
-pub fn namespace_ids(pid: libc::pid_t, unshared: &[(&'static str, bool)]) -> Vec<(String, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    unshared
-        .iter()
-        .filter(|(_, on)| *on)
-        .filter_map(|(name, _)| {
-            let meta = std::fs::metadata(format!("/proc/{pid}/ns/{name}")).ok()?;
-            Some((format!("{name}-namespace"), meta.ino()))
-        })
-        .collect()
-}
-
-/// The `--info-fd` document: pretty-printed like bubblewrap's.
-pub fn info_json(pid: libc::pid_t, namespaces: &[(String, u64)]) -> String {
-    let mut text = format!("{{\n    \"child-pid\": {pid}");
-    for (key, id) in namespaces {
-        text.push_str(&format!(",\n    \"{key}\": {id}"));
-    }
-    text.push_str("\n}\n");
-    text
-}
-
-/// The first `--json-status-fd` line.
-pub fn status_child_json(pid: libc::pid_t, namespaces: &[(String, u64)]) -> String {
-    let mut text = format!("{{ \"child-pid\": {pid}");
-    for (key, id) in namespaces {
-        text.push_str(&format!(", \"{key}\": {id}"));
-    }
-    text.push_str(" }\n");
-    text
-}
-
-/// The last `--json-status-fd` line.
-pub fn status_exit_json(code: i32) -> String {
-    format!("{{ \"exit-code\": {code} }}\n")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn json_documents_match_bubblewrap_layout() {
-        let ns = vec![("mnt-namespace".to_owned(), 7u64)];
-        assert_eq!(
-            info_json(12, &ns),
-            "{\n    \"child-pid\": 12,\n    \"mnt-namespace\": 7\n}\n"
-        );
-        assert_eq!(
-            status_child_json(12, &ns),
-            "{ \"child-pid\": 12, \"mnt-namespace\": 7 }\n"
-        );
-        assert_eq!(status_exit_json(3), "{ \"exit-code\": 3 }\n");
-    }
 }

@@ -2,9 +2,9 @@
 //! (also for a root caller), and a fresh anonymous session keyring.
 //!
 //! These are the last steps before a sandboxed command is exec'ed, shared by
-//! the inner stage of `linux-sandbox`, the Landlock backend
-//! ([`crate::sandbox::landlock`]) and the built-in bwrap. The seccomp filter
-//! lives in [`crate::sandbox::seccomp`].
+//! the inner stage of `linux-sandbox`, the Landlock backend and the built-in
+//! bwrap. Only system calls live here; which set a command keeps is decided
+//! by the callers (the sandbox's seccomp filter is not here either).
 //!
 //! Everything except [`last_cap`] and [`confine_process`] is async-signal-safe
 //! (no allocation, no locks), so it may run between fork and exec: read
@@ -346,6 +346,13 @@ pub fn effective_capabilities() -> Result<u64> {
     Ok(u64::from(data[0].effective) | (u64::from(data[1].effective) << 32))
 }
 
+/// The calling thread's permitted capabilities as a bit mask.
+/// Async-signal-safe.
+pub fn permitted_capabilities() -> Result<u64> {
+    let data = capget().map_err(ConfineError::Capget)?;
+    Ok(u64::from(data[0].permitted) | (u64::from(data[1].permitted) << 32))
+}
+
 /// Leaves the calling process with exactly the capabilities in `keep` (bit n
 /// = capability n) for caps `0..=last`: every other one leaves the bounding
 /// set, the ambient set is cleared, effective and permitted become `keep`.
@@ -381,6 +388,13 @@ pub fn keep_only_capabilities(keep: u64, last: u32, ambient: bool) -> Result<()>
         }
     }
     Ok(())
+}
+
+/// Empties the effective, permitted and inheritable sets, leaving the
+/// bounding and ambient sets and the securebits alone (what bubblewrap does
+/// to its reaper). Async-signal-safe.
+pub fn clear_capability_sets() -> Result<()> {
+    capset_to(0, 0).map_err(ConfineError::Capset)
 }
 
 /// capset with effective = permitted = `caps` (all empty with `(0, 0)`).

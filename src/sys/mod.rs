@@ -1,0 +1,23 @@
+//! Low-level Linux process primitives shared by the sandbox ([`crate::sandbox`])
+//! and the built-in bubblewrap ([`crate::bwrap`]): capabilities, securebits,
+//! no_new_privs and the session keyring ([`confine`]), and raw file
+//! descriptors ([`fds`]).
+//!
+//! This module depends on neither of its users: dependencies run one way,
+//! `sandbox → sys` and `bwrap → sys`. It holds system calls and their error
+//! handling only, no policy.
+
+pub mod confine;
+pub mod fds;
+
+use std::io;
+
+/// The C library's text for an errno (`strerror`), without Rust's
+/// " (os error N)" suffix; other errors as they display.
+pub fn errno_text(err: &io::Error) -> String {
+    let text = err.to_string();
+    match (err.raw_os_error(), text.rfind(" (os error ")) {
+        (Some(_), Some(cut)) => text.get(..cut).unwrap_or(&text).to_owned(),
+        _ => text,
+    }
+}
