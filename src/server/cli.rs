@@ -146,8 +146,11 @@ fn build_config(args: Args) -> Result<ServerConfig, (String, i32)> {
 /// Freed heap memory the allocator keeps before returning it to the kernel.
 const HEAP_TRIM_THRESHOLD: libc::c_int = 4 << 20;
 /// Allocations from this size on get their own mapping (returned at once
-/// when freed).
-const MMAP_THRESHOLD: libc::c_int = 1 << 20;
+/// when freed). Setting the trim threshold turns off glibc's own raising of
+/// this limit, so it is set to the highest value glibc would raise it to:
+/// below it, repeated large messages (1 MiB `fs/writeBlock` blocks) reuse
+/// heap memory instead of mapping and faulting in fresh pages each time.
+const MMAP_THRESHOLD: libc::c_int = 32 << 20;
 
 /// Streaming output allocates and frees a chunk and its message (64 and
 /// 87 KiB) per read. With glibc's defaults every free at the top of the heap
