@@ -7,6 +7,7 @@ mod bwrap;
 mod common;
 mod fs;
 mod net;
+mod outside;
 mod process;
 mod relay;
 mod sandbox;
@@ -46,6 +47,13 @@ fn main() {
     }
     let mut report = common::Report::default();
     println!("codexbox benchmark (release build, {} CPUs)", cpus());
+    if std::env::var_os(common::SERVER_ENV).is_some() {
+        println!(
+            "exec-server: {} (from {})",
+            common::server_binary(),
+            common::SERVER_ENV
+        );
+    }
     for (area, run) in areas {
         if chosen.is_empty() || chosen.iter().any(|name| name == area) {
             run(&mut report);

@@ -111,6 +111,15 @@ pub fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e3
 }
 
+/// Names another codexbox binary to run as the exec-server (e.g. a build of
+/// an earlier commit), so one run of this benchmark compares two builds.
+pub const SERVER_ENV: &str = "CODEXBOX_BENCH_SERVER";
+
+/// The binary run as the exec-server: [`SERVER_ENV`], or the one under test.
+pub fn server_binary() -> String {
+    std::env::var(SERVER_ENV).unwrap_or_else(|_| BIN.to_owned())
+}
+
 /// A running `codexbox exec-server` on an ephemeral loopback port.
 pub struct Server {
     child: Child,
@@ -119,7 +128,7 @@ pub struct Server {
 
 impl Server {
     pub fn start(extra: &[&str]) -> std::io::Result<Server> {
-        let mut child = Command::new(BIN)
+        let mut child = Command::new(server_binary())
             .args(["exec-server", "--listen", "ws://127.0.0.1:0"])
             .args(extra)
             .stdin(Stdio::null())

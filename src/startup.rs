@@ -1,7 +1,7 @@
-//! What the long-running modes (exec-server, rendezvous, connect) do once
-//! dispatch chose them: parse their flags, build the multi-threaded tokio
-//! runtime (dispatch runs before any runtime exists) and print their one
-//! stdout line.
+//! What the long-running modes (exec-server, rendezvous, connect, proxy) do
+//! once dispatch chose them: parse their flags, build their tokio runtime
+//! (dispatch runs before any runtime exists) and print their one stdout
+//! line.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -15,13 +15,25 @@ pub fn parse<A: clap::Parser>(argv: &[OsString]) -> Result<A, i32> {
     })
 }
 
+/// How many threads run a mode's async tasks (blocking work always goes to
+/// tokio's blocking pool).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Threads {
+    /// One: tasks that hand work to each other (a process's output pump and
+    /// its connection's writer) do it without waking another thread.
+    One,
+    /// One per CPU: for modes that relay many independent connections.
+    PerCpu,
+}
+
 /// The runtime of a serving mode; on failure prints `{name}: …` and
 /// returns `None` (the caller exits 1).
-pub fn runtime(name: &str) -> Option<tokio::runtime::Runtime> {
-    match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+pub fn runtime(name: &str, threads: Threads) -> Option<tokio::runtime::Runtime> {
+    let mut builder = match threads {
+        Threads::One => tokio::runtime::Builder::new_current_thread(),
+        Threads::PerCpu => tokio::runtime::Builder::new_multi_thread(),
+    };
+    match builder.enable_all().build() {
         Ok(runtime) => Some(runtime),
         Err(err) => {
             eprintln!("{name}: cannot start the runtime: {err}");

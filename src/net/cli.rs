@@ -144,16 +144,8 @@ pub fn main(argv: Vec<OsString>) -> i32 {
     if args.no_upstream_proxy {
         config.upstream = Upstream::default();
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("{PREFIX}: cannot start the runtime: {err}");
-            return 1;
-        }
+    let Some(runtime) = crate::startup::runtime(PREFIX, crate::startup::Threads::PerCpu) else {
+        return 1;
     };
     runtime.block_on(async move {
         let handle = match ProxyHandle::start(config).await {

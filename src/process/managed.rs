@@ -183,7 +183,7 @@ impl ManagedProcess {
         let pty_master = spawned.pty_master.map(register).transpose()?.map(Arc::new);
         let stdout = spawned.stdout.map(register).transpose()?;
         let stderr = spawned.stderr.map(register).transpose()?;
-        let status = register(spawned.status)?;
+        let status = spawned.status;
         let (tx, writer) = match (spawned.stdin, &pty_master) {
             (Some(fd), _) => {
                 let (tx, rx) = mpsc::channel(256);

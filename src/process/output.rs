@@ -5,9 +5,8 @@
 //! room in the connection's bounded queue (the child then blocks on a full
 //! pipe, as on a slow terminal); while detached, output only goes to retention.
 
-use std::cell::RefCell;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,10 +33,6 @@ pub const CLOSED_PROCESS_TTL: Duration = Duration::from_secs(30);
 pub const SANDBOX_LATE_OUTPUT_GRACE: Duration = Duration::from_millis(20);
 /// At most this many chunks per stream are drained when the exit arrives.
 const DRAIN_CHUNKS: usize = 64;
-
-thread_local! {
-    static SCRATCH: RefCell<Vec<u8>> = RefCell::new(vec![0; CHUNK_BYTES]);
-}
 
 /// The server's ends of a process's descriptors, owned by the pump.
 pub(crate) struct Streams {
@@ -67,32 +62,73 @@ enum Event {
     Exit(Option<i32>),
 }
 
+/// What one [`read_chunk`] got.
+struct ReadChunk {
+    data: Vec<u8>,
+    /// The descriptor was seen empty: no need to try it again before the
+    /// reactor reports new data.
+    drained: bool,
+}
+
 /// Reads what is available, up to [`CHUNK_BYTES`], coalescing several short
-/// reads (a PTY hands out a few KiB at a time) into one chunk: `Some(bytes)`,
-/// `None` at EOF, or `WouldBlock` when nothing was readable.
-fn read_chunk(fd: &OwnedFd, kind: StreamKind) -> io::Result<Option<Vec<u8>>> {
-    SCRATCH.with_borrow_mut(|buf| {
-        let mut filled = 0;
-        while let Some(free) = buf.get_mut(filled..).filter(|f| !f.is_empty()) {
-            match nix::unistd::read(fd, free) {
-                Ok(0) => break,
-                Ok(n) => filled += n,
-                Err(Errno::EINTR) => continue,
-                Err(Errno::EAGAIN) if filled == 0 => return Err(io::ErrorKind::WouldBlock.into()),
-                Err(Errno::EAGAIN) => break,
-                // EIO on a PTY master means every slave descriptor is closed.
-                Err(Errno::EIO) if kind == StreamKind::Pty => break,
-                Err(err) if filled == 0 => return Err(err.into()),
-                Err(_) => break,
+/// reads (a PTY hands out a few KiB at a time) into one chunk: `Some(chunk)`,
+/// `None` at EOF, or `WouldBlock` when nothing was readable. The kernel
+/// writes straight into the chunk that is then retained and encoded, so a
+/// byte is copied once on its way in.
+fn read_chunk(fd: &OwnedFd, kind: StreamKind) -> io::Result<Option<ReadChunk>> {
+    let mut data: Vec<u8> = Vec::with_capacity(CHUNK_BYTES);
+    let mut drained = false;
+    while data.len() < CHUNK_BYTES {
+        let room = CHUNK_BYTES - data.len();
+        match read_into_spare(fd, &mut data) {
+            Ok(0) => break,
+            // A pipe hands out everything it holds at once: a short read
+            // leaves it empty, so another read would only say EAGAIN. (A PTY
+            // master returns a few KiB at a time; it is read until EAGAIN.)
+            Ok(n) if n < room && kind != StreamKind::Pty => {
+                drained = true;
+                break;
             }
+            Ok(_) => {}
+            Err(Errno::EINTR) => continue,
+            Err(Errno::EAGAIN) if data.is_empty() => return Err(io::ErrorKind::WouldBlock.into()),
+            Err(Errno::EAGAIN) => {
+                drained = true;
+                break;
+            }
+            // EIO on a PTY master means every slave descriptor is closed.
+            Err(Errno::EIO) if kind == StreamKind::Pty => break,
+            Err(err) if data.is_empty() => return Err(err.into()),
+            Err(_) => break,
         }
-        // EOF (or an error) with nothing read: the stream is done. With data,
-        // the next read reports the EOF again.
-        Ok(buf
-            .get(..filled)
-            .filter(|d| !d.is_empty())
-            .map(<[u8]>::to_vec))
-    })
+    }
+    // EOF (or an error) with nothing read: the stream is done. With data,
+    // the next read reports the EOF again.
+    if data.is_empty() {
+        return Ok(None);
+    }
+    // Retention counts bytes, not capacity: a short read keeps no 64 KiB
+    // allocation alive.
+    if data.len() < CHUNK_BYTES / 2 {
+        data.shrink_to_fit();
+    }
+    Ok(Some(ReadChunk { data, drained }))
+}
+
+/// One read(2) into the unused capacity of `chunk`; returns the bytes added.
+fn read_into_spare(fd: &OwnedFd, chunk: &mut Vec<u8>) -> Result<usize, Errno> {
+    let filled = chunk.len();
+    let spare = chunk.spare_capacity_mut();
+    let room = spare.len();
+    // SAFETY: the kernel writes at most `room` bytes into memory that
+    // `chunk` owns and does not otherwise touch during the call.
+    let read = unsafe { libc::read(fd.as_raw_fd(), spare.as_mut_ptr().cast(), room) };
+    let read = usize::try_from(read).map_err(|_| Errno::last())?.min(room);
+    let len = filled + read;
+    // SAFETY: read(2) initialized the first `read` bytes of the spare
+    // capacity, so the first `len` bytes of `chunk` are initialized.
+    unsafe { chunk.set_len(len) };
+    Ok(read)
 }
 
 async fn next_output(fd: Option<&AsyncFd<OwnedFd>>, kind: StreamKind) -> Event {
@@ -105,7 +141,15 @@ async fn next_output(fd: Option<&AsyncFd<OwnedFd>>, kind: StreamKind) -> Event {
             Err(_) => return Event::Eof(kind),
         };
         match guard.try_io(|inner| read_chunk(inner.get_ref(), kind)) {
-            Ok(Ok(Some(data))) => return Event::Data(kind, data),
+            Ok(Ok(Some(chunk))) => {
+                if chunk.drained {
+                    // Edge-triggered: the next write to the pipe or terminal
+                    // raises readiness again, so no empty read is needed to
+                    // learn that it is empty now.
+                    guard.clear_ready();
+                }
+                return Event::Data(kind, chunk.data);
+            }
             Ok(Ok(None)) | Ok(Err(_)) => return Event::Eof(kind),
             Err(_would_block) => continue,
         }
@@ -182,7 +226,7 @@ async fn drain(process: &Record, route: &EventRoute, streams: &mut Streams) {
             };
             let Some(fd) = fd else { break };
             match read_chunk(fd.get_ref(), kind) {
-                Ok(Some(data)) => emit_output(process, route, kind, data).await,
+                Ok(Some(chunk)) => emit_output(process, route, kind, chunk.data).await,
                 Ok(None) => {
                     streams.close(kind);
                     break;
@@ -334,6 +378,45 @@ mod tests {
             data: text.as_bytes().to_vec(),
         });
         r
+    }
+
+    fn pipe() -> (OwnedFd, std::fs::File) {
+        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_NONBLOCK).unwrap();
+        (read, std::fs::File::from(write))
+    }
+
+    #[test]
+    fn a_short_pipe_read_is_one_drained_chunk_and_eof_follows() {
+        use std::io::Write;
+        let (read, mut write) = pipe();
+        write.write_all(b"hello").unwrap();
+        drop(write);
+        let chunk = read_chunk(&read, StreamKind::Stdout).unwrap().unwrap();
+        assert_eq!(chunk.data, b"hello");
+        assert!(chunk.drained, "a short pipe read leaves the pipe empty");
+        assert!(
+            chunk.data.capacity() < CHUNK_BYTES,
+            "no 64 KiB kept for 5 bytes"
+        );
+        assert!(read_chunk(&read, StreamKind::Stdout).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_full_pipe_gives_whole_chunks_then_would_block() {
+        use std::io::Write;
+        let (read, mut write) = pipe();
+        let data: Vec<u8> = (0..CHUNK_BYTES).map(|i| (i % 251) as u8).collect();
+        write.write_all(&data).unwrap();
+        let chunk = read_chunk(&read, StreamKind::Stdout).unwrap().unwrap();
+        assert_eq!(chunk.data, data);
+        assert!(
+            !chunk.drained,
+            "a full chunk says nothing about what is left"
+        );
+        let empty = read_chunk(&read, StreamKind::Stdout)
+            .err()
+            .map(|e| e.kind());
+        assert_eq!(empty, Some(io::ErrorKind::WouldBlock));
     }
 
     #[test]

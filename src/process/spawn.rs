@@ -2,13 +2,14 @@
 //! or by forking the server when the zygote cannot be reached.
 
 use std::io::{self, Read};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, OnceLock};
 
 use nix::fcntl::OFlag;
 use nix::unistd::Pid;
+use tokio::io::unix::AsyncFd;
 
 use super::fd::{read_record, register};
 use super::launch::LaunchSpec;
@@ -27,8 +28,9 @@ pub struct Spawned {
     pub supervisor_pid: Pid,
     /// The command's pid, also its process group and session id.
     pub command_pid: Pid,
-    /// Read end of the status pipe, non-blocking; yields the wait status.
-    pub status: OwnedFd,
+    /// Read end of the status pipe, non-blocking and registered with the
+    /// reactor; yields the wait status.
+    pub status: AsyncFd<OwnedFd>,
     /// stdout and stderr pipes (non-tty), non-blocking.
     pub stdout: Option<OwnedFd>,
     pub stderr: Option<OwnedFd>,
@@ -117,6 +119,7 @@ pub fn spawn(spec: &LaunchSpec, reaper_exe: Option<&Path>) -> Result<Spawned, Sp
     let command_pid = Pid::from_raw(i32::from_ne_bytes(record));
     let status = OwnedFd::from(status);
     pty::set_nonblocking(&status)?;
+    let status = register(status)?;
     let into_fd = |fd: io::Result<OwnedFd>| -> io::Result<OwnedFd> {
         let fd = fd?;
         pty::set_nonblocking(&fd)?;
@@ -194,6 +197,17 @@ enum ZygoteError {
     Spawn(SpawnError),
 }
 
+/// `/dev/null`, opened once: the stdin of every command without `tty` or
+/// `pipeStdin` (the file has no state a command could change for another).
+fn dev_null() -> io::Result<RawFd> {
+    static DEV_NULL: OnceLock<OwnedFd> = OnceLock::new();
+    if let Some(fd) = DEV_NULL.get() {
+        return Ok(fd.as_raw_fd());
+    }
+    let opened: OwnedFd = std::fs::File::open("/dev/null")?.into();
+    Ok(DEV_NULL.get_or_init(|| opened).as_raw_fd())
+}
+
 fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)
 }
@@ -205,12 +219,16 @@ async fn spawn_with_zygote(zygote: &Zygote, spec: &LaunchSpec) -> Result<Spawned
     let mut stderr = None;
     let mut stdin = None;
     let mut pty_master = None;
-    let child_fds: [OwnedFd; 3] = match spec.tty {
+    // The server's copies of the command's descriptors close once sent.
+    let mut handed: Vec<OwnedFd> = Vec::with_capacity(3);
+    let child_stdio: [RawFd; 3] = match spec.tty {
         Some(size) => {
             let pair = pty::open(size).map_err(unavailable)?;
             pty_master = Some(pair.master);
-            let dup = |fd: &OwnedFd| fd.try_clone().map_err(ZygoteError::Unavailable);
-            [dup(&pair.slave)?, dup(&pair.slave)?, pair.slave]
+            // One descriptor sent three times arrives as three.
+            let slave = pair.slave.as_raw_fd();
+            handed.push(pair.slave);
+            [slave, slave, slave]
         }
         None => {
             let (out_r, out_w) = cloexec_pipe().map_err(unavailable)?;
@@ -220,28 +238,25 @@ async fn spawn_with_zygote(zygote: &Zygote, spec: &LaunchSpec) -> Result<Spawned
             let input = if spec.pipe_stdin {
                 let (in_r, in_w) = cloexec_pipe().map_err(unavailable)?;
                 stdin = Some(in_w);
-                in_r
+                let input = in_r.as_raw_fd();
+                handed.push(in_r);
+                input
             } else {
-                std::fs::File::open("/dev/null")
-                    .map_err(unavailable)?
-                    .into()
+                dev_null().map_err(unavailable)?
             };
-            [input, out_w, err_w]
+            let stdio = [input, out_w.as_raw_fd(), err_w.as_raw_fd()];
+            handed.extend([out_w, err_w]);
+            stdio
         }
     };
-    let [child_in, child_out, child_err] = &child_fds;
+    let [child_in, child_out, child_err] = child_stdio;
     zygote
         .send(
             spec,
-            [
-                child_in.as_raw_fd(),
-                child_out.as_raw_fd(),
-                child_err.as_raw_fd(),
-                status_write.as_raw_fd(),
-            ],
+            [child_in, child_out, child_err, status_write.as_raw_fd()],
         )
         .map_err(unavailable)?;
-    drop(child_fds);
+    drop(handed);
     drop(status_write);
     pty::set_nonblocking(&status_read).map_err(|e| ZygoteError::Spawn(e.into()))?;
     let status = register(status_read).map_err(|e| ZygoteError::Spawn(e.into()))?;
@@ -267,7 +282,7 @@ async fn spawn_with_zygote(zygote: &Zygote, spec: &LaunchSpec) -> Result<Spawned
         supervisor: None,
         supervisor_pid: Pid::from_raw(supervisor_pid),
         command_pid: Pid::from_raw(command),
-        status: status.into_inner(),
+        status,
         stdout: nonblocking(stdout)?,
         stderr: nonblocking(stderr)?,
         stdin: nonblocking(stdin)?,

@@ -202,6 +202,7 @@ fn inbound<T: JsonSchema>() -> Value {
         .root_schema_for::<T>()
         .to_value();
     drop_mistyped_defaults(&mut schema);
+    add_32_bit_bounds(&mut schema);
     add_input_aliases(&mut schema);
     schema
 }
@@ -251,12 +252,35 @@ fn outbound<T: JsonSchema>() -> Value {
         .root_schema_for::<T>()
         .to_value();
     drop_mistyped_defaults(&mut schema);
+    add_32_bit_bounds(&mut schema);
     schema
 }
 
 /// Removes a `default` that contradicts its schema's `type`: a field with
 /// hand-written serde (a base64 chunk held as bytes) gets the default of its
 /// Rust type, not of its wire type.
+/// Adds the range of 32-bit integers (`format` `uint32`/`int32`), which the
+/// generator leaves out while it writes it for 8- and 16-bit ones, so a
+/// value the server refuses as out of range is outside the schema too.
+fn add_32_bit_bounds(schema: &mut Value) {
+    match schema {
+        Value::Object(object) => {
+            let bounds = match object.get("format").and_then(Value::as_str) {
+                Some("uint32") => Some((0, i64::from(u32::MAX))),
+                Some("int32") => Some((i64::from(i32::MIN), i64::from(i32::MAX))),
+                _ => None,
+            };
+            if let Some((min, max)) = bounds {
+                object.entry("minimum").or_insert(min.into());
+                object.entry("maximum").or_insert(max.into());
+            }
+            object.values_mut().for_each(add_32_bit_bounds);
+        }
+        Value::Array(items) => items.iter_mut().for_each(add_32_bit_bounds),
+        _ => {}
+    }
+}
+
 fn drop_mistyped_defaults(schema: &mut Value) {
     match schema {
         Value::Object(object) => {

@@ -102,7 +102,7 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         }
     };
     logging::init(args.log_format);
-    let Some(runtime) = crate::startup::runtime(name) else {
+    let Some(runtime) = crate::startup::runtime(name, crate::startup::Threads::PerCpu) else {
         return 1;
     };
     runtime.block_on(async {
