@@ -28,6 +28,14 @@ pub mod method {
 
     /// The streaming operations: they act on a handle table, so a fs-helper
     /// runs them only in its persistent (`--serve`) form.
+    /// Whether `operation` only reads (running it twice changes nothing).
+    pub fn is_read_only(operation: &str) -> bool {
+        matches!(
+            operation,
+            READ_FILE | GET_METADATA | CANONICALIZE | READ_DIRECTORY | WALK
+        )
+    }
+
     pub const STREAM_OPERATIONS: [&str; 4] = [OPEN, READ_BLOCK, WRITE_BLOCK, CLOSE];
 
     /// The one-shot operations a fs-helper can run (no streaming).

@@ -27,6 +27,7 @@ use tokio::sync::Semaphore;
 
 use crate::fs_helper::{HelperResponse, ServeResponse};
 use crate::mode::FS_HELPER_ARG1;
+use crate::protocol::fs::method;
 use crate::protocol::RpcError;
 use crate::runtime_paths::ExecServerRuntimePaths;
 use crate::sandbox::cli::helper_args;
@@ -143,8 +144,21 @@ impl HelperPool {
             .acquire_owned()
             .await
             .map_err(|err| RpcError::internal(format!("fs sandbox helper pool closed: {err}")))?;
-        let mut helper = self.take(paths, key)?;
-        match helper.request(operation, params).await {
+        let (mut helper, reused) = self.take(paths, key)?;
+        let mut outcome = helper.request(operation, params.clone()).await;
+        // An idle helper can die (or be killed) just as it is taken: then the
+        // request never reached it, or it was only reading. Such a failure is
+        // retried once in a fresh helper when repeating cannot do anything
+        // twice: the request was never delivered, or the operation only reads.
+        if let Err(err) = &outcome {
+            if reused && (err.never_delivered() || method::is_read_only(operation)) {
+                tracing::debug!("retrying {operation} in a fresh fs helper: {err}");
+                helper.failure_message(ExchangeError::Closed).await;
+                helper = spawn_helper(paths, key)?;
+                outcome = helper.request(operation, params).await;
+            }
+        }
+        match outcome {
             Ok(answer) => {
                 self.put_idle(key, helper);
                 answer
@@ -156,15 +170,19 @@ impl HelperPool {
         }
     }
 
-    /// An idle helper for `key`, or a new one.
-    fn take(&self, paths: &ExecServerRuntimePaths, key: &HelperKey) -> Result<Helper, RpcError> {
+    /// An idle helper for `key` (and `true`), or a new one (and `false`).
+    fn take(
+        &self,
+        paths: &ExecServerRuntimePaths,
+        key: &HelperKey,
+    ) -> Result<(Helper, bool), RpcError> {
         loop {
             let Some(mut helper) = self.lock().idle.get_mut(key).and_then(Vec::pop) else {
-                return spawn_helper(paths, key);
+                return Ok((spawn_helper(paths, key)?, false));
             };
             // An idle helper that died meanwhile is replaced, not used.
             if helper.is_alive() {
-                return Ok(helper);
+                return Ok((helper, true));
             }
         }
     }
@@ -180,7 +198,7 @@ impl HelperPool {
     ) -> Result<LeasedHelper, RpcError> {
         self.start_reaper();
         Ok(LeasedHelper {
-            helper: Some(self.take(paths, key)?),
+            helper: Some(self.take(paths, key)?.0),
         })
     }
 
@@ -350,6 +368,14 @@ enum ExchangeError {
     Codec(#[from] serde_json::Error),
     #[error("unexpected fs sandbox helper response: expected {expected}, got {got}")]
     Mismatch { expected: String, got: String },
+}
+
+impl ExchangeError {
+    /// Whether the helper cannot have received the request: writing it found
+    /// the pipe without a reader.
+    fn never_delivered(&self) -> bool {
+        matches!(self, Self::Io(err) if err.kind() == std::io::ErrorKind::BrokenPipe)
+    }
 }
 
 impl Helper {
