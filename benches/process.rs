@@ -13,7 +13,7 @@ use futures_util::future::join_all;
 use tokio::sync::mpsc;
 
 use crate::common::{
-    at_least, ms, process_tree, quantile, ratio_at_most, rss_kib, Report, Server, Value,
+    at_least, cpu_time, ms, process_tree, quantile, ratio_at_most, rss_kib, Report, Server, Value,
 };
 use crate::outside;
 
@@ -77,19 +77,6 @@ fn note(report: &mut Report, name: &str, outcome: BenchResult) {
     if let Err(err) = outcome {
         report.failed(name, &err.to_string());
     }
-}
-
-/// CPU time (user + system) consumed so far by `pid`.
-fn cpu_time(pid: u32) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = stat.get(stat.rfind(')')? + 2..)?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // Fields 14 and 15 of stat (utime, stime), counted from after comm.
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    let per_second = u64::try_from(per_second).ok().filter(|&t| t > 0)?;
-    Some(Duration::from_millis(ticks * 1000 / per_second))
 }
 
 pub async fn connect(url: &str) -> BenchResult<(ExecServerClient, mpsc::Receiver<Notification>)> {

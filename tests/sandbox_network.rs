@@ -3,15 +3,18 @@
 //! allowed origin with curl and Python urllib (HTTP, and HTTPS through
 //! CONNECT to a local TLS origin), refuses a denied one with its reason and
 //! names it at exit, cannot connect to anything directly, cannot open a new
-//! Unix socket, resolves only allowed names through the DNS stub, and
-//! leaves no bridge process or socket directory behind. Origins are servers
-//! this file starts on 127.0.0.1; names reach them through `--resolve`.
+//! Unix socket, resolves only allowed names through the DNS stub (for every
+//! launcher, started by root and by uid 65534, the command holding no
+//! capability), and leaves no bridge process or socket directory behind.
+//! Origins are servers this file starts on 127.0.0.1; names reach them
+//! through `--resolve`.
 
 mod common;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
+use common::bwrap::{callers, tempdir_for, Caller, NOBODY};
 use common::net::{Origin, TlsOrigin, PROXY_VARS};
 use common::sandbox::{python3, require_sandbox, stderr, stdout, Ws};
 
@@ -44,7 +47,29 @@ impl Launcher {
 
 /// `codexbox sandbox [args] -- sh -c SCRIPT` in `cwd` with `launcher`.
 fn sandbox(launcher: Launcher, cwd: &Path, args: &[&str], script: &str) -> Output {
-    let mut cmd = Command::new(BIN);
+    sandbox_as(launcher, Caller::Current, cwd, args, script)
+}
+
+/// [`sandbox`] started by `caller` (uid 65534 through `setpriv`, with no
+/// runtime directory and no home, as a service account has).
+fn sandbox_as(
+    launcher: Launcher,
+    caller: Caller,
+    cwd: &Path,
+    args: &[&str],
+    script: &str,
+) -> Output {
+    let mut cmd = match caller {
+        Caller::Current => Command::new(BIN),
+        Caller::Nobody => {
+            let id = NOBODY.to_string();
+            let mut cmd = Command::new("setpriv");
+            cmd.args(["--reuid", &id, "--regid", &id, "--clear-groups", BIN])
+                .env_remove("XDG_RUNTIME_DIR")
+                .env("HOME", "/nonexistent");
+            cmd
+        }
+    };
     for var in PROXY_VARS {
         cmd.env_remove(var);
     }
@@ -57,12 +82,32 @@ fn sandbox(launcher: Launcher, cwd: &Path, args: &[&str], script: &str) -> Outpu
         .stdin(Stdio::null());
     let out = cmd.output().expect("run codexbox sandbox");
     eprintln!(
-        "--- {launcher:?} {args:?} sh -c {script:?}\nstatus: {:?}\nstdout: {}\nstderr: {}",
+        "--- {launcher:?} as {caller:?} {args:?} sh -c {script:?}\nstatus: {:?}\nstdout: {}\nstderr: {}",
         out.status,
         stdout(&out),
         stderr(&out)
     );
     out
+}
+
+/// The host's lowest unprivileged port, which no sandbox may change.
+fn host_port_start() -> String {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+/// Prints the command's capability sets, one `Cap…:` line each.
+const CAPS_SCRIPT: &str = "grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status";
+
+/// Asserts that every capability set printed by [`CAPS_SCRIPT`] is empty.
+fn assert_no_capability(text: &str, what: &str) {
+    let sets: Vec<&str> = text.lines().filter(|l| l.starts_with("Cap")).collect();
+    assert_eq!(sets.len(), 5, "{what}: {text}");
+    for line in sets {
+        assert!(line.ends_with("\t0000000000000000"), "{what}: {line}");
+    }
 }
 
 fn value<'a>(out: &'a str, key: &str) -> &'a str {
@@ -180,17 +225,7 @@ a, b = socket.socketpair(); a.send(b\"x\"); print(\"pair=\" + b.recv(1).decode()
         );
     }
     assert!(value(&text, "ALL_PROXY=").starts_with("socks5h://127.0.0.1:"));
-    if let Launcher::Builtin = launcher {
-        // The built-in launcher runs the command in a nested user
-        // namespace, where port 53 of the sandbox's network namespace
-        // cannot be bound: no stub, and it says so.
-        assert!(
-            stderr(&out).contains("warning: no DNS inside the sandbox"),
-            "{}",
-            stderr(&out)
-        );
-        return;
-    }
+    assert!(!stderr(&out).contains("no DNS inside the sandbox"));
     let audit = std::fs::read_to_string(ws.root.join("audit.jsonl")).unwrap();
     assert!(
         audit.contains(r#""host":"other.test","port":53,"protocol":"dns""#),
@@ -207,20 +242,32 @@ fn system_bwrap_refuses_unix_sockets_and_answers_only_allowed_names() {
 }
 
 #[test]
-fn builtin_bwrap_refuses_unix_sockets_and_resolves_no_names() {
+fn builtin_bwrap_refuses_unix_sockets_and_answers_only_allowed_names() {
     confinement_inside(Launcher::Builtin);
 }
 
-#[test]
-fn the_dns_stub_answers_allowed_names_with_the_proxy_s_addresses() {
+/// The DNS stub answers allowed names with the proxy's addresses and
+/// refuses the others, whichever launcher runs the sandbox and whoever
+/// starts it; the command holds no capability, and the host's lowest
+/// unprivileged port is unchanged.
+fn dns_stub_answers_only_allowed_names(launcher: Launcher, caller: Caller) {
     require_sandbox!();
-    if !Launcher::System.usable() {
+    if !launcher.usable() || !callers().contains(&caller) {
         return;
     }
-    let ws = Ws::new();
-    let out = sandbox(
-        Launcher::System,
-        &ws.ws,
+    let dir = tempdir_for(caller);
+    let audit = dir.path().join("audit.jsonl");
+    let port_start = host_port_start();
+    let script = format!(
+        "echo uid=$(id -u); \
+         echo pypi=$(getent ahostsv4 pypi.test | head -1 | cut -d' ' -f1); \
+         echo hosted=$(getent ahostsv4 files.hosted.test | head -1 | cut -d' ' -f1); \
+         getent hosts evil.test; echo evil=$?; {CAPS_SCRIPT}"
+    );
+    let out = sandbox_as(
+        launcher,
+        caller,
+        dir.path(),
         &[
             "--allow-domain",
             "pypi.test",
@@ -231,17 +278,124 @@ fn the_dns_stub_answers_allowed_names_with_the_proxy_s_addresses() {
             "pypi.test=127.0.0.1",
             "--resolve",
             "files.hosted.test=10.1.2.3",
+            "--audit-log",
+            audit.to_str().unwrap(),
         ],
-        "getent ahostsv4 pypi.test | head -1; getent ahostsv4 files.hosted.test | head -1; \
-         getent hosts evil.test; echo evil=$?",
+        &script,
     );
     let text = stdout(&out);
-    assert!(text.starts_with("127.0.0.1 "), "{text}");
+    let what = format!("{launcher:?} as {caller:?}");
+    assert!(out.status.success(), "{what}: {}", stderr(&out));
+    let uid = match caller {
+        Caller::Current => nix::unistd::getuid().as_raw(),
+        Caller::Nobody => NOBODY,
+    };
+    assert_eq!(value(&text, "uid="), uid.to_string(), "{what}");
+    assert_eq!(value(&text, "pypi="), "127.0.0.1", "{what}");
+    assert_eq!(value(&text, "hosted="), "10.1.2.3", "{what}");
+    assert_eq!(value(&text, "evil="), "2", "{what}");
+    assert_no_capability(&text, &what);
     assert!(
-        text.lines().nth(1).unwrap_or("").starts_with("10.1.2.3 "),
-        "{text}"
+        !stderr(&out).contains("no DNS inside the sandbox"),
+        "{what}: {}",
+        stderr(&out)
     );
-    assert_eq!(value(&text, "evil="), "2");
+    assert!(
+        stderr(&out).contains("codexbox: blocked evil.test (name lookup; not in allowlist)"),
+        "{what}: {}",
+        stderr(&out)
+    );
+    let audit = std::fs::read_to_string(&audit).unwrap();
+    assert!(
+        audit.contains(r#""host":"evil.test","port":53,"protocol":"dns""#),
+        "{what}: {audit}"
+    );
+    assert_eq!(host_port_start(), port_start, "{what}");
+}
+
+#[test]
+fn system_bwrap_dns_stub_for_root() {
+    dns_stub_answers_only_allowed_names(Launcher::System, Caller::Current);
+}
+
+#[test]
+fn system_bwrap_dns_stub_for_an_unprivileged_caller() {
+    dns_stub_answers_only_allowed_names(Launcher::System, Caller::Nobody);
+}
+
+#[test]
+fn builtin_bwrap_dns_stub_for_root() {
+    dns_stub_answers_only_allowed_names(Launcher::Builtin, Caller::Current);
+}
+
+#[test]
+fn builtin_bwrap_dns_stub_for_an_unprivileged_caller() {
+    dns_stub_answers_only_allowed_names(Launcher::Builtin, Caller::Nobody);
+}
+
+/// Where the namespace for the stub cannot be made (here: `/proc/sys/net`
+/// read-only, as in many containers), the sandbox runs in bubblewrap's own
+/// network namespace without a stub, says why, and is still cut off.
+#[test]
+fn without_a_writable_proc_sys_there_is_no_stub_and_a_warning_says_why() {
+    require_sandbox!();
+    if !nix::unistd::getuid().is_root()
+        || Command::new("unshare").arg("--version").output().is_err()
+    {
+        eprintln!("SKIP: needs root and unshare(1) to make /proc/sys/net read-only");
+        return;
+    }
+    let ws = Ws::new();
+    let origin = Origin::start();
+    let mut cmd = Command::new("unshare");
+    for var in PROXY_VARS {
+        cmd.env_remove(var);
+    }
+    let inner = format!(
+        "getent hosts allowed.test; echo lookup=$?; \
+         curl -s -o /dev/null -w 'proxied=%{{http_code}}\\n' http://allowed.test:{port}/; \
+         curl -s -o /dev/null --noproxy '*' -m 5 http://127.0.0.1:{port}/; echo direct_exit=$?",
+        port = origin.port()
+    );
+    let out = cmd
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(
+            "mount --bind /proc/sys/net /proc/sys/net && mount -o remount,bind,ro /proc/sys/net \
+             && exec \"$0\" \"$@\"",
+        )
+        .arg(BIN)
+        .arg("sandbox")
+        .arg("-C")
+        .arg(&ws.ws)
+        .args([
+            "--allow-domain",
+            "allowed.test",
+            "--allow-local-binding",
+            "--resolve",
+            "allowed.test=127.0.0.1",
+            "--",
+            "sh",
+            "-c",
+            &inner,
+        ])
+        .env("CODEXBOX_BWRAP", "builtin")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    eprintln!("{text}\n{}", stderr(&out));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(
+            "warning: no DNS inside the sandbox (cannot set net.ipv4.ip_unprivileged_port_start \
+             in a new network namespace: Read-only file system"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    assert_ne!(value(&text, "lookup="), "0");
+    assert_eq!(value(&text, "proxied="), "200");
+    assert_ne!(value(&text, "direct_exit="), "0");
 }
 
 /// Processes whose command line mentions `marker`.
@@ -373,10 +527,7 @@ fn network_flag_and_domain_policy_do_not_mix() {
 #[test]
 fn a_normal_user_is_confined_the_same_way() {
     require_sandbox!();
-    if !nix::unistd::geteuid().is_root()
-        || Command::new("setpriv").arg("--version").output().is_err()
-    {
-        eprintln!("SKIP: needs root and setpriv to run as an unprivileged user");
+    if !callers().contains(&Caller::Nobody) {
         return;
     }
     let origin = Origin::start();
@@ -390,39 +541,20 @@ fn a_normal_user_is_confined_the_same_way() {
              curl -s -o /dev/null --noproxy '*' -m 5 http://127.0.0.1:{port}/; echo direct_exit=$?",
             port = origin.port()
         );
-        let mut cmd = Command::new("setpriv");
-        for var in PROXY_VARS {
-            cmd.env_remove(var);
-        }
-        let resolve = "origin.test=127.0.0.1";
-        let out = cmd
-            .args([
-                "--reuid",
-                "65534",
-                "--regid",
-                "65534",
-                "--clear-groups",
-                BIN,
-                "sandbox",
-                "-C",
-                "/tmp",
-            ])
-            .args([
+        let out = sandbox_as(
+            launcher,
+            Caller::Nobody,
+            Path::new("/tmp"),
+            &[
                 "--allow-domain",
                 "origin.test",
                 "--allow-local-binding",
                 "--resolve",
-                resolve,
-            ])
-            .args(["--", "sh", "-c", &script])
-            .env_remove("XDG_RUNTIME_DIR")
-            .env("HOME", "/nonexistent")
-            .env("CODEXBOX_BWRAP", launcher.env())
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
+                "origin.test=127.0.0.1",
+            ],
+            &script,
+        );
         let text = stdout(&out);
-        eprintln!("{launcher:?}: {text}\n{}", stderr(&out));
         assert!(out.status.success(), "{launcher:?}: {}", stderr(&out));
         assert_eq!(text.lines().next(), Some("65534"));
         assert_eq!(value(&text, "allowed="), "200", "{launcher:?}");

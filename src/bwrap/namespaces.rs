@@ -194,32 +194,7 @@ pub fn write_id_maps(
 /// Brings `lo` up in a new network namespace; the kernel then adds
 /// 127.0.0.1/8 and ::1 by itself.
 pub fn loopback_up() -> Result<()> {
-    // SAFETY: plain socket creation, the fd is owned right below.
-    let sock = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if sock < 0 {
-        return Err(NamespaceError::Loopback(io::Error::last_os_error()));
-    }
-    // SAFETY: `sock` was just returned by socket() and is owned by nobody else.
-    let sock = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(sock) };
-    // SAFETY: ifreq is plain old data; all-zero is a valid value.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (slot, byte) in req.ifr_name.iter_mut().zip(b"lo\0") {
-        *slot = libc::c_char::from_ne_bytes([*byte]);
-    }
-    // SAFETY: SIOCGIFFLAGS reads into the ifreq we own.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
-        return Err(NamespaceError::Loopback(io::Error::last_os_error()));
-    }
-    let up = libc::c_short::try_from(libc::IFF_UP | libc::IFF_RUNNING).unwrap_or(0);
-    // SAFETY: the flags member of the union is the one SIOCGIFFLAGS filled.
-    unsafe {
-        req.ifr_ifru.ifru_flags |= up;
-    }
-    // SAFETY: SIOCSIFFLAGS reads the ifreq we own.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
-        return Err(NamespaceError::Loopback(io::Error::last_os_error()));
-    }
-    Ok(())
+    crate::sys::netns::loopback_up().map_err(NamespaceError::Loopback)
 }
 
 /// After every mount: move into the nested user namespace the command runs

@@ -553,10 +553,12 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
         let env = proxy_routing::process_env();
         let routes = proxy_routing::plan_routes(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .map_err(|e| fail(format!("failed to prepare host proxy routing bridge: {e}")))?;
-        Some(
-            HostRouting::start(&proxy_routing::socket_parent(&state_dir), &routes)
-                .map_err(|e| fail(format!("failed to prepare host proxy routing bridge: {e}")))?,
-        )
+        let routing = HostRouting::start(&proxy_routing::socket_parent(&state_dir), &routes)
+            .map_err(|e| fail(format!("failed to prepare host proxy routing bridge: {e}")))?;
+        if let (Some(reason), false) = (&routing.no_stub, args.explain) {
+            proxy_routing::warn_no_stub(reason);
+        }
+        Some(routing)
     } else {
         None
     };
@@ -625,7 +627,11 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
         let argv = built.render(&fds.mask_numbers());
         let registration = state::register(&state_dir, &built.synthetic_targets).map_err(fail)?;
         let links = state::ProtectedLinks::snapshot(&protected_paths);
-        let outcome = run::run(&choice, &argv, &fds);
+        let netns = routing
+            .as_ref()
+            .and_then(|r| r.netns.as_ref())
+            .map(|n| n.fds());
+        let outcome = run::run(&choice, &argv, &fds, netns);
         drop(fds);
         registration.cleanup();
         let restored = links.restore();
@@ -697,15 +703,14 @@ fn explain(
                     route.uds_path.display()
                 );
             }
-            let _ = writeln!(
-                out,
-                "dns stub: {}",
-                if routing.spec.dns_uds_path.is_some() {
-                    "127.0.0.1:53 (allowed names only, resolved by the proxy)"
-                } else {
-                    "none"
-                }
-            );
+            let stub = match (&routing.spec.dns_uds_path, &routing.no_stub) {
+                (Some(_), _) => "127.0.0.1:53 (allowed names only, resolved by the proxy; \
+                                 network namespace made by the helper)"
+                    .to_owned(),
+                (None, Some(reason)) => format!("none ({reason})"),
+                (None, None) => "none".to_owned(),
+            };
+            let _ = writeln!(out, "dns stub: {stub}");
         }
         None => {
             let _ = writeln!(out, "network: {}", net_name(prepared.network));

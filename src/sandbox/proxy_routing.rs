@@ -9,12 +9,15 @@
 //! dead helpers are removed first), binds one Unix socket per distinct
 //! endpoint and serves each from a thread of the helper (which waits for
 //! bubblewrap anyway, so the bridges live exactly as long as the sandbox),
-//! and writes the `resolv.conf` the sandbox sees. The directory is bound
-//! into the sandbox read-only and explicitly, so a restricted-read profile
-//! or a `/tmp` tmpfs cannot hide it.
+//! and, when there is a DNS stub to serve, prepares the sandbox's network
+//! namespace (`sandbox::routed_netns`: port 53 bindable without a
+//! capability) and writes the `resolv.conf` the sandbox sees. The
+//! directory is bound into the sandbox read-only and explicitly, so a
+//! restricted-read profile or a `/tmp` tmpfs cannot hide it.
 //!
-//! Inner stage (inside, before seccomp): [`activate_inside`] binds a
-//! listener per socket and the DNS stub on 127.0.0.1:53, hands them to a
+//! Inner stage (inside, before seccomp): [`activate_inside`] checks that
+//! the network namespace holds nothing but `lo`, binds a listener per
+//! socket and the DNS stub on 127.0.0.1:53, hands them to a
 //! namespace helper process (double-forked, so the command never has it as
 //! a child; the pid namespace ends it), and rewrites every routed variable
 //! to its local port (and `NO_PROXY` to its loopback entries, the only
@@ -32,6 +35,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::net::env::is_proxy_url_key;
+use crate::sandbox::routed_netns::{NetnsError, PreparedNetns};
 
 /// The longest Unix socket path (`sun_path` minus the NUL).
 pub const MAX_SOCKET_PATH_BYTES: usize = 107;
@@ -73,6 +77,10 @@ pub enum RoutingError {
     Fork(#[source] nix::Error),
     #[error("could not rewrite proxy URL for env key {0}")]
     Rewrite(String),
+    #[error("cannot list the sandbox's network interfaces: {0}")]
+    Interfaces(#[source] io::Error),
+    #[error("the sandbox's network namespace is not isolated (interfaces: {0})")]
+    NotIsolated(String),
 }
 
 /// One routed variable: its key, its value, the loopback endpoint it names.
@@ -222,6 +230,9 @@ pub struct ProxyMounts {
     /// `(file in the socket directory, where it goes)`: the sandbox's
     /// resolv.conf naming the stub, when the stub can run.
     pub resolv_conf: Option<(PathBuf, PathBuf)>,
+    /// The launcher starts inside the namespace [`HostRouting::netns`]
+    /// (no `--unshare-net`).
+    pub prepared_netns: bool,
 }
 
 /// Where the sandbox's resolv.conf goes: `/etc/resolv.conf`, or what it
@@ -239,6 +250,11 @@ pub struct HostRouting {
     dir: PathBuf,
     pub spec: RouteSpec,
     pub mounts: ProxyMounts,
+    /// The network namespace the launcher must start in, when the DNS stub
+    /// runs.
+    pub netns: Option<PreparedNetns>,
+    /// Why there is no DNS stub although an HTTP proxy route exists.
+    pub no_stub: Option<NetnsError>,
 }
 
 impl Drop for HostRouting {
@@ -319,7 +335,10 @@ impl HostRouting {
             mounts: ProxyMounts {
                 socket_dir: dir.clone(),
                 resolv_conf: None,
+                prepared_netns: false,
             },
+            netns: None,
+            no_stub: None,
         };
         let mut sockets: BTreeMap<SocketAddr, PathBuf> = BTreeMap::new();
         for route in routes {
@@ -351,8 +370,21 @@ impl HostRouting {
                 uds_path: path,
             });
         }
-        if routing.spec.dns_uds_path.is_some() {
-            if let Some(target) = resolv_conf_target() {
+        // The stub needs a resolv.conf to bind over, and a namespace where
+        // it may bind port 53.
+        let stub_target = routing
+            .spec
+            .dns_uds_path
+            .as_ref()
+            .and_then(|_| resolv_conf_target());
+        let prepared = stub_target.map(|target| {
+            (
+                target,
+                PreparedNetns::create(crate::net::dns::stub_address().port()),
+            )
+        });
+        match prepared {
+            Some((target, Ok(netns))) => {
                 let file = dir.join("resolv.conf");
                 std::fs::write(
                     &file,
@@ -363,9 +395,14 @@ impl HostRouting {
                     source,
                 })?;
                 routing.mounts.resolv_conf = Some((file, target));
-            } else {
-                routing.spec.dns_uds_path = None;
+                routing.mounts.prepared_netns = true;
+                routing.netns = Some(netns);
             }
+            Some((_, Err(err))) => {
+                routing.spec.dns_uds_path = None;
+                routing.no_stub = Some(err);
+            }
+            None => routing.spec.dns_uds_path = None,
         }
         Ok(routing)
     }
@@ -416,12 +453,13 @@ fn join_unix_tcp(unix: UnixStream, tcp: TcpStream) {
     let _ = upstream.join();
 }
 
-/// The inner stage's part: binds the local listeners and the DNS stub,
-/// starts the namespace helper with them, and points every routed variable
-/// at its local port. Must run before the process confines itself (the
-/// helper needs Unix sockets, and port 53 needs the capability the
-/// launcher left for this).
+/// The inner stage's part: checks that the network namespace is the
+/// sandbox's own, binds the local listeners and the DNS stub, starts the
+/// namespace helper with them, and points every routed variable at its
+/// local port. Must run before the process confines itself (the helper
+/// needs Unix sockets).
 pub fn activate_inside(spec: &RouteSpec) -> Result<(), RoutingError> {
+    ensure_isolated()?;
     let mut ports: BTreeMap<PathBuf, u16> = BTreeMap::new();
     let mut bridges: Vec<(TcpListener, PathBuf)> = Vec::new();
     for route in &spec.routes {
@@ -440,7 +478,7 @@ pub fn activate_inside(spec: &RouteSpec) -> Result<(), RoutingError> {
         Some(path) => match UdpSocket::bind(crate::net::dns::stub_address()) {
             Ok(socket) => Some((socket, path.clone())),
             Err(err) => {
-                eprintln!("{}: warning: no DNS inside the sandbox (cannot bind 127.0.0.1:53: {err}); clients must let the proxy resolve names", crate::sandbox::cli::PREFIX);
+                warn_no_stub(&format_args!("cannot bind 127.0.0.1:53: {err}"));
                 None
             }
         },
@@ -463,6 +501,26 @@ pub fn activate_inside(spec: &RouteSpec) -> Result<(), RoutingError> {
         if let Ok(value) = std::env::var(key) {
             std::env::set_var(key, crate::net::env::loopback_no_proxy(&value));
         }
+    }
+    Ok(())
+}
+
+/// Says on stderr that the sandbox has no DNS stub, and why.
+pub fn warn_no_stub(reason: &dyn std::fmt::Display) {
+    eprintln!(
+        "{}: warning: no DNS inside the sandbox ({reason}); clients must let the proxy resolve names",
+        crate::sandbox::cli::PREFIX
+    );
+}
+
+/// Fails unless `lo` is the only interface: the namespace the command
+/// would run in has no route out (whoever made it: bubblewrap, or the
+/// helper for the DNS stub), so a launcher that was not started in it can
+/// never leave the command on the host's network.
+fn ensure_isolated() -> Result<(), RoutingError> {
+    let names = crate::sys::netns::interface_names().map_err(RoutingError::Interfaces)?;
+    if names.iter().any(|name| name != "lo") {
+        return Err(RoutingError::NotIsolated(names.join(", ")));
     }
     Ok(())
 }
@@ -661,6 +719,21 @@ mod tests {
     }
 
     #[test]
+    fn a_namespace_with_more_than_loopback_is_refused() {
+        let names = crate::sys::netns::interface_names().unwrap();
+        let result = ensure_isolated();
+        if names.iter().all(|n| n == "lo") {
+            assert!(result.is_ok());
+        } else {
+            let err = result.unwrap_err().to_string();
+            assert!(
+                err.starts_with("the sandbox's network namespace is not isolated"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
     fn socket_dirs_are_private_and_stale_ones_go() {
         use std::os::unix::fs::PermissionsExt;
         let parent = tempfile::tempdir().unwrap();
@@ -676,10 +749,16 @@ mod tests {
             0o700
         );
         assert!(dir.join("r0.sock").exists());
-        assert_eq!(
-            routing.spec.dns_uds_path.as_deref(),
-            Some(dir.join("r0.sock").as_path())
-        );
+        // The stub's socket is the HTTP route's, when a namespace for it
+        // could be made; otherwise the reason is kept.
+        match &routing.netns {
+            Some(_) => assert_eq!(
+                routing.spec.dns_uds_path.as_deref(),
+                Some(dir.join("r0.sock").as_path())
+            ),
+            None => assert!(routing.spec.dns_uds_path.is_none()),
+        }
+        assert_eq!(routing.mounts.prepared_netns, routing.netns.is_some());
         drop(routing);
         assert!(!dir.exists());
         let long = parent.path().join("x".repeat(100));

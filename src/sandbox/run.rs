@@ -39,6 +39,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::sandbox::launcher::LauncherChoice;
+use crate::sandbox::routed_netns::{self, NetnsFds};
 
 /// Most bytes of launcher stderr kept.
 pub const MAX_CAPTURED_STDERR: usize = 64 * 1024;
@@ -146,11 +147,13 @@ pub fn cloexec_inherited_fds() {
     crate::sys::fds::cloexec_from_3();
 }
 
-/// Runs `launcher` with `argv` (after `bwrap`), passing `fds`.
+/// Runs `launcher` with `argv` (after `bwrap`), passing `fds`, inside
+/// `netns` when given (a launcher that cannot join it never starts).
 pub fn run(
     launcher: &LauncherChoice,
     argv: &[OsString],
     fds: &RunFds,
+    netns: Option<NetnsFds>,
 ) -> Result<RunOutcome, RunError> {
     let (read_end, write_end) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(RunError::Pipe)?;
@@ -167,9 +170,13 @@ pub fn run(
     cmd.args(argv);
     cmd.stderr(Stdio::from(write_end));
     // SAFETY: the closure only calls async-signal-safe functions (fcntl,
-    // signal) on values prepared before the fork; it allocates nothing.
+    // signal, setns) on values prepared before the fork; it allocates
+    // nothing.
     unsafe {
         cmd.pre_exec(move || {
+            if let Some(netns) = netns {
+                routed_netns::enter(netns)?;
+            }
             for fd in &inherit {
                 let flags = libc::fcntl(*fd, libc::F_GETFD);
                 if flags < 0 || libc::fcntl(*fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {

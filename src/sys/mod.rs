@@ -1,7 +1,7 @@
 //! Low-level Linux process primitives shared by the sandbox ([`crate::sandbox`])
 //! and the built-in bubblewrap ([`crate::bwrap`]): capabilities, securebits,
-//! no_new_privs and the session keyring ([`confine`]), and raw file
-//! descriptors ([`fds`]).
+//! no_new_privs and the session keyring ([`confine`]), raw file
+//! descriptors ([`fds`]), and network namespaces ([`netns`]).
 //!
 //! This module depends on neither of its users: dependencies run one way,
 //! `sandbox → sys` and `bwrap → sys`. It holds system calls and their error
@@ -9,6 +9,7 @@
 
 pub mod confine;
 pub mod fds;
+pub mod netns;
 
 use std::io;
 

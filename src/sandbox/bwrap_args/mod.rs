@@ -96,8 +96,8 @@ pub struct BwrapInputs<'a> {
     /// Extra paths that must be readable (the helper executable).
     pub extra_read: Vec<PathBuf>,
     /// Managed proxy routing: the bridge directory (and resolv.conf) bound
-    /// read-only after every other mount, and the capability the inner
-    /// stage needs to bind the DNS stub's port 53.
+    /// read-only after every other mount, and whether the launcher starts
+    /// in a network namespace the helper prepared (no `--unshare-net`).
     pub managed_proxy: Option<crate::sandbox::proxy_routing::ProxyMounts>,
     pub inner: InnerCommand,
 }

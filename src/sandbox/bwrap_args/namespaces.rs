@@ -16,33 +16,17 @@ impl Builder<'_> {
             "--unshare-uts",
             "--unshare-cgroup-try",
         ]);
-        if !i.network_enabled {
+        // A routed sandbox with a DNS stub starts inside the network
+        // namespace the helper prepared for it (`sandbox::routed_netns`).
+        let prepared_netns = i.managed_proxy.as_ref().is_some_and(|m| m.prepared_netns);
+        if !i.network_enabled && !prepared_netns {
             self.out.text("--unshare-net");
         }
-        // The DNS stub binds port 53 in the sandbox's network namespace,
-        // which takes CAP_NET_BIND_SERVICE in the user namespace owning it:
-        // the inner stage keeps that capability, and CAP_SETPCAP to empty
-        // the bounding set afterwards, and drops both before the command
-        // runs; --disable-userns, which would move it into a nested user
-        // namespace, is left out. New user namespaces stay refused by
-        // seccomp in every mode.
-        let dns_stub = i.caps.cap_drop
-            && i.managed_proxy
-                .as_ref()
-                .is_some_and(|m| m.resolv_conf.is_some());
-        if i.caps.disable_userns && !dns_stub {
+        if i.caps.disable_userns {
             self.out.text("--disable-userns");
         }
         if i.caps.cap_drop {
             self.out.texts(&["--cap-drop", "ALL"]);
-            if dns_stub {
-                self.out.texts(&[
-                    "--cap-add",
-                    "CAP_NET_BIND_SERVICE",
-                    "--cap-add",
-                    "CAP_SETPCAP",
-                ]);
-            }
         }
         if i.mount_proc {
             self.out.texts(&["--proc", "/proc"]);
