@@ -222,19 +222,6 @@ impl RouteSpec {
     }
 }
 
-/// What the bwrap argv must bind for the routes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProxyMounts {
-    /// The socket directory, bound read-only at the same path.
-    pub socket_dir: PathBuf,
-    /// `(file in the socket directory, where it goes)`: the sandbox's
-    /// resolv.conf naming the stub, when the stub can run.
-    pub resolv_conf: Option<(PathBuf, PathBuf)>,
-    /// The launcher starts inside the namespace [`HostRouting::netns`]
-    /// (no `--unshare-net`).
-    pub prepared_netns: bool,
-}
-
 /// Where the sandbox's resolv.conf goes: `/etc/resolv.conf`, or what it
 /// links to. `None` when neither exists (nothing to bind over).
 fn resolv_conf_target() -> Option<PathBuf> {
@@ -249,7 +236,7 @@ fn resolv_conf_target() -> Option<PathBuf> {
 pub struct HostRouting {
     dir: PathBuf,
     pub spec: RouteSpec,
-    pub mounts: ProxyMounts,
+    pub mounts: crate::sandbox::bwrap_args::ProxyMounts,
     /// The network namespace the launcher must start in, when the DNS stub
     /// runs.
     pub netns: Option<PreparedNetns>,
@@ -332,7 +319,7 @@ impl HostRouting {
                 routes: Vec::new(),
                 dns_uds_path: None,
             },
-            mounts: ProxyMounts {
+            mounts: crate::sandbox::bwrap_args::ProxyMounts {
                 socket_dir: dir.clone(),
                 resolv_conf: None,
                 prepared_netns: false,
@@ -509,7 +496,7 @@ pub fn activate_inside(spec: &RouteSpec) -> Result<(), RoutingError> {
 pub fn warn_no_stub(reason: &dyn std::fmt::Display) {
     eprintln!(
         "{}: warning: no DNS inside the sandbox ({reason}); clients must let the proxy resolve names",
-        crate::sandbox::cli::PREFIX
+        crate::mode::LINUX_SANDBOX_ARG0
     );
 }
 
@@ -564,7 +551,7 @@ fn serve_namespace_helper(
     let code = match run_namespace_helper(bridges, stub) {
         Ok(()) => 0,
         Err(err) => {
-            eprintln!("{}: proxy bridge: {err}", crate::sandbox::cli::PREFIX);
+            eprintln!("{}: proxy bridge: {err}", crate::mode::LINUX_SANDBOX_ARG0);
             1
         }
     };

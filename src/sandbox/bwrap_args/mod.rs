@@ -29,6 +29,19 @@ const PROC_READ_ONLY_EXTRAS: [&str; 3] = ["/proc/sysrq-trigger", "/proc/irq", "/
 /// argv[0] the inner stage is started with when the launcher has `--argv0`.
 pub const INNER_ARGV0: &str = "codex-linux-sandbox";
 
+/// What the bwrap argv must bind for the routes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyMounts {
+    /// The socket directory, bound read-only at the same path.
+    pub socket_dir: PathBuf,
+    /// `(file in the socket directory, where it goes)`: the sandbox's
+    /// resolv.conf naming the stub, when the stub can run.
+    pub resolv_conf: Option<(PathBuf, PathBuf)>,
+    /// The launcher starts inside the namespace `HostRouting::netns` (`sandbox::proxy_routing`)
+    /// (no `--unshare-net`).
+    pub prepared_netns: bool,
+}
+
 /// Errors building the argv.
 #[derive(Debug, thiserror::Error)]
 pub enum BwrapArgsError {
@@ -98,7 +111,7 @@ pub struct BwrapInputs<'a> {
     /// Managed proxy routing: the bridge directory (and resolv.conf) bound
     /// read-only after every other mount, and whether the launcher starts
     /// in a network namespace the helper prepared (no `--unshare-net`).
-    pub managed_proxy: Option<crate::sandbox::proxy_routing::ProxyMounts>,
+    pub managed_proxy: Option<ProxyMounts>,
     pub inner: InnerCommand,
 }
 

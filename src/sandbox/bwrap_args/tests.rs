@@ -363,7 +363,7 @@ fn managed_proxy_binds_the_bridge_directory_last_and_drops_every_capability() {
     let mut i = inputs(&policy, Path::new("/"));
     // With a DNS stub the launcher starts in the helper's network
     // namespace: no --unshare-net, and still no capability for anyone.
-    i.managed_proxy = Some(crate::sandbox::proxy_routing::ProxyMounts {
+    i.managed_proxy = Some(ProxyMounts {
         socket_dir: PathBuf::from("/run/codexbox/net/7-0"),
         resolv_conf: Some((
             PathBuf::from("/run/codexbox/net/7-0/resolv.conf"),
@@ -382,7 +382,7 @@ fn managed_proxy_binds_the_bridge_directory_last_and_drops_every_capability() {
         )
     );
     // Without one, bubblewrap makes the namespace.
-    i.managed_proxy = Some(crate::sandbox::proxy_routing::ProxyMounts {
+    i.managed_proxy = Some(ProxyMounts {
         socket_dir: PathBuf::from("/run/codexbox/net/7-0"),
         resolv_conf: None,
         prepared_netns: false,
