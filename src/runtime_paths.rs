@@ -40,6 +40,20 @@ impl ExecServerRuntimePaths {
             .unwrap_or(&self.codex_self_exe)
     }
 
+    /// The directories of the executables a helper or sandboxed process
+    /// needs to read (this binary and the sandbox helper).
+    pub fn exe_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        for exe in [self.codex_self_exe.as_path(), self.linux_sandbox_exe()] {
+            if let Some(dir) = exe.parent() {
+                if !dirs.iter().any(|d| d == dir) {
+                    dirs.push(dir.to_path_buf());
+                }
+            }
+        }
+        dirs
+    }
+
     /// A command that runs the Linux sandbox helper (argv[0] `codex-linux-sandbox`).
     pub fn linux_sandbox_command(&self) -> Command {
         use std::os::unix::process::CommandExt;

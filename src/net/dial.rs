@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use tokio::net::TcpStream;
 
-use super::resolve::{is_non_public, Targets};
+use super::address::is_non_public;
+use super::resolve::Targets;
 
 /// How long one destination may take to accept a connection.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -15,6 +15,7 @@
 //! - [`proxy`]: the handle the callers share; [`cli`]: `codexbox proxy`;
 //! - [`managed`]: the proxy of one `codexbox sandbox --allow-domain` run.
 
+pub mod address;
 pub mod audit;
 pub mod cli;
 pub mod client;

@@ -18,8 +18,8 @@
 
 use std::net::IpAddr;
 
+use super::address::is_non_public;
 use super::decision::DenyReason;
-use super::resolve::is_non_public;
 
 /// Why a pattern list cannot be compiled.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

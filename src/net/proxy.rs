@@ -13,10 +13,11 @@ use tokio::net::TcpListener;
 use tokio::sync::{broadcast, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 
+use super::address::is_non_public;
 use super::audit::{AuditLog, AuditSink, BlockedDestination};
 use super::decision::{Decision, DenyReason, Protocol};
 use super::policy::{HostVerdict, Policy};
-use super::resolve::{is_non_public, Resolver, Targets};
+use super::resolve::{Resolver, Targets};
 use super::upstream::{ProxyEndpoint, Upstream};
 use super::{http_proxy, socks5};
 

@@ -12,7 +12,6 @@
 //! on handles are counted here, across both places.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
@@ -235,19 +234,6 @@ enum Placement {
     Helper(HelperKey),
 }
 
-/// The directories of the executables a helper or sandboxed process needs.
-pub fn exe_dirs(paths: &ExecServerRuntimePaths) -> Vec<PathBuf> {
-    let mut dirs = Vec::new();
-    for exe in [paths.codex_self_exe.as_path(), paths.linux_sandbox_exe()] {
-        if let Some(dir) = exe.parent() {
-            if !dirs.iter().any(|d: &PathBuf| d == dir) {
-                dirs.push(dir.to_path_buf());
-            }
-        }
-    }
-    dirs
-}
-
 /// Decides direct vs helper (SPEC §4.2, reference notes §12.1) and builds
 /// the helper's sandbox.
 fn placement(
@@ -267,7 +253,7 @@ fn placement(
     let cwd = resolved
         .helper_cwd()
         .map_err(|err| RpcError::invalid_request(err.to_string()))?;
-    let mut profile = resolved.helper_profile(&exe_dirs(paths));
+    let mut profile = resolved.helper_profile(&paths.exe_dirs());
     guard.apply(&mut profile);
     let profile_json = profile.to_json();
     Ok(Placement::Helper(HelperKey {

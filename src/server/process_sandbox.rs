@@ -15,7 +15,6 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::fs_methods::exe_dirs;
 use crate::mode::LINUX_SANDBOX_ARG0;
 use crate::process::LaunchSpec;
 use crate::protocol::sandbox::{FileSystemSandboxContext, SandboxContextError};
@@ -142,7 +141,7 @@ pub fn prepare(
         .map_err(|err| RpcError::invalid_params(format!("invalid sandbox: {err}")))?;
     let resolved = context.resolve().map_err(context_error)?;
     let policy_cwd = resolved.cwd.clone().unwrap_or_else(|| spec.cwd.clone());
-    let mut profile = resolved.process_profile(&exe_dirs(paths));
+    let mut profile = resolved.process_profile(&paths.exe_dirs());
     guard.apply(&mut profile);
     let mut argv: Vec<OsString> = vec![paths.linux_sandbox_exe().as_os_str().to_owned()];
     // The proxy flag suppresses the Landlock backend (it cannot route).
