@@ -8,14 +8,11 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use super::config::{ServerConfig, MAX_MESSAGE_BYTES, MAX_PROCESSES_PER_SESSION};
+use super::config::{ServerConfig, AUTH_TOKEN_ENV, MAX_MESSAGE_BYTES, MAX_PROCESSES_PER_SESSION};
 use super::listen::{ListenUrl, DEFAULT_LISTEN_URL};
 use crate::logging::{self, LogFormat};
 use crate::process::retention::RETAINED_OUTPUT_BYTES;
 use crate::runtime_paths::ExecServerRuntimePaths;
-
-/// Environment variable holding the bearer token (alternative to the file).
-pub const AUTH_TOKEN_ENV: &str = "CODEXBOX_AUTH_TOKEN";
 
 /// Run processes and serve files over JSON-RPC (WebSocket, Unix socket or stdio).
 #[derive(Debug, Parser)]

@@ -7,6 +7,9 @@ use std::time::Duration;
 use super::listen::ListenUrl;
 use crate::process::retention::RETAINED_OUTPUT_BYTES;
 
+/// Environment variable holding the bearer token (alternative to the file).
+pub const AUTH_TOKEN_ENV: &str = "CODEXBOX_AUTH_TOKEN";
+
 /// Default largest JSON-RPC message accepted: 128 MiB. A 64 MiB file is
 /// 89.5 MB of base64, so `fs/writeFile` of up to about 95 MiB fits in one
 /// message out of the box; larger files go through `fs/open` +

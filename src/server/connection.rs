@@ -1,10 +1,9 @@
-//! One JSON-RPC connection, whatever its transport: decodes each inbound
-//! message, routes requests in arrival order, answers malformed input with the
-//! `-1` error (a message refused only for its size gets its own id when a
-//! scan of it finds one), and owns the connection's bounded outbound queue and its
-//! handshake state. A request that waits (a long poll) answers later from its
-//! own task, so it never blocks the requests behind it.
+//! One JSON-RPC connection, whatever its transport: its bounded outbound
+//! queue, its handshake state and gate, and the answers it sends (the `-1`
+//! error for malformed input among them). Inbound messages are decoded and
+//! routed by [`super::router`].
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
@@ -12,10 +11,8 @@ use tokio::sync::mpsc;
 
 use super::config::ServerConfig;
 use super::fs_methods::FsContext;
-use super::router;
 use super::session::{ConnectionId, Registry, Session};
-use super::wire_trace;
-use crate::protocol::envelope::{self, encode_error, encode_response, Incoming};
+use crate::protocol::envelope::{self, encode_error, encode_response};
 use crate::protocol::{RequestId, RpcError, NOTIFY_INITIALIZED};
 use crate::runtime_paths::ExecServerRuntimePaths;
 use crate::sync::lock;
@@ -56,7 +53,7 @@ pub struct Connection {
     /// permit instead of spawning without bound.
     pub deferred: Arc<tokio::sync::Semaphore>,
     /// Request ids of this connection's streamed `http/request` bodies.
-    pub http_streams: super::http_request::ActiveStreams,
+    pub http_streams: ActiveStreams,
     /// `failed to parse … message from exec-server …` for this transport.
     parse_error_prefix: String,
     handshake: Mutex<HandshakeState>,
@@ -78,24 +75,9 @@ impl Connection {
         })
     }
 
-    /// Handles one inbound message. Returns when its effect has been applied
-    /// (requests that wait are answered later from their own task).
-    pub async fn handle_message(self: &Arc<Self>, bytes: &[u8]) {
-        wire_trace::trace(self.id, wire_trace::Direction::In, bytes);
-        match envelope::decode(bytes, self.shared.config.max_message_bytes) {
-            Ok(Incoming::Request { id, method, params }) => {
-                router::dispatch(self, id, method, params).await
-            }
-            Ok(Incoming::Notification { method, .. }) => self.notification(&method).await,
-            Ok(Incoming::Response) => {}
-            // A message too large to decode still answers its sender's id.
-            Err(err) => {
-                let id = envelope::error_id(bytes, &err);
-                let error =
-                    RpcError::invalid_request(format!("{}: {err}", self.parse_error_prefix));
-                self.send(encode_error(&id, &error)).await;
-            }
-        }
+    /// What the `-1` error for malformed input starts with on this transport.
+    pub fn parse_error_prefix(&self) -> &str {
+        &self.parse_error_prefix
     }
 
     /// Answers a message that cannot be processed with the `-1` error.
@@ -104,7 +86,8 @@ impl Connection {
         self.send(encode_error(&RequestId::MALFORMED, &error)).await;
     }
 
-    async fn notification(&self, method: &str) {
+    /// Handles an inbound notification (only `initialized` is expected).
+    pub async fn notification(&self, method: &str) {
         if method == NOTIFY_INITIALIZED {
             let accepted = {
                 let mut handshake = lock(&self.handshake);
@@ -179,6 +162,22 @@ impl Connection {
         if let Some((session, _)) = session {
             self.shared.registry.detach(&session, self.id);
         }
+    }
+}
+
+/// The request ids of a connection's active `http/request` body streams.
+#[derive(Debug, Default)]
+pub struct ActiveStreams(Mutex<HashSet<String>>);
+
+impl ActiveStreams {
+    /// Marks `request_id` active; false if it already is.
+    pub fn reserve(&self, request_id: &str) -> bool {
+        lock(&self.0).insert(request_id.to_owned())
+    }
+
+    /// Marks `request_id` ended.
+    pub fn release(&self, request_id: &str) {
+        lock(&self.0).remove(request_id);
     }
 }
 

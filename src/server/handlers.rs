@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::cli::AUTH_TOKEN_ENV;
+use super::config::AUTH_TOKEN_ENV;
 use super::connection::{resumed_elsewhere, Connection};
 use super::process_sandbox;
+use super::reply::{to_json, Deferred};
 use super::session::{Registry, Session};
 use crate::process::env_policy::child_env;
 use crate::process::kill::parse_signal;
@@ -21,14 +22,6 @@ use crate::protocol::process::{
     TerminateResult, WriteParams, WriteResult, WriteStatus,
 };
 use crate::protocol::{InitializeParams, InitializeResult, RequestId, RpcError};
-
-/// Whether a request was answered now (with this JSON text) or will be
-/// answered by its own task.
-#[derive(Debug)]
-pub enum Deferred {
-    Now(String),
-    Later,
-}
 
 /// `initialize`: a new session, or the resumed one.
 pub fn initialize(
@@ -202,7 +195,7 @@ pub async fn read(
     };
     let (result, ready) = process.snapshot(after, params.max_bytes);
     if ready || wait.is_zero() {
-        return super::router::to_json(&with_denials(result)).map(Deferred::Now);
+        return to_json(&with_denials(result)).map(Deferred::Now);
     }
     let Ok(permit) = conn.deferred.clone().acquire_owned().await else {
         return Err(RpcError::internal("connection is shutting down"));
@@ -226,7 +219,7 @@ pub async fn read(
                 _ = session.taken_over(epoch) => break Err(resumed_elsewhere()),
             }
         };
-        match outcome.and_then(|result| super::router::to_json(&with_denials(result))) {
+        match outcome.and_then(|result| to_json(&with_denials(result))) {
             Ok(text) => conn.reply_raw(&id, text).await,
             Err(error) => conn.reply(&id, Err(error)).await,
         }

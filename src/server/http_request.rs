@@ -7,8 +7,7 @@
 //! slows the download instead of growing memory. Streams are
 //! connection-local: a closed connection ends them.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
@@ -19,7 +18,7 @@ use http_body_util::BodyExt;
 use tokio::time::Instant;
 
 use super::connection::Connection;
-use super::handlers::Deferred;
+use super::reply::{to_json, Deferred};
 use crate::net::client::{fetch, Outgoing};
 use crate::net::upstream::Upstream;
 use crate::protocol::envelope::encode_notification;
@@ -28,17 +27,12 @@ use crate::protocol::http::{
     NOTIFY_BODY_DELTA,
 };
 use crate::protocol::{RequestId, RpcError};
-use crate::sync::lock;
 
 /// Largest body a buffered (not streamed) response may have.
 pub const MAX_BUFFERED_BODY_BYTES: usize = 32 * 1024 * 1024;
 /// Largest decoded body delta sent (the wire allows up to 1 MiB; smaller
 /// deltas keep what a stalled client can hold in the queue small).
 pub const DELTA_BYTES: usize = 128 * 1024;
-
-/// The request ids of this connection's active body streams.
-#[derive(Debug, Default)]
-pub struct ActiveStreams(Mutex<HashSet<String>>);
 
 /// Releases a reserved stream id when the stream ends, however it ends.
 struct StreamReservation {
@@ -48,7 +42,7 @@ struct StreamReservation {
 
 impl Drop for StreamReservation {
     fn drop(&mut self) {
-        lock(&self.conn.http_streams.0).remove(&self.request_id);
+        self.conn.http_streams.release(&self.request_id);
     }
 }
 
@@ -118,7 +112,7 @@ pub async fn http_request(
 ) -> Result<Deferred, RpcError> {
     let outgoing = prepare(&params)?;
     let reservation = if params.stream_response {
-        let fresh = lock(&conn.http_streams.0).insert(params.request_id.clone());
+        let fresh = conn.http_streams.reserve(&params.request_id);
         if !fresh {
             return Err(RpcError::invalid_params(format!(
                 "http/request streamResponse requestId `{}` is already active",
@@ -213,7 +207,7 @@ async fn run(
                 "failed to read http/request response body: operation timed out",
             )),
         };
-        return match result.and_then(|r| super::router::to_json(&r)) {
+        return match result.and_then(|r| to_json(&r)) {
             Ok(text) => conn.reply_raw(id, text).await,
             Err(error) => conn.reply(id, Err(error)).await,
         };
@@ -223,7 +217,7 @@ async fn run(
         headers,
         body_base64: String::new(),
     };
-    match super::router::to_json(&head) {
+    match to_json(&head) {
         Ok(text) => conn.reply_raw(id, text).await,
         Err(error) => return conn.reply(id, Err(error)).await,
     }

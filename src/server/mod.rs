@@ -17,6 +17,7 @@ pub mod listen;
 pub mod network_proxy;
 pub mod peer_guard;
 pub mod process_sandbox;
+pub mod reply;
 pub mod router;
 pub mod session;
 pub mod transport;

@@ -1,4 +1,6 @@
-//! The method table: decodes params, applies the handshake gate in the
+//! Inbound messages and the method table: decodes each message (a message
+//! refused only for its size still answers its own id when a scan finds
+//! one), routes requests in arrival order, decodes params, applies the handshake gate in the
 //! reference's order (unknown method, then params, then gate), runs the
 //! handler and sends the answer. `fs/*` methods go to `fs_methods`.
 
@@ -8,8 +10,10 @@ use serde_json::Value;
 
 use super::connection::Connection;
 use super::fs_methods;
-use super::handlers::{self, Deferred};
-use crate::protocol::envelope::decode_params;
+use super::handlers;
+use super::reply::{to_json, Deferred};
+use super::wire_trace;
+use crate::protocol::envelope::{self, decode_params, encode_error, Incoming};
 use crate::protocol::environment::{METHOD_INFO, METHOD_STATUS};
 use crate::protocol::http::METHOD_HTTP_REQUEST;
 use crate::protocol::process::{
@@ -24,6 +28,23 @@ const FAMILY_HTTP: &str = "http";
 /// Gate family of `fs/*`.
 const FAMILY_FS: &str = "filesystem";
 
+/// Handles one inbound message. Returns when its effect has been applied
+/// (requests that wait are answered later from their own task).
+pub async fn handle_message(conn: &Arc<Connection>, bytes: &[u8]) {
+    wire_trace::trace(conn.id, wire_trace::Direction::In, bytes);
+    match envelope::decode(bytes, conn.shared.config.max_message_bytes) {
+        Ok(Incoming::Request { id, method, params }) => dispatch(conn, id, method, params).await,
+        Ok(Incoming::Notification { method, .. }) => conn.notification(&method).await,
+        Ok(Incoming::Response) => {}
+        // A message too large to decode still answers its sender's id.
+        Err(err) => {
+            let id = envelope::error_id(bytes, &err);
+            let error = RpcError::invalid_request(format!("{}: {err}", conn.parse_error_prefix()));
+            conn.send(encode_error(&id, &error)).await;
+        }
+    }
+}
+
 /// Handles one request and answers it (now, or later for a waiting request).
 pub async fn dispatch(
     conn: &Arc<Connection>,
@@ -36,11 +57,6 @@ pub async fn dispatch(
         Ok(Deferred::Later) => {}
         Err(error) => conn.reply(&id, Err(error)).await,
     }
-}
-
-/// Serializes a result in its declared key order.
-pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> Result<String, RpcError> {
-    serde_json::to_string(value).map_err(|e| RpcError::internal(e.to_string()))
 }
 
 fn to_value<T: serde::Serialize>(value: T) -> Result<Deferred, RpcError> {

@@ -12,7 +12,7 @@ use crate::client::ConnectOptions;
 use crate::relay::credentials::{
     NOISE_ACCOUNT_ID_ENV, NOISE_AUTH_TOKEN_ENV, NOISE_ENVIRONMENT_ID_ENV, NOISE_REGISTRY_URL_ENV,
 };
-use crate::server::cli::AUTH_TOKEN_ENV;
+use crate::server::config::AUTH_TOKEN_ENV;
 
 /// The flags naming the exec-server.
 #[derive(Debug, Clone, clap::Args)]

@@ -7,6 +7,7 @@ use tokio::sync::mpsc;
 
 use crate::server::config::OUTBOUND_QUEUE;
 use crate::server::connection::{Connection, Shared};
+use crate::server::router;
 
 /// Inbound messages a virtual stream queues before it must wait.
 pub const INBOUND_QUEUE: usize = 128;
@@ -27,7 +28,7 @@ pub fn open(shared: Shared, stream_id: &str) -> (mpsc::Sender<Vec<u8>>, mpsc::Re
     );
     tokio::spawn(async move {
         while let Some(message) = in_rx.recv().await {
-            conn.handle_message(&message).await;
+            router::handle_message(&conn, &message).await;
         }
         tracing::debug!(connection = conn.id, "relay stream closed");
         conn.close();

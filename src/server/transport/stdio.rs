@@ -6,6 +6,7 @@ use tokio::sync::mpsc;
 
 use crate::server::config::OUTBOUND_QUEUE;
 use crate::server::connection::{Connection, Shared};
+use crate::server::router;
 use crate::server::wire_trace::{self, Direction};
 
 /// Serves stdin/stdout until stdin hits EOF (or a line exceeds the
@@ -75,5 +76,5 @@ async fn handle_line(conn: &std::sync::Arc<Connection>, line: &[u8]) {
     if line.iter().all(u8::is_ascii_whitespace) {
         return;
     }
-    conn.handle_message(line).await;
+    router::handle_message(conn, line).await;
 }

@@ -16,6 +16,7 @@ use tokio_tungstenite::WebSocketStream;
 use super::http::{self, AccessPolicy, Decision};
 use crate::server::config::{OUTBOUND_QUEUE, PING_INTERVAL};
 use crate::server::connection::{Connection, Shared};
+use crate::server::router;
 use crate::server::wire_trace::{self, Direction};
 
 /// Messages written per flush at most.
@@ -87,8 +88,8 @@ where
     let mut close = None;
     while let Some(message) = inbound.next().await {
         match message {
-            Ok(Message::Text(text)) => conn.handle_message(text.as_bytes()).await,
-            Ok(Message::Binary(bytes)) => conn.handle_message(&bytes).await,
+            Ok(Message::Text(text)) => router::handle_message(&conn, text.as_bytes()).await,
+            Ok(Message::Binary(bytes)) => router::handle_message(&conn, &bytes).await,
             Ok(Message::Close(_)) => break,
             Ok(_) => {}
             Err(WsError::Capacity(err)) => {
