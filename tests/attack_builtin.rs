@@ -173,7 +173,7 @@ fn builtin_confines_like_the_sandbox_promises() {
 
 #[test]
 fn builtin_sysctls_are_read_only() {
-    if !ready() || !python3() {
+    if !ready() || !common::host::python3() {
         return;
     }
     let t = Tree::new();
@@ -195,7 +195,7 @@ print(\"ok:read\" if open(\"/proc/sys/kernel/ostype\").read().strip() == \"Linux
 
 #[test]
 fn builtin_pid1_holds_nothing_of_the_host() {
-    if !ready() || !python3() {
+    if !ready() || !common::host::python3() {
         return;
     }
     let t = Tree::new();

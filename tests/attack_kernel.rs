@@ -93,7 +93,7 @@ against!(forged_proc_failure_does_not_rerun:
 /// (what the helper parses to decide on a rerun): the command must not get
 /// hold of it, neither through `/proc/1/fd` nor with `pidfd_getfd`.
 fn launcher_fds_are_out_of_reach(l: Launcher) {
-    if !python3() {
+    if !common::host::python3() {
         return;
     }
     let t = Tree::new();
@@ -200,7 +200,7 @@ against!(inherited_fds_do_not_reach_the_command: system,
 /// Unix address and on a socket file inside the writable workspace, and
 /// every address family but AF_UNIX.
 fn sockets_reach_nothing(l: Launcher) {
-    if !python3() {
+    if !common::host::python3() {
         return;
     }
     use std::os::linux::net::SocketAddrExt;
@@ -264,7 +264,7 @@ against!(sockets_reach_nothing: system,
 
 /// Syscalls that would reach the host kernel or other processes.
 fn dangerous_syscalls_fail(l: Launcher) {
-    if !python3() {
+    if !common::host::python3() {
         return;
     }
     let t = Tree::new();
@@ -374,7 +374,7 @@ against!(dangerous_syscalls_fail:
 /// The caller's session keyring: a key the caller possesses must not be
 /// readable (or searchable) from inside.
 fn caller_keys_stay_private(l: Launcher) {
-    if !python3() {
+    if !common::host::python3() {
         return;
     }
     let t = Tree::new();
@@ -440,7 +440,7 @@ against!(caller_keys_stay_private: system,
 /// input it must not be able to fake. Control: the same injection outside
 /// the sandbox works (root holds CAP_SYS_ADMIN).
 fn terminal_injection_fails(l: Launcher) {
-    if !python3() {
+    if !common::host::python3() {
         return;
     }
     let t = Tree::new();
@@ -569,7 +569,7 @@ against!(namespaces_cannot_be_made_or_joined: system,
 /// hostname, `/dev/shm`. Files are only opened for writing (nothing is
 /// written), so a failure of the sandbox cannot harm the host.
 fn host_kernel_state_is_read_only(l: Launcher) {
-    if !python3() {
+    if !common::host::python3() {
         return;
     }
     let t = Tree::new();
@@ -660,7 +660,7 @@ against!(host_kernel_state_is_read_only: system,
 /// under `/proc/sys`, nor `/proc/sysrq-trigger`, may be opened for writing.
 /// Nothing is written. Control: they are readable.
 fn sysctls_are_read_only(l: Launcher) {
-    if !python3() {
+    if !common::host::python3() {
         return;
     }
     let t = Tree::new();
@@ -986,7 +986,7 @@ against!(core_dumps_respect_the_sandbox: system,
 /// must not be attachable from inside, and queues created inside must not
 /// appear on the host. Control: the command's own private segment works.
 fn host_sysv_ipc_is_unreachable(l: Launcher) {
-    if !python3() {
+    if !common::host::python3() {
         return;
     }
     let t = Tree::new();
@@ -1088,7 +1088,7 @@ fn forged_fallback_cannot_setuid_a_host_binary() {
 /// `socket(AF_INET)` and `unshare(CLONE_NEWUSER)` through. Control: the
 /// same code outside the sandbox gets a socket.
 fn compat_syscalls_cannot_bypass_the_filter(l: Launcher) {
-    if !cfg!(target_arch = "x86_64") || !python3() {
+    if !cfg!(target_arch = "x86_64") || !common::host::python3() {
         return;
     }
     let t = Tree::new();

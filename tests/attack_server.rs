@@ -623,7 +623,7 @@ fn network_enabled_read_only() -> Value {
 /// an unsandboxed command. Control: the same client from outside works.
 #[tokio::test]
 async fn sandboxed_process_cannot_drive_its_own_server() {
-    if !ready() || !common::redteam::python3() {
+    if !ready() || !common::host::python3() {
         return;
     }
     let t = Tree::new();
@@ -671,7 +671,7 @@ async fn sandboxed_process_cannot_drive_its_own_server() {
 /// again.
 #[tokio::test]
 async fn sandboxed_process_cannot_read_the_servers_token() {
-    if !ready() || !common::redteam::python3() {
+    if !ready() || !common::host::python3() {
         return;
     }
     let t = Tree::new();
@@ -715,7 +715,7 @@ async fn sandboxed_process_cannot_read_the_servers_token() {
 /// namespace and seccomp), while the sandboxed process itself runs.
 #[tokio::test]
 async fn restricted_network_cannot_drive_the_server() {
-    if !ready() || !common::redteam::python3() {
+    if !ready() || !common::host::python3() {
         return;
     }
     let t = Tree::new();
@@ -746,7 +746,7 @@ async fn restricted_network_cannot_drive_the_server() {
 /// file stays readable (control).
 #[tokio::test]
 async fn the_token_file_is_denied_in_every_sandbox() {
-    if !ready() || !common::redteam::python3() {
+    if !ready() || !common::host::python3() {
         return;
     }
     let t = Tree::new();
@@ -803,7 +803,7 @@ async fn the_token_file_is_denied_in_every_sandbox() {
 /// outside is served (control).
 #[tokio::test]
 async fn sandboxed_process_cannot_drive_its_server_over_the_unix_socket() {
-    if !ready() || !common::redteam::python3() {
+    if !ready() || !common::host::python3() {
         return;
     }
     let t = Tree::new();

@@ -303,11 +303,10 @@ fn in_pty(caller: Caller, launcher: &str, args: &[&str]) -> String {
 }
 
 fn have_pty_tools(test: &str) -> bool {
-    let ok = Path::new("/usr/bin/script").exists() && Path::new("/usr/bin/python3").exists();
-    if !ok {
-        eprintln!("skipping {test}: needs script and python3");
-    }
-    ok
+    common::host::host_has(
+        &format!("script(1) and python3 ({test})"),
+        common::host::exists("/usr/bin/script").and(common::host::exists("/usr/bin/python3")),
+    )
 }
 
 /// Opens a fresh pseudo-terminal's slave by name, as a session leader would

@@ -3,6 +3,8 @@
 //! execs `/bin/sh -c SCRIPT` (what the linux-sandbox CLI does right before
 //! exec), and the parent checks what the shell could and could not do.
 
+mod common;
+
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -46,20 +48,9 @@ fn landlock_child_entry() {
     std::process::exit(127);
 }
 
-/// Whether this kernel has Landlock; without it the tests skip out loud,
-/// unless `CODEXBOX_REQUIRE_SANDBOX=1` makes that a failure.
+/// Whether this kernel has Landlock (the one skip rule of `common::host`).
 fn landlock_or_skip() -> bool {
-    match codexbox::sandbox::probe::landlock_abi() {
-        Ok(_) => true,
-        Err(err) => {
-            assert!(
-                std::env::var("CODEXBOX_REQUIRE_SANDBOX").as_deref() != Ok("1"),
-                "Landlock is required but unavailable: {err}"
-            );
-            eprintln!("skipped: Landlock unavailable ({err})");
-            false
-        }
-    }
+    common::host::landlock()
 }
 
 struct Workspace {

@@ -11,17 +11,7 @@ use common::sandbox::*;
 const LANDLOCK: &[&str] = &["--backend", "landlock"];
 
 fn landlock_available() -> bool {
-    match codexbox::sandbox::probe::landlock_abi() {
-        Ok(_) => true,
-        Err(err) => {
-            assert!(
-                std::env::var("CODEXBOX_REQUIRE_SANDBOX").as_deref() != Ok("1"),
-                "Landlock required but unavailable: {err}"
-            );
-            eprintln!("SKIP: Landlock unavailable: {err}");
-            false
-        }
-    }
+    common::host::landlock()
 }
 
 macro_rules! require_landlock {
@@ -187,7 +177,7 @@ fn network_egress_fails_tcp_udp_dns() {
         ),
     );
     assert_eq!(stdout(&out), "done\n");
-    if !python3() {
+    if !common::host::python3() {
         return;
     }
     let script = r#"
@@ -214,7 +204,7 @@ for fam, typ in [(socket.AF_INET, socket.SOCK_STREAM), (socket.AF_INET, socket.S
 #[test]
 fn host_unix_socket_is_unreachable_but_local_ipc_works() {
     require_landlock!();
-    if !python3() {
+    if !common::host::python3() {
         return;
     }
     let w = Ws::new();
@@ -271,7 +261,7 @@ fn host_processes_are_visible_but_unsignalable_unptraceable_and_unreadable() {
     } else {
         assert!(!s.contains("ENVIRON"), "{s}");
     }
-    if python3() {
+    if common::host::python3() {
         let out = sh(
             &w.ws,
             "read-only",

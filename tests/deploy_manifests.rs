@@ -20,10 +20,6 @@ use serde_json::Value;
 const BASE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/kubernetes");
 const BUBBLEWRAP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/kubernetes/bubblewrap");
 
-fn required() -> bool {
-    std::env::var_os("CODEXBOX_REQUIRE_SANDBOX").is_some_and(|v| v == "1")
-}
-
 /// The rendered and validated objects, or `None` (a loud skip) when the
 /// validator is not installed. CI installs it, so there a missing
 /// validator fails.
@@ -38,8 +34,8 @@ fn check(directory: &str, renderer: &str) -> Option<Vec<Value>> {
     let stderr = String::from_utf8_lossy(&out.stderr);
     match out.status.code() {
         Some(0) => {}
-        Some(3) if !required() => {
-            eprintln!("SKIP: {}", stderr.trim());
+        Some(3) => {
+            common::host::host_has("the manifest validator", Err(stderr.trim().to_owned()));
             return None;
         }
         other => panic!("check-manifests {directory} --renderer {renderer}: {other:?}\n{stderr}"),

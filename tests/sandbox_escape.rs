@@ -174,7 +174,7 @@ fn network_egress_fails_tcp_udp_dns() {
     );
     let s = stdout(&out);
     assert_eq!(s, "done\n", "{s}");
-    if !python3() {
+    if !common::host::python3() {
         return;
     }
     let script = r#"
@@ -199,7 +199,7 @@ for fam, typ in [(socket.AF_INET, socket.SOCK_STREAM), (socket.AF_INET, socket.S
 #[test]
 fn host_unix_socket_is_unreachable_but_socketpair_works() {
     require_sandbox!();
-    if !python3() {
+    if !common::host::python3() {
         return;
     }
     let w = Ws::new();
@@ -247,7 +247,7 @@ fn host_processes_are_invisible_unsignalable_and_unptraceable() {
     let s = stdout(&out);
     assert!(!s.contains("SIGNALLED") && !s.contains("VISIBLE"), "{s}");
     assert!(s.ends_with("done\n"));
-    if python3() {
+    if common::host::python3() {
         let out = sh(
             &w.ws,
             "read-only",
@@ -336,7 +336,7 @@ fn no_proc_hides_the_host_proc_instead_of_exposing_it() {
 #[cfg(target_arch = "x86_64")] // syscall numbers below are x86_64's
 fn io_uring_and_process_vm_are_denied() {
     require_sandbox!();
-    if !python3() {
+    if !common::host::python3() {
         return;
     }
     let w = Ws::new();

@@ -16,7 +16,7 @@ use std::process::{Command, Output, Stdio};
 
 use common::bwrap::{callers, tempdir_for, Caller, NOBODY};
 use common::net::{Origin, TlsOrigin, PROXY_VARS};
-use common::sandbox::{python3, require_sandbox, stderr, stdout, Ws};
+use common::sandbox::{require_sandbox, stderr, stdout, Ws};
 
 const BIN: &str = env!("CARGO_BIN_EXE_codexbox");
 
@@ -118,7 +118,7 @@ fn value<'a>(out: &'a str, key: &str) -> &'a str {
 
 fn allowed_and_denied_destinations(launcher: Launcher) {
     require_sandbox!();
-    if !launcher.usable() || !python3() {
+    if !launcher.usable() || !common::host::python3() {
         return;
     }
     let ws = Ws::new();
@@ -185,7 +185,7 @@ fn builtin_bwrap_reaches_allowed_origins_and_refuses_others() {
 
 fn confinement_inside(launcher: Launcher) {
     require_sandbox!();
-    if !launcher.usable() || !python3() {
+    if !launcher.usable() || !common::host::python3() {
         return;
     }
     let ws = Ws::new();

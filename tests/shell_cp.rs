@@ -294,15 +294,7 @@ fn usage_and_missing_sources_are_clear_errors() {
 /// Starts the server as nobody (uid and gid 65534, no supplementary
 /// groups), or `None` (a loud skip) without setpriv.
 fn server_as_nobody() -> Option<Server> {
-    let have = Command::new("setpriv")
-        .arg("--help")
-        .output()
-        .is_ok_and(|out| out.status.success());
-    if !have {
-        if std::env::var_os("CODEXBOX_REQUIRE_SANDBOX").is_some_and(|v| v == "1") {
-            panic!("setpriv is required (util-linux)");
-        }
-        eprintln!("SKIP: setpriv is not installed");
+    if !common::host::host_has("setpriv", common::host::runs("setpriv", &["--help"])) {
         return None;
     }
     let mut command = Command::new("setpriv");

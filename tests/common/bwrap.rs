@@ -16,13 +16,13 @@ pub const SYSTEM_BWRAP: &str = "/usr/bin/bwrap";
 /// The codexbox binary under test.
 pub const CODEXBOX: &str = env!("CARGO_BIN_EXE_codexbox");
 
-/// Whether the system bubblewrap is there; says so out loud when it is not.
+/// Whether the system bubblewrap is there (the one skip rule of
+/// [`super::host`] applies when it is not).
 pub fn have_system_bwrap(test: &str) -> bool {
-    if Path::new(SYSTEM_BWRAP).exists() {
-        return true;
-    }
-    eprintln!("skipping {test}: {SYSTEM_BWRAP} is not installed");
-    false
+    super::host::host_has(
+        &format!("the system bubblewrap ({test})"),
+        super::host::exists(SYSTEM_BWRAP),
+    )
 }
 
 /// Which implementation runs an argv.
@@ -66,11 +66,15 @@ const SETPRIV: &str = "/usr/bin/setpriv";
 pub fn callers() -> Vec<Caller> {
     let mut callers = vec![Caller::Current];
     if !nix::unistd::getuid().is_root() {
-        eprintln!("not running as root: the unprivileged caller is the test's own user");
-    } else if !Path::new(SETPRIV).exists() {
-        eprintln!("skipping the uid {NOBODY} runs: {SETPRIV} is not installed");
+        super::host::caller_skip("not running as root: the unprivileged caller is the test's own user");
+    } else if !super::host::host_has(
+        &format!("{SETPRIV} for the uid {NOBODY} runs"),
+        super::host::exists(SETPRIV),
+    ) {
     } else if !reachable_by_nobody(Path::new(CODEXBOX)) {
-        eprintln!("skipping the uid {NOBODY} runs: {CODEXBOX} is not reachable for it");
+        super::host::caller_skip(&format!(
+            "the uid {NOBODY} runs: {CODEXBOX} is not reachable for it"
+        ));
     } else {
         callers.push(Caller::Nobody);
     }

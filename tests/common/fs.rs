@@ -266,8 +266,12 @@ pub fn sandbox(permissions: Value, cwd: &Path) -> Value {
 }
 
 /// Whether the Linux sandbox can run here (user namespaces, a working
-/// `codex-linux-sandbox`). Tests needing it skip out loud otherwise.
+/// `codex-linux-sandbox`), by the one skip rule of [`super::host`].
 pub fn sandbox_available() -> bool {
+    super::host::host_has("a working Linux sandbox", linux_sandbox_runs())
+}
+
+fn linux_sandbox_runs() -> Result<(), String> {
     let out = Command::new(BIN)
         .args([
             "linux-sandbox",
@@ -281,18 +285,9 @@ pub fn sandbox_available() -> bool {
         .stdin(Stdio::null())
         .output();
     match out {
-        Ok(out) if out.status.success() => true,
-        Ok(out) => {
-            eprintln!(
-                "skipping: the Linux sandbox does not run here: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-            false
-        }
-        Err(err) => {
-            eprintln!("skipping: cannot run the sandbox: {err}");
-            false
-        }
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => Err(String::from_utf8_lossy(&out.stderr).trim().to_owned()),
+        Err(err) => Err(format!("cannot run the sandbox: {err}")),
     }
 }
 

@@ -5,6 +5,7 @@ pub mod client;
 pub mod confine;
 pub mod fs;
 pub mod fuzz;
+pub mod host;
 pub mod net;
 pub mod redteam;
 pub mod reference_relay;

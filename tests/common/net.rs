@@ -406,11 +406,6 @@ pub fn in_new_netns<T: Send + 'static>(body: impl FnOnce() -> T + Send + 'static
     .expect("netns thread")
 }
 
-/// Whether the namespace tests must run rather than skip.
-pub fn require_namespaces() -> bool {
-    std::env::var_os("CODEXBOX_REQUIRE_SANDBOX").is_some_and(|v| v == "1")
-}
-
 /// What the scripted DNS server answers for `A` queries of a name: one
 /// address per query in turn (the last one repeats), or NXDOMAIN when empty.
 pub type DnsScript = Vec<(String, Vec<std::net::Ipv4Addr>)>;

@@ -292,13 +292,7 @@ pub fn available(launcher: Launcher) -> bool {
             "Landlock is not enabled in this kernel".to_owned()
         }
         _ => {
-            let ok = Command::new("unshare")
-                .args(["--user", "--map-root-user", "true"])
-                .stdin(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
+            let ok = super::host::user_namespaces().is_ok();
             let bwrap = launcher == Launcher::Builtin || which("bwrap").is_some();
             if ok && bwrap {
                 return true;
@@ -306,11 +300,7 @@ pub fn available(launcher: Launcher) -> bool {
             format!("user namespaces usable: {ok}, bubblewrap found: {bwrap}")
         }
     };
-    if std::env::var_os("CODEXBOX_REQUIRE_SANDBOX").is_some_and(|v| v == "1") {
-        panic!("sandbox required but {launcher:?} is unusable: {reason}");
-    }
-    eprintln!("SKIP: {launcher:?} unusable here: {reason}");
-    false
+    super::host::host_has(&format!("a usable {launcher:?} launcher"), Err(reason))
 }
 
 pub fn which(name: &str) -> Option<PathBuf> {
@@ -321,19 +311,6 @@ pub fn which(name: &str) -> Option<PathBuf> {
     })
 }
 
-/// python3 on PATH, or a loud skip.
-pub fn python3() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "pass"])
-        .stdin(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        eprintln!("SKIP: python3 is not installed");
-    }
-    ok
-}
 
 /// One `#[test]` per launcher: `against!(case: system, builtin, landlock)`.
 #[allow(unused_macros)]

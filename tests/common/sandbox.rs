@@ -137,26 +137,9 @@ pub fn sandbox_available() -> bool {
     if out.status.success() {
         return true;
     }
-    if std::env::var_os("CODEXBOX_REQUIRE_SANDBOX").is_some_and(|v| v == "1") {
-        panic!("sandbox required but unusable: {}", stderr(&out));
-    }
-    eprintln!("SKIP: bubblewrap sandbox unusable here: {}", stderr(&out));
-    false
+    super::host::host_has("a usable bubblewrap sandbox", Err(stderr(&out)))
 }
 
-/// python3 on PATH, or a loud skip.
-pub fn python3() -> bool {
-    let ok = Command::new("python3")
-        .arg("-c")
-        .arg("pass")
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        eprintln!("SKIP: python3 is not installed");
-    }
-    ok
-}
 
 /// Returns from the calling test when no sandbox backend works here.
 #[allow(unused_macros)]

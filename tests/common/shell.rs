@@ -148,22 +148,9 @@ pub fn wait_with_rusage(child: &Child, what: &str) -> (i32, i64) {
     (code, usage.ru_maxrss)
 }
 
-/// Whether tmux is installed; without it the terminal tests skip out loud,
-/// unless `CODEXBOX_REQUIRE_SANDBOX=1` (CI installs it) makes them fail.
+/// Whether tmux is installed (the one skip rule of [`super::host`]).
 pub fn have_tmux() -> bool {
-    let ok = Command::new("tmux")
-        .arg("-V")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success());
-    if !ok {
-        if std::env::var_os("CODEXBOX_REQUIRE_SANDBOX").is_some_and(|v| v == "1") {
-            panic!("tmux is required for the terminal tests (CI installs it)");
-        }
-        eprintln!("SKIP: tmux is not installed");
-    }
-    ok
+    super::host::tmux()
 }
 
 /// A private tmux server with one session running `sh`, killed on drop.

@@ -1,0 +1,82 @@
+//! The one skip rule. A test that needs something this host may lack (user
+//! namespaces, Landlock, bubblewrap, tmux, python3, a network namespace)
+//! asks [`host_has`]: when the need is not met the test skips out loud, and
+//! under `CODEXBOX_REQUIRE_SANDBOX=1` (CI) it fails instead, so a run cannot
+//! pass by skipping. Skips that depend only on who runs the tests (not root)
+//! go through [`caller_skip`] and never fail.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// Whether missing host support fails the run instead of skipping.
+pub fn sandbox_required() -> bool {
+    std::env::var_os("CODEXBOX_REQUIRE_SANDBOX").is_some_and(|v| v == "1")
+}
+
+/// Whether `need` is met (`check` is `Err(why)` when it is not). An unmet
+/// need skips out loud, or panics under `CODEXBOX_REQUIRE_SANDBOX=1`.
+pub fn host_has(need: &str, check: Result<(), String>) -> bool {
+    let Err(why) = check else {
+        return true;
+    };
+    if sandbox_required() {
+        panic!("CODEXBOX_REQUIRE_SANDBOX=1 but this host lacks {need}: {why}");
+    }
+    eprintln!("SKIP: this host lacks {need}: {why}");
+    false
+}
+
+/// A skip that depends on the caller, not the host (e.g. a root-only test
+/// run by a user): says so out loud, never fails.
+pub fn caller_skip(why: &str) {
+    eprintln!("SKIP: {why}");
+}
+
+/// Whether `program args…` runs and exits 0.
+pub fn runs(program: &str, args: &[&str]) -> Result<(), String> {
+    match Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+    {
+        Ok(status) if status.success() => Ok(()),
+        Ok(status) => Err(format!("`{program}` exited with {status}")),
+        Err(err) => Err(format!("cannot run `{program}`: {err}")),
+    }
+}
+
+/// Whether `path` exists.
+pub fn exists(path: &str) -> Result<(), String> {
+    if Path::new(path).exists() {
+        Ok(())
+    } else {
+        Err(format!("{path} is not installed"))
+    }
+}
+
+/// python3 on PATH.
+pub fn python3() -> bool {
+    host_has("python3", runs("python3", &["-c", "pass"]))
+}
+
+/// tmux on PATH (the terminal tests drive a real terminal through it).
+pub fn tmux() -> bool {
+    host_has("tmux", runs("tmux", &["-V"]))
+}
+
+/// Landlock enabled in this kernel.
+pub fn landlock() -> bool {
+    host_has(
+        "Landlock",
+        codexbox::sandbox::probe::landlock_abi()
+            .map(|_| ())
+            .map_err(|err| err.to_string()),
+    )
+}
+
+/// Unprivileged user namespaces (what every bubblewrap launch needs).
+pub fn user_namespaces() -> Result<(), String> {
+    runs("unshare", &["--user", "--map-root-user", "true"])
+}
