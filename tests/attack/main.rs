@@ -1,0 +1,13 @@
+//! Attacks on the sandbox and the server: every launcher (system bubblewrap,
+//! built-in bwrap, Landlock) against escapes through the filesystem, the
+//! kernel, the built-in launcher itself and the server's methods.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod builtin;
+mod fs;
+mod kernel;
+mod landlock_escape;
+mod sandbox_escape;
+mod server;

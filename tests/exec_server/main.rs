@@ -1,0 +1,16 @@
+//! The exec-server driven over its real transports: processes, sessions,
+//! the wire format and its schemas, drain, and the library client.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod client;
+mod drain;
+mod library;
+mod process;
+mod schema;
+mod session;
+mod smoke;
+mod traced_schema;
+mod transport;
+mod wire;

@@ -1,0 +1,12 @@
+//! Remote mode: registry, rendezvous, Noise, frames and client recovery,
+//! against this project's relay and a double that follows the reference's wire.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod client;
+mod interop;
+mod properties;
+mod remote;
+mod security;
+mod tls;

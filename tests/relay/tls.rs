@@ -1,0 +1,83 @@
+//! Remote mode over TLS: an `https://` registry and `wss://` relay URLs,
+//! here a TLS terminator (the test's, with a test CA) in front of the
+//! rendezvous, as a deployment would have one. The executor and the bridge
+//! verify the certificate against the roots `SSL_CERT_FILE` names, and
+//! refuse it without them.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::common::client::{output_of, sh, Raw};
+use crate::common::relay::{Bridge, Executor, Rendezvous};
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::rustls::ServerConfig;
+
+fn tls_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/tls")
+}
+
+/// A TLS terminator on 127.0.0.1; it forwards to the address sent on the
+/// returned channel (the rendezvous, started once the terminator's port is
+/// known, because the rendezvous advertises it).
+async fn terminator() -> (
+    std::net::SocketAddr,
+    tokio::sync::oneshot::Sender<std::net::SocketAddr>,
+) {
+    let cert = CertificateDer::from(std::fs::read(tls_dir().join("server.der")).expect("cert"));
+    let key =
+        PrivateKeyDer::try_from(std::fs::read(tls_dir().join("server.key.der")).expect("key"))
+            .expect("pkcs8 key");
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(vec![cert], key)
+        .expect("server config");
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (target_tx, target_rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let Ok(target) = target_rx.await else { return };
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let Ok(mut plain) = tokio::net::TcpStream::connect(target).await else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+            });
+        }
+    });
+    (addr, target_tx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_mode_works_over_https_and_wss_and_checks_the_certificate() {
+    let (addr, target) = terminator().await;
+    let public = format!("https://localhost:{}", addr.port());
+    let rendezvous = Rendezvous::start(&["--public-url", &public]);
+    target.send(rendezvous.addr()).expect("terminator running");
+    let ca = tls_dir().join("ca.pem").to_string_lossy().into_owned();
+    let trust = [("SSL_CERT_FILE", ca.as_str())];
+
+    // Without the test CA the certificate is refused and nothing registers.
+    let mut untrusting =
+        Executor::spawn(&public, "env-tls", &[], &[("SSL_CERT_FILE", "/dev/null")]);
+    let status = untrusting.proc.wait().expect("exits");
+    assert!(!status.success(), "{}", untrusting.proc.stderr());
+
+    let _executor = Executor::start(&public, "env-tls", &[], &trust);
+    let bridge = Bridge::start(&public, "env-tls", &[], &trust);
+    let mut client = Raw::connect(&bridge.url).await;
+    client.handshake().await;
+    client.call("process/start", sh("p", "echo over-tls")).await;
+    let events = client.events_until_closed("p").await;
+    assert_eq!(output_of(&events), "over-tls\n");
+}
