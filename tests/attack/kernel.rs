@@ -697,7 +697,7 @@ fn file_capabilities_grant_nothing(l: Launcher) {
             .map(std::path::PathBuf::from)
             .find(|p| p.is_file())
     }) else {
-        eprintln!("SKIP: setcap is not installed");
+        crate::common::host::host_has("setcap", Err("not installed".into()));
         return;
     };
     let t = Tree::new();
@@ -1111,7 +1111,10 @@ print("ESCAPE:i386-unshare" if u == 0 else "held:i386-unshare", flush=True)
         .output()
         .expect("python3");
     if !stdout(&host).contains("ESCAPE:i386-socket") {
-        eprintln!("SKIP: no 32-bit syscall entry here: {}", stdout(&host));
+        crate::common::host::not_applicable(&format!(
+            "no 32-bit syscall entry here: {}",
+            stdout(&host)
+        ));
         return;
     }
     let out = py(l, &t.ws, "read-only", code);
@@ -1144,7 +1147,9 @@ fn helper_executable_in_a_writable_root_cannot_be_replaced() {
     std::fs::create_dir_all(t.ws.join("bin")).expect("mkdir");
     let exe = t.ws.join("bin/codexbox");
     if std::fs::hard_link(BIN, &exe).is_err() {
-        eprintln!("SKIP: cannot hard-link the binary into the test tree");
+        crate::common::host::not_applicable(
+            "the test tree is on another filesystem: cannot hard-link the binary into it",
+        );
         return;
     }
     let pwned = t.outside.join("pwned");

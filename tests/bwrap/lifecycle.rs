@@ -303,7 +303,8 @@ fn in_pty(caller: Caller, launcher: &str, args: &[&str]) -> String {
 fn have_pty_tools(test: &str) -> bool {
     crate::common::host::host_has(
         &format!("script(1) and python3 ({test})"),
-        crate::common::host::exists("/usr/bin/script").and(crate::common::host::exists("/usr/bin/python3")),
+        crate::common::host::exists("/usr/bin/script")
+            .and(crate::common::host::exists("/usr/bin/python3")),
     )
 }
 

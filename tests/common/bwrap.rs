@@ -66,13 +66,15 @@ const SETPRIV: &str = "/usr/bin/setpriv";
 pub fn callers() -> Vec<Caller> {
     let mut callers = vec![Caller::Current];
     if !nix::unistd::getuid().is_root() {
-        super::host::caller_skip("not running as root: the unprivileged caller is the test's own user");
+        super::host::not_applicable(
+            "not running as root: the unprivileged caller is the test's own user",
+        );
     } else if !super::host::host_has(
         &format!("{SETPRIV} for the uid {NOBODY} runs"),
         super::host::exists(SETPRIV),
     ) {
     } else if !reachable_by_nobody(Path::new(CODEXBOX)) {
-        super::host::caller_skip(&format!(
+        super::host::not_applicable(&format!(
             "the uid {NOBODY} runs: {CODEXBOX} is not reachable for it"
         ));
     } else {

@@ -2,8 +2,9 @@
 //! namespaces, Landlock, bubblewrap, tmux, python3, a network namespace)
 //! asks [`host_has`]: when the need is not met the test skips out loud, and
 //! under `CODEXBOX_REQUIRE_SANDBOX=1` (CI) it fails instead, so a run cannot
-//! pass by skipping. Skips that depend only on who runs the tests (not root)
-//! go through [`caller_skip`] and never fail.
+//! pass by skipping. Skips where the test's subject does not exist here (a
+//! root-only test run by a user, a kernel interface this kernel lacks) go
+//! through [`not_applicable`] and never fail.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -26,9 +27,10 @@ pub fn host_has(need: &str, check: Result<(), String>) -> bool {
     false
 }
 
-/// A skip that depends on the caller, not the host (e.g. a root-only test
-/// run by a user): says so out loud, never fails.
-pub fn caller_skip(why: &str) {
+/// A skip that is right even in CI: what the test checks does not exist for
+/// this caller or kernel (a root-only test run by a user, an attack on a
+/// kernel interface this kernel lacks). Says so out loud, never fails.
+pub fn not_applicable(why: &str) {
     eprintln!("SKIP: {why}");
 }
 

@@ -311,7 +311,6 @@ pub fn which(name: &str) -> Option<PathBuf> {
     })
 }
 
-
 /// One `#[test]` per launcher: `against!(case: system, builtin, landlock)`.
 #[allow(unused_macros)]
 macro_rules! against {

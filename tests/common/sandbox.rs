@@ -140,7 +140,6 @@ pub fn sandbox_available() -> bool {
     super::host::host_has("a usable bubblewrap sandbox", Err(stderr(&out)))
 }
 
-
 /// Returns from the calling test when no sandbox backend works here.
 #[allow(unused_macros)]
 macro_rules! require_sandbox {

@@ -4,11 +4,11 @@
 
 use std::collections::HashMap;
 
+use crate::common::client::*;
 use codexbox::client::{
     ClientError, ExecServerClient, ProcessEvent, PtySize, ReadParams, StartParams, StreamKind,
     WriteStatus,
 };
-use crate::common::client::*;
 use futures_util::future::join_all;
 use tokio::sync::mpsc;
 

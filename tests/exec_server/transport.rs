@@ -5,8 +5,8 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-use codexbox::client::{ConnectOptions, ExecServerClient, ProcessEvent, StartParams};
 use crate::common::client::*;
+use codexbox::client::{ConnectOptions, ExecServerClient, ProcessEvent, StartParams};
 use serde_json::json;
 
 fn token_file(token: &str) -> (tempfile::TempDir, String) {

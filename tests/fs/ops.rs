@@ -751,7 +751,10 @@ async fn streaming_with_a_platform_sandbox_reads_only_what_it_may() {
     let (root, hidden) = (canonical(&dir), canonical(&hidden_dir));
     std::fs::write(root.join("f"), b"x").unwrap();
     std::fs::write(hidden.join("secret"), b"secret").unwrap();
-    let sandbox = crate::common::fs::sandbox(crate::common::fs::restricted(&[(&root, "read")], &[]), &root);
+    let sandbox = crate::common::fs::sandbox(
+        crate::common::fs::restricted(&[(&root, "read")], &[]),
+        &root,
+    );
     client
         .ok(
             "fs/open",

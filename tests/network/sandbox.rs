@@ -337,10 +337,14 @@ fn builtin_bwrap_dns_stub_for_an_unprivileged_caller() {
 #[test]
 fn without_a_writable_proc_sys_there_is_no_stub_and_a_warning_says_why() {
     require_sandbox!();
-    if !nix::unistd::getuid().is_root()
-        || Command::new("unshare").arg("--version").output().is_err()
-    {
-        eprintln!("SKIP: needs root and unshare(1) to make /proc/sys/net read-only");
+    if !nix::unistd::getuid().is_root() {
+        crate::common::host::not_applicable("needs root to make /proc/sys/net read-only");
+        return;
+    }
+    if !crate::common::host::host_has(
+        "unshare(1)",
+        crate::common::host::runs("unshare", &["--version"]),
+    ) {
         return;
     }
     let ws = Ws::new();

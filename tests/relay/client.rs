@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::relay::{Executor, Faults, Proxy, Rendezvous, EXECUTOR_CONNECTED};
 use codexbox::client::{
     ClientError, ConnectOptions, Notification, ProcessEvent, ReadParams, RemoteExecServerClient,
     StartParams,
@@ -14,7 +15,6 @@ use codexbox::client::{
 use codexbox::relay::harness::HarnessConfig;
 use codexbox::relay::noise::NoiseIdentity;
 use codexbox::relay::registry_client::{AuthHeaders, RegistryClient};
-use crate::common::relay::{Executor, Faults, Proxy, Rendezvous, EXECUTOR_CONNECTED};
 use serde_json::json;
 use tokio::sync::mpsc;
 

@@ -7,7 +7,9 @@
 use std::time::Duration;
 
 use crate::common::client::{assert_well_ordered, output_of, sh, start_params, Raw};
-use crate::common::relay::{seq_output, Bridge, Executor, Faults, Proxy, Rendezvous, EXECUTOR_CONNECTED};
+use crate::common::relay::{
+    seq_output, Bridge, Executor, Faults, Proxy, Rendezvous, EXECUTOR_CONNECTED,
+};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
@@ -46,8 +48,10 @@ async fn processes_and_files_work_through_the_relay() {
         .expect("chunks")
         .iter()
         .map(|c| {
-            String::from_utf8_lossy(&crate::common::client::unb64(c["chunk"].as_str().unwrap_or("")))
-                .into_owned()
+            String::from_utf8_lossy(&crate::common::client::unb64(
+                c["chunk"].as_str().unwrap_or(""),
+            ))
+            .into_owned()
         })
         .collect();
     assert_eq!(text, "via relay\n");
@@ -385,7 +389,9 @@ async fn the_reference_dialect_recovers_through_session_resume_and_reports_trunc
             let seq = chunk["seq"].as_u64().expect("seq");
             assert!(seq > last, "seqs increase");
             last = seq;
-            bytes.extend(crate::common::client::unb64(chunk["chunk"].as_str().unwrap_or("")));
+            bytes.extend(crate::common::client::unb64(
+                chunk["chunk"].as_str().unwrap_or(""),
+            ));
         }
         let expected: Vec<u8> = (1..=count)
             .flat_map(|n| format!("{n}\n").into_bytes())

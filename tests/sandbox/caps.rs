@@ -2,8 +2,8 @@
 //! `sys::confine`, observed by a program exec'ed afterwards (as root,
 //! where an exec would otherwise hand back the full capability set).
 
-use codexbox::sys::confine;
 use crate::common::confine::{exec_after, in_child, status_field};
+use codexbox::sys::confine;
 
 fn confined_status() -> String {
     let last = confine::last_cap();
@@ -25,7 +25,7 @@ fn confined_status() -> String {
 fn root_caller_really_has_capabilities_to_lose() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: not running as root");
+        crate::common::host::not_applicable("not running as root");
         return;
     }
     let mine = std::fs::read_to_string("/proc/self/status").expect("status");

@@ -371,7 +371,7 @@ fn landlock_backend_enforces_writable_roots() {
         ),
     );
     if stderr(&out).contains("Landlock is unavailable") {
-        eprintln!("SKIP: Landlock unavailable: {}", stderr(&out));
+        crate::common::host::host_has("Landlock", Err(stderr(&out)));
         return;
     }
     assert_eq!(stdout(&out), "wrote\ndenied\n");
@@ -386,7 +386,10 @@ fn bundled_bubblewrap_runs_through_its_verified_fd() {
         .map(std::path::Path::new)
         .find(|p| p.exists())
     else {
-        eprintln!("SKIP: no system bwrap to stand in for the bundled one");
+        crate::common::host::host_has(
+            "a system bwrap to stand in for the bundled one",
+            Err("not installed".into()),
+        );
         return;
     };
     let resources = std::path::Path::new(BIN)

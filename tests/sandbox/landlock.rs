@@ -116,7 +116,7 @@ fn run(w: &Workspace, profile: &str, script: &str) -> Output {
     let exe = std::env::current_exe().expect("test exe");
     let out = Command::new(exe)
         .args([
-            "landlock_child_entry",
+            "landlock::landlock_child_entry",
             "--exact",
             "--nocapture",
             "--test-threads=1",

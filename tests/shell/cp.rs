@@ -292,7 +292,8 @@ fn usage_and_missing_sources_are_clear_errors() {
 /// Starts the server as nobody (uid and gid 65534, no supplementary
 /// groups), or `None` (a loud skip) without setpriv.
 fn server_as_nobody() -> Option<Server> {
-    if !crate::common::host::host_has("setpriv", crate::common::host::runs("setpriv", &["--help"])) {
+    if !crate::common::host::host_has("setpriv", crate::common::host::runs("setpriv", &["--help"]))
+    {
         return None;
     }
     let mut command = Command::new("setpriv");

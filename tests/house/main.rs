@@ -1,0 +1,260 @@
+//! The shape of the tree, checked: module imports in `src/` run one way (no
+//! module reaches back, through any chain of `crate::`/`super::` paths, to a
+//! module that imports it), and every test skip goes through the one rule in
+//! `tests/common/host.rs`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// Every `.rs` file under `dir`, sorted.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read_dir") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// `src/a/b.rs` and `src/a/b/mod.rs` are `a::b`; `src/lib.rs` is the root.
+fn module_of(src: &Path, file: &Path) -> String {
+    let relative = file.strip_prefix(src).expect("under src");
+    let mut parts: Vec<String> = relative
+        .with_extension("")
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod" || p == "lib") {
+        parts.pop();
+    }
+    parts.join("::")
+}
+
+/// The code of a file without its comment lines and its unit tests (a
+/// `#[cfg(test)]` module may use anything it tests).
+fn code_of(text: &str) -> String {
+    let code = match text.find("#[cfg(test)]\nmod tests") {
+        Some(at) => &text[..at],
+        None => text,
+    };
+    code.lines()
+        .filter(|line| !line.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The identifier path that follows each occurrence of `prefix` in `code`
+/// (`crate::a::b::C` gives `["a", "b", "C"]`).
+fn paths_after<'a>(code: &'a str, prefix: &str) -> Vec<Vec<&'a str>> {
+    let mut paths = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find(prefix) {
+        let before = rest[..at].chars().next_back();
+        rest = &rest[at + prefix.len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':' || c == '$') {
+            continue;
+        }
+        let mut path = Vec::new();
+        let mut tail = rest;
+        loop {
+            let end = tail
+                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .unwrap_or(tail.len());
+            if end == 0 {
+                break;
+            }
+            path.push(&tail[..end]);
+            match tail[end..].strip_prefix("::") {
+                Some(next) => tail = next,
+                None => break,
+            }
+        }
+        paths.push(path);
+    }
+    paths
+}
+
+/// The module graph of `src/`: which modules each module imports.
+fn module_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let src = Path::new(ROOT).join("src");
+    let sources: BTreeMap<String, String> = rust_files(&src)
+        .iter()
+        .map(|file| {
+            let text = std::fs::read_to_string(file).expect("read source");
+            (module_of(&src, file), code_of(&text))
+        })
+        .collect();
+    let longest_module = |parts: &[&str]| {
+        (1..=parts.len())
+            .rev()
+            .map(|n| parts[..n].join("::"))
+            .find(|candidate| sources.contains_key(candidate))
+    };
+    let mut graph = BTreeMap::new();
+    for (module, code) in &sources {
+        let mut imports = BTreeSet::new();
+        for path in paths_after(code, "crate::") {
+            imports.extend(longest_module(&path));
+        }
+        let parent: Vec<&str> = module.split("::").collect();
+        let parent = &parent[..parent.len().saturating_sub(1)];
+        for path in paths_after(code, "super::") {
+            let mut full: Vec<&str> = parent.to_vec();
+            full.extend(path.iter().take(1));
+            imports.extend(longest_module(&full).filter(|m| m.len() > parent.join("::").len()));
+        }
+        imports.remove(module);
+        imports.remove("");
+        graph.insert(module.clone(), imports);
+    }
+    graph
+}
+
+/// Strongly connected components with more than one module (Tarjan).
+fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    struct State<'a> {
+        graph: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on_stack: BTreeSet<&'a str>,
+        found: Vec<Vec<String>>,
+    }
+    fn visit<'a>(state: &mut State<'a>, node: &'a str) {
+        let n = state.index.len();
+        state.index.insert(node, n);
+        state.low.insert(node, n);
+        state.stack.push(node);
+        state.on_stack.insert(node);
+        let graph = state.graph;
+        for next in graph.get(node).into_iter().flatten() {
+            let next = next.as_str();
+            if !graph.contains_key(next) {
+                continue;
+            }
+            if !state.index.contains_key(next) {
+                visit(state, next);
+                let low = state.low[node].min(state.low[next]);
+                state.low.insert(node, low);
+            } else if state.on_stack.contains(next) {
+                let low = state.low[node].min(state.index[next]);
+                state.low.insert(node, low);
+            }
+        }
+        if state.low[node] == state.index[node] {
+            let mut component = Vec::new();
+            while let Some(member) = state.stack.pop() {
+                state.on_stack.remove(member);
+                component.push(member.to_owned());
+                if member == node {
+                    break;
+                }
+            }
+            if component.len() > 1 {
+                component.sort();
+                state.found.push(component);
+            }
+        }
+    }
+    let mut state = State {
+        graph,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        found: Vec::new(),
+    };
+    for node in graph.keys() {
+        if !state.index.contains_key(node.as_str()) {
+            visit(&mut state, node);
+        }
+    }
+    state.found
+}
+
+#[test]
+fn module_imports_run_one_way() {
+    let graph = module_graph();
+    assert!(
+        graph.len() > 50,
+        "the scan found too few modules: {graph:?}"
+    );
+    assert!(
+        graph["server::router"].contains("server::connection"),
+        "the scan misses imports: {:?}",
+        graph["server::router"]
+    );
+    let found = cycles(&graph);
+    let described: Vec<String> = found
+        .iter()
+        .map(|component| {
+            let edges: Vec<String> = component
+                .iter()
+                .map(|m| {
+                    let inside: Vec<&str> = graph[m]
+                        .iter()
+                        .filter(|n| component.contains(n))
+                        .map(String::as_str)
+                        .collect();
+                    format!("{m} -> {}", inside.join(", "))
+                })
+                .collect();
+            edges.join("\n  ")
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "import cycles:\n  {}",
+        described.join("\n\n  ")
+    );
+}
+
+#[test]
+fn the_cycle_finder_finds_cycles() {
+    let graph: BTreeMap<String, BTreeSet<String>> = [
+        ("a", vec!["b"]),
+        ("b", vec!["c"]),
+        ("c", vec!["a"]),
+        ("d", vec!["a"]),
+    ]
+    .into_iter()
+    .map(|(m, to)| (m.to_owned(), to.into_iter().map(str::to_owned).collect()))
+    .collect();
+    assert_eq!(cycles(&graph), vec![vec!["a", "b", "c"]]);
+}
+
+#[test]
+fn every_skip_goes_through_the_one_rule() {
+    let tests = Path::new(ROOT).join("tests");
+    let host = tests.join("common").join("host.rs");
+    let mut offenders = Vec::new();
+    for file in rust_files(&tests) {
+        if file == host || file.ends_with("house/main.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("read test");
+        for (n, line) in text.lines().enumerate() {
+            let lower = line.to_lowercase();
+            let prints_skip = lower.contains("eprintln!(\"skip");
+            let reads_requirement = line.contains("\"CODEXBOX_REQUIRE_SANDBOX\"");
+            if prints_skip || reads_requirement {
+                offenders.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "skips outside tests/common/host.rs:\n{}",
+        offenders.join("\n")
+    );
+}
