@@ -536,7 +536,7 @@ async fn pooled_helpers_never_cross_contexts() {
 /// or starts the sandboxed command given as JSON (`sandboxed ARGV_JSON
 /// SANDBOX_JSON`) and waits for it to exit.
 const WS_CLIENT: &str = r#"
-import socket, os, sys, json, base64, struct, time
+import socket, os, sys, json, base64, struct
 host, port, token_file, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 token = open(token_file).read().strip() if token_file != "-" else None
 if host.startswith("/"):
@@ -585,7 +585,11 @@ send({"method": "initialized"})
 if mode == "direct":
     r = call(2, "process/start", {"processId": "esc", "argv": ["sh", "-c", sys.argv[5]], "cwd": "/", "env": {"PATH": "/usr/bin:/bin"}, "tty": False})
     print("start:", json.dumps(r), flush=True)
-    time.sleep(1)
+    while "result" in r:
+        r = call(3, "process/read", {"processId": "esc", "waitMs": 1000})
+        if r.get("result", {}).get("closed"):
+            print("exit:", r["result"].get("exitCode"), flush=True)
+            break
 elif mode == "fsread":
     r = call(2, "fs/readFile", {"path": sys.argv[5], "sandbox": json.loads(sys.argv[6])})
     print("fsread:", json.dumps(r), flush=True)
@@ -634,11 +638,9 @@ async fn sandboxed_process_cannot_drive_its_own_server() {
         .arg(format!("echo ok > {}", control.display()))
         .output()
         .expect("python3");
-    assert!(
-        control.exists(),
-        "control client failed: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    let control_output = String::from_utf8_lossy(&out.stdout);
+    assert!(control.exists(), "control client failed: {control_output}");
+    assert!(control_output.contains("exit: 0"), "{control_output}");
     let c = server.connect().await;
     let target = t.outside.join("escaped");
     let argv = [
@@ -660,7 +662,12 @@ async fn sandboxed_process_cannot_drive_its_own_server() {
         ctx(network_enabled_read_only(), &t.ws),
     )
     .await;
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // The client waits for a command it starts to close (the control
+    // shows it): had the server started one, it would have run by now.
+    assert!(
+        !output.contains("exit:"),
+        "escaped through the server: {output}"
+    );
     assert!(!target.exists(), "escaped through the server: {output}");
 }
 
@@ -733,7 +740,6 @@ async fn restricted_network_cannot_drive_the_server() {
         ctx(workspace(vec![]), &t.ws),
     )
     .await;
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert!(output.contains("ran"), "{output}");
     assert!(!output.contains("upgrade: HTTP/1.1 101"), "{output}");
     assert!(!target.exists(), "{output}");

@@ -987,7 +987,7 @@ async fn nothing_started_outlives_a_sigkilled_server() {
         let (mut ws, _) = server.session().await;
         let script = format!(
             "sleep {marker} & setsid sleep {marker} & (setsid sh -c 'sleep {marker} &' &); \
-             sleep 0.05; echo ready; sleep {marker}"
+             echo ready; sleep {marker}"
         );
         ws.call("process/start", sh("p", &script)).await;
         ws.output_until("p", "ready").await;
