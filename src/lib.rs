@@ -37,6 +37,7 @@
 //! # }
 //! ```
 
+pub mod accept;
 pub mod arg0;
 pub mod bwrap;
 pub mod client;

@@ -35,15 +35,7 @@ pub async fn serve(
     let policy = Arc::new(AccessPolicy::default());
     let accept = async {
         loop {
-            let (stream, peer) = match listener.accept().await {
-                Ok(accepted) => accepted,
-                Err(err) => {
-                    tracing::warn!("accept failed: {err}");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
-            let _ = stream.set_nodelay(true);
+            let (stream, peer) = crate::accept::next_tcp(&listener).await;
             let (config, policy) = (config.clone(), policy.clone());
             tokio::spawn(serve_local(stream, peer, config, policy));
         }

@@ -346,19 +346,10 @@ async fn accept_loop(listener: TcpListener, state: Arc<ProxyState>, service: Ser
         let Ok(permit) = limit.clone().acquire_owned().await else {
             return;
         };
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
+        let (stream, peer) = tokio::select! {
+            accepted = crate::accept::next_tcp(&listener) => accepted,
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
-        let (stream, peer) = match accepted {
-            Ok(accepted) => accepted,
-            Err(err) => {
-                tracing::warn!("proxy accept failed: {err}");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
         let state = state.clone();
         connections.spawn(async move {
             let _permit = permit;

@@ -169,15 +169,7 @@ impl Rendezvous {
                 let Ok(permit) = slots.clone().acquire_owned().await else {
                     return;
                 };
-                let (stream, peer) = match listener.accept().await {
-                    Ok(accepted) => accepted,
-                    Err(err) => {
-                        tracing::warn!("accept failed: {err}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
+                let (stream, peer) = crate::accept::next_tcp(&listener).await;
                 let (state, config) = (state.clone(), config.clone());
                 tokio::spawn(async move {
                     serve_connection(stream, peer, state, config).await;

@@ -227,15 +227,7 @@ impl Server {
 async fn accept_tcp(listener: tokio::net::TcpListener, shared: Shared) {
     let policy = Arc::new(transport::websocket::access_policy(&shared));
     loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(err) => {
-                tracing::warn!("accept failed: {err}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
+        let (stream, peer) = crate::accept::next_tcp(&listener).await;
         let (shared, policy) = (shared.clone(), policy.clone());
         tokio::spawn(async move {
             let local = stream.local_addr();
@@ -258,14 +250,7 @@ async fn accept_tcp(listener: tokio::net::TcpListener, shared: Shared) {
 async fn accept_unix(listener: tokio::net::UnixListener, shared: Shared) {
     let policy = Arc::new(transport::websocket::access_policy(&shared));
     loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(err) => {
-                tracing::warn!("accept failed: {err}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
+        let stream = crate::accept::next_unix(&listener).await;
         let (shared, policy) = (shared.clone(), policy.clone());
         tokio::spawn(async move {
             let pid = stream.peer_cred().ok().and_then(|cred| cred.pid());
