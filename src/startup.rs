@@ -48,3 +48,59 @@ pub fn announce(line: &str) {
     let _ = writeln!(stdout, "{line}");
     let _ = stdout.flush();
 }
+
+/// How a mode's allocator treats large buffers (glibc only; elsewhere the
+/// allocator's defaults stand).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Memory {
+    /// Keep freed memory for reuse: a server handles the same large
+    /// messages over and over.
+    Reuse,
+    /// Return large buffers to the kernel when freed and use few arenas:
+    /// a front end's peak stays near what it holds (`cp` of any size file
+    /// in a few MiB).
+    Lean,
+}
+
+/// Freed heap memory a reusing allocator keeps before returning it.
+const HEAP_TRIM_THRESHOLD: libc::c_int = 4 << 20;
+/// From this size on a reusing allocator maps each allocation. Setting the
+/// trim threshold turns off glibc's own raising of this limit, so it is set
+/// to the highest value glibc would raise it to: below it, repeated large
+/// messages (1 MiB `fs/writeBlock` blocks) reuse heap memory instead of
+/// mapping and faulting in fresh pages each time. (Streaming output
+/// allocates and frees a chunk and its message, 64 and 87 KiB, per read:
+/// with glibc's defaults every free at the top of the heap gave the pages
+/// back and the next message faulted them in again, a quarter of the
+/// server's CPU time.)
+const REUSE_MMAP_THRESHOLD: libc::c_int = 32 << 20;
+/// From this size on a lean allocator maps each allocation, so freeing a
+/// transfer block unmaps it; fixing it stops glibc from raising it after
+/// the first free, which would move blocks into fragmenting arenas.
+const LEAN_MMAP_THRESHOLD: libc::c_int = 256 << 10;
+/// Arenas of a lean allocator: blocks are allocated on one thread and freed
+/// on another (tokio's blocking pool writes files), and each extra arena
+/// keeps its own freed memory.
+const LEAN_ARENAS: libc::c_int = 2;
+
+/// Sets the allocator up for `memory`. Call before the runtime starts any
+/// other thread.
+pub fn tune_allocator(memory: Memory) {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only sets allocator parameters; the caller runs it
+    // before any other thread exists.
+    unsafe {
+        match memory {
+            Memory::Reuse => {
+                libc::mallopt(libc::M_TRIM_THRESHOLD, HEAP_TRIM_THRESHOLD);
+                libc::mallopt(libc::M_MMAP_THRESHOLD, REUSE_MMAP_THRESHOLD);
+            }
+            Memory::Lean => {
+                libc::mallopt(libc::M_MMAP_THRESHOLD, LEAN_MMAP_THRESHOLD);
+                libc::mallopt(libc::M_ARENA_MAX, LEAN_ARENAS);
+            }
+        }
+    }
+    #[cfg(not(target_env = "gnu"))]
+    let _ = memory;
+}

@@ -107,7 +107,7 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         }
     };
     raise_fd_limit();
-    keep_freed_memory();
+    crate::startup::tune_allocator(crate::startup::Memory::Reuse);
     let paths = match ExecServerRuntimePaths::current() {
         Ok(paths) => paths,
         Err(err) => {
@@ -182,29 +182,6 @@ fn build_config(args: Args) -> Result<ServerConfig, (String, i32)> {
         protected_paths: args.auth_token_file.into_iter().collect(),
         drain_grace: Duration::from_secs(args.drain_grace_secs),
     })
-}
-
-/// Freed heap memory the allocator keeps before returning it to the kernel.
-const HEAP_TRIM_THRESHOLD: libc::c_int = 4 << 20;
-/// Allocations from this size on get their own mapping (returned at once
-/// when freed). Setting the trim threshold turns off glibc's own raising of
-/// this limit, so it is set to the highest value glibc would raise it to:
-/// below it, repeated large messages (1 MiB `fs/writeBlock` blocks) reuse
-/// heap memory instead of mapping and faulting in fresh pages each time.
-const MMAP_THRESHOLD: libc::c_int = 32 << 20;
-
-/// Streaming output allocates and frees a chunk and its message (64 and
-/// 87 KiB) per read. With glibc's defaults every free at the top of the heap
-/// gave the pages back to the kernel and the next message faulted them in
-/// again, a quarter of the server's CPU time; keeping a few MiB avoids that.
-fn keep_freed_memory() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: mallopt only sets allocator parameters; it is called before
-    // the runtime starts any other thread.
-    unsafe {
-        libc::mallopt(libc::M_TRIM_THRESHOLD, HEAP_TRIM_THRESHOLD);
-        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
-    }
 }
 
 /// Many managed processes need many descriptors: lift the soft limit to the hard one.

@@ -91,6 +91,7 @@ where
     F: Future<Output = Result<i32, ShellError>>,
 {
     crate::logging::init(crate::logging::LogFormat::Text);
+    crate::startup::tune_allocator(crate::startup::Memory::Lean);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
