@@ -23,8 +23,8 @@ pub struct Run {
     pub code: i32,
     pub stdout: Vec<u8>,
     pub stderr: String,
-    /// Peak resident memory of the process, in KiB.
-    pub max_rss_kib: i64,
+    /// Peak resident memory of the process's own image, in KiB.
+    pub max_rss_kib: u64,
 }
 
 impl Run {
@@ -52,7 +52,7 @@ pub fn run(args: &[&str], stdin: Option<Vec<u8>>) -> Run {
 }
 
 /// Runs a prepared command to its end, feeding `stdin`.
-// Reaped by wait4 in `wait_with_rusage`, which clippy cannot see.
+// Reaped by waitpid in `wait_measured`, which clippy cannot see.
 #[allow(clippy::zombie_processes)]
 pub fn finish(command: &mut Command, stdin: Option<Vec<u8>>, what: &str) -> Run {
     let mut child = spawn_piped(command, stdin.is_some(), what);
@@ -63,7 +63,7 @@ pub fn finish(command: &mut Command, stdin: Option<Vec<u8>>, what: &str) -> Run 
     }
     let stdout = reader(child.stdout.take());
     let stderr = reader(child.stderr.take());
-    let (code, max_rss_kib) = wait_with_rusage(&child, what);
+    let (code, max_rss_kib) = wait_measured(&child, what);
     let stdout = stdout.join().unwrap_or_default();
     let stderr = String::from_utf8_lossy(&stderr.join().unwrap_or_default()).into_owned();
     Run {
@@ -99,43 +99,75 @@ fn reader<R: Read + Send + 'static>(pipe: Option<R>) -> std::thread::JoinHandle<
     })
 }
 
-/// Kills `pid` if it is still running after `limit` (unless disarmed).
-pub fn watchdog(pid: u32, limit: Duration) -> Arc<AtomicBool> {
-    let done = Arc::new(AtomicBool::new(false));
-    let flag = done.clone();
-    std::thread::spawn(move || {
-        let deadline = Instant::now() + limit;
-        while !flag.load(Ordering::SeqCst) {
-            if Instant::now() >= deadline {
-                // SAFETY: kill takes a pid and a signal number, no pointers.
-                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-                return;
+/// Watches a running child: kills it if it is still running after `limit`,
+/// and samples the peak resident memory of its own image (`VmHWM`, which
+/// starts afresh at exec). `wait4`'s `ru_maxrss` cannot serve: Linux folds
+/// the spawning process's peak into it at exec, so a child of a large test
+/// process would seem large.
+struct Monitor {
+    done: Arc<AtomicBool>,
+    peak_kib: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Monitor {
+    fn start(pid: u32, limit: Duration) -> Monitor {
+        let done = Arc::new(AtomicBool::new(false));
+        let peak_kib = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (flag, peak) = (done.clone(), peak_kib.clone());
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + limit;
+            let status = format!("/proc/{pid}/status");
+            while !flag.load(Ordering::SeqCst) {
+                if let Some(kib) = std::fs::read_to_string(&status)
+                    .ok()
+                    .as_deref()
+                    .and_then(high_water_kib)
+                {
+                    peak.fetch_max(kib, Ordering::SeqCst);
+                }
+                if Instant::now() >= deadline {
+                    // SAFETY: kill takes a pid and a signal number, no pointers.
+                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(5));
             }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    });
-    done
+        });
+        Monitor { done, peak_kib }
+    }
+
+    /// Stops watching; returns the peak resident memory seen, in KiB.
+    fn stop(self) -> u64 {
+        self.done.store(true, Ordering::SeqCst);
+        self.peak_kib.load(Ordering::SeqCst)
+    }
+}
+
+/// `VmHWM` of a `/proc/PID/status` text, in KiB.
+fn high_water_kib(status: &str) -> Option<u64> {
+    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Waits for `child` (reaping it with wait4) and returns its exit code and
-/// peak RSS in KiB.
-pub fn wait_with_rusage(child: &Child, what: &str) -> (i32, i64) {
+/// the peak resident memory of its image in KiB (sampled every few
+/// milliseconds while it runs; the high-water mark only grows, so a late
+/// sample holds everything before it).
+pub fn wait_measured(child: &Child, what: &str) -> (i32, u64) {
     let pid = child.id() as i32;
-    let done = watchdog(child.id(), RUN_LIMIT);
+    let monitor = Monitor::start(child.id(), RUN_LIMIT);
     let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     let reaped = loop {
-        // SAFETY: wait4 writes the status and rusage through pointers to
-        // live locals of the right types.
-        let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        // SAFETY: waitpid writes the status through a pointer to a live
+        // local of the right type.
+        let reaped = unsafe { libc::waitpid(pid, &mut status, 0) };
         if reaped == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
             continue;
         }
         break reaped;
     };
-    done.store(true, Ordering::SeqCst);
-    assert_eq!(reaped, pid, "wait4 of {what} failed");
+    let peak_kib = monitor.stop();
+    assert_eq!(reaped, pid, "waitpid of {what} failed");
     let code = if libc::WIFEXITED(status) {
         libc::WEXITSTATUS(status)
     } else if libc::WIFSIGNALED(status) {
@@ -145,7 +177,7 @@ pub fn wait_with_rusage(child: &Child, what: &str) -> (i32, i64) {
     } else {
         -1
     };
-    (code, usage.ru_maxrss)
+    (code, peak_kib)
 }
 
 /// Whether tmux is installed (the one skip rule of [`super::host`]).
@@ -380,7 +412,7 @@ impl Streaming {
     /// Waits for the end and returns what it produced.
     pub fn finish(mut self) -> Run {
         drop(self.child.stdin.take());
-        let (code, max_rss_kib) = wait_with_rusage(&self.child, &self.what);
+        let (code, max_rss_kib) = wait_measured(&self.child, &self.what);
         self.reaped = true;
         for reader in self.readers.drain(..) {
             let _ = reader.join();

@@ -120,6 +120,11 @@ fn a_200_mib_file_goes_both_ways_in_bounded_memory() {
     assert_eq!(mode_of(&root.join("back.bin")), 0o640);
     // Memory is bounded by the blocks in flight, not by the file.
     for (what, run) in [("upload", &up), ("download", &down)] {
+        eprintln!("{what} of 200 MiB: peak {} KiB", run.max_rss_kib);
+        assert!(
+            run.max_rss_kib > 0,
+            "{what}: the memory of the copy was never sampled"
+        );
         assert!(
             run.max_rss_kib < 100 * 1024,
             "{what} peaked at {} KiB for a 200 MiB file",
@@ -387,7 +392,7 @@ fn a_permission_error_in_the_middle_is_reported_and_the_rest_copied() {
 }
 
 #[test]
-// The child is reaped by wait4 in `wait_with_rusage`, which clippy cannot see.
+// The child is reaped by waitpid in `wait_measured`, which clippy cannot see.
 #[allow(clippy::zombie_processes)]
 fn the_progress_line_shows_only_on_a_terminal() {
     let (_dir, root) = open_dir();
@@ -420,7 +425,7 @@ fn the_progress_line_shows_only_on_a_terminal() {
         }
         String::from_utf8_lossy(&seen).into_owned()
     });
-    let (code, _) = crate::common::shell::wait_with_rusage(&child, "cp on a terminal");
+    let (code, _) = crate::common::shell::wait_measured(&child, "cp on a terminal");
     assert_eq!(code, 0);
     let shown = reader.join().expect("reader");
     assert!(shown.contains("ETA") && shown.contains('\r'), "{shown:?}");

@@ -520,7 +520,7 @@ fn attach_follows_from_now_from_a_seq_or_from_the_start() {
 }
 
 #[test]
-// The child is reaped by wait4 in `wait_with_rusage`, which clippy cannot see.
+// The child is reaped by waitpid in `wait_measured`, which clippy cannot see.
 #[allow(clippy::zombie_processes)]
 fn a_broken_stdout_stops_the_remote_writer() {
     let server = Server::start(&[]);
@@ -534,7 +534,7 @@ fn a_broken_stdout_stops_the_remote_writer() {
     let mut first = [0u8; 4];
     std::io::Read::read_exact(&mut stdout, &mut first).expect("some output");
     drop(stdout);
-    let (code, _) = crate::common::shell::wait_with_rusage(&child, "exec yes");
+    let (code, _) = crate::common::shell::wait_measured(&child, "exec yes");
     assert_eq!(code, 128 + libc::SIGPIPE);
 }
 
