@@ -1,14 +1,22 @@
 //! The container image (Containerfile, scripts/image): where podman or
-//! docker works, build it and run a rendezvous and a remote executor from
-//! it, with a command through them from the host's binary. Where no
-//! engine works the test says so and skips (no CI host here has one).
+//! docker works, pack the binary under test onto the image's base
+//! (`--binary`: the Containerfile's final stage, without compiling again in
+//! the Rust image) and run a rendezvous and a remote executor from it, with
+//! a command through them from the host's binary. Where no engine works, or
+//! the base cannot be pulled, the test says so and skips (CI hosts have no
+//! engine). `CODEXBOX_IMAGE_BASE` names another base (e.g. a local one on a
+//! host without registry access).
 
 use std::process::Command;
 
 #[test]
 fn the_image_runs_a_rendezvous_and_an_executor() {
-    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/image"))
-        .arg("smoke")
+    let mut command = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/image"));
+    command.args(["smoke", "--binary", env!("CARGO_BIN_EXE_codexbox")]);
+    if let Some(base) = std::env::var_os("CODEXBOX_IMAGE_BASE") {
+        command.arg("--base").arg(base);
+    }
+    let out = command
         .env("CODEXBOX_BIN", env!("CARGO_BIN_EXE_codexbox"))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
