@@ -547,3 +547,44 @@ fn builtin_reaper_has_bubblewraps_capabilities_and_stays_undumpable() {
         );
     }
 }
+
+#[test]
+fn builtin_makes_submounts_the_caller_cannot_reach_read_only() {
+    // bubblewrap remounts each submount of a read-only bind on its own and
+    // skips those whose mount point the caller cannot reach (EACCES), so
+    // they stay writable; the built-in's recursive remount covers them. A
+    // private mount namespace holds a bind mount under a 0700 directory.
+    if !callers().contains(&Caller::Nobody) || !have_system_bwrap("submounts") {
+        return;
+    }
+    let scratch = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let hidden = scratch.path().join("hidden");
+    let point = hidden.join("point");
+    fs::create_dir_all(&point).expect("mkdir");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&hidden, fs::Permissions::from_mode(0o700)).expect("chmod");
+    }
+    let point = point.to_str().expect("utf-8 path");
+    let state_of = |which: Impl| {
+        let script = format!(
+            "mount --bind {point} {point} && exec /usr/bin/setpriv --reuid={NOBODY} \
+             --regid={NOBODY} --clear-groups {launcher} --ro-bind / / sh -c \
+             \"awk '\\$5 == \\\"{point}\\\" {{ split(\\$6, o, \\\",\\\"); print o[1] }}' \
+             /proc/self/mountinfo\"",
+            launcher = launcher_path(which),
+        );
+        let out = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+            .output()
+            .expect("run unshare");
+        assert!(out.status.success(), "{which:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(
+        state_of(Impl::System),
+        "rw",
+        "bubblewrap's behaviour changed"
+    );
+    assert_eq!(state_of(Impl::Builtin), "ro");
+}
