@@ -1,6 +1,7 @@
 //! The shape of the tree, checked: module imports in `src/` run one way (no
 //! module reaches back, through any chain of `crate::`/`super::` paths, to a
-//! module that imports it), and every test skip goes through the one rule in
+//! module that imports it), every Rust file opens with a doc comment saying
+//! what it owns, and every test skip goes through the one rule in
 //! `tests/common/host.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -256,5 +257,23 @@ fn every_skip_goes_through_the_one_rule() {
         offenders.is_empty(),
         "skips outside tests/common/host.rs:\n{}",
         offenders.join("\n")
+    );
+}
+
+#[test]
+fn every_rust_file_says_what_it_owns() {
+    let mut missing = Vec::new();
+    for dir in ["src", "bin", "benches", "tests"] {
+        for file in rust_files(&Path::new(ROOT).join(dir)) {
+            let text = std::fs::read_to_string(&file).expect("read source");
+            if !text.starts_with("//!") {
+                missing.push(file.display().to_string());
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "files without a `//!` header:\n{}",
+        missing.join("\n")
     );
 }
