@@ -1,7 +1,8 @@
 //! The shape of the tree, checked: module imports in `src/` run one way (no
 //! module reaches back, through any chain of `crate::`/`super::` paths, to a
 //! module that imports it), every Rust file opens with a doc comment saying
-//! what it owns, and every test skip goes through the one rule in
+//! what it owns, every `unsafe` block or impl in `src/` has a `// SAFETY:`
+//! comment just above it, and every test skip goes through the one rule in
 //! `tests/common/host.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -275,5 +276,38 @@ fn every_rust_file_says_what_it_owns() {
         missing.is_empty(),
         "files without a `//!` header:\n{}",
         missing.join("\n")
+    );
+}
+
+/// Lines above an `unsafe` block that its `// SAFETY:` comment may start
+/// in (a comment over a statement that spans a few lines).
+const SAFETY_COMMENT_REACH: usize = 6;
+
+#[test]
+fn every_unsafe_block_says_why_it_is_sound() {
+    let mut unexplained = Vec::new();
+    for file in rust_files(&Path::new(ROOT).join("src")) {
+        let text = std::fs::read_to_string(&file).expect("read source");
+        let lines: Vec<&str> = text.lines().collect();
+        for (n, line) in lines.iter().enumerate() {
+            let code = line.trim_start();
+            if code.starts_with("//") {
+                continue;
+            }
+            let opens_unsafe = ["unsafe {", "unsafe impl"]
+                .iter()
+                .any(|form| code.contains(form));
+            let explained = lines[n.saturating_sub(SAFETY_COMMENT_REACH)..=n]
+                .iter()
+                .any(|above| above.contains("SAFETY:"));
+            if opens_unsafe && !explained {
+                unexplained.push(format!("{}:{}: {code}", file.display(), n + 1));
+            }
+        }
+    }
+    assert!(
+        unexplained.is_empty(),
+        "unsafe without a `// SAFETY:` comment:\n{}",
+        unexplained.join("\n")
     );
 }
