@@ -16,8 +16,8 @@ use crate::protocol::process::{
 use crate::protocol::schema::OutputNotification;
 
 /// Standard padded base64, the encoding of every byte field on the wire.
-pub(crate) fn b64() -> &'static base64::engine::GeneralPurpose {
-    &base64::engine::general_purpose::STANDARD
+pub(crate) fn b64() -> &'static base64::engine::Simd {
+    crate::protocol::base64()
 }
 
 /// Decodes a base64 chunk; `None` when the server sent invalid base64.

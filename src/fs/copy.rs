@@ -214,7 +214,7 @@ fn copy_tree(mut source: Dir, destination: &EntryPath) -> Result<()> {
     // Missing parents are created, as the reference's `create_dir_all` does.
     let parent = match destination.open_parent() {
         Err(err) if err.kind() == io::ErrorKind::NotFound => {
-            fs::create_dir_all(&destination.parent)?;
+            super::ops::create_directory_all(&destination.parent)?;
             destination.open_parent()?
         }
         other => other?,

@@ -149,14 +149,14 @@ pub fn read_file(params: &ReadFileParams) -> Result<ReadFileResponse> {
         return Err(too_large());
     }
     Ok(ReadFileResponse {
-        data_base64: base64::engine::general_purpose::STANDARD.encode(&data),
+        data_base64: crate::protocol::base64().encode(&data),
     })
 }
 
 /// `fs/writeFile`: create or truncate, following symlinks and hard links,
 /// never creating parents.
 pub fn write_file(params: &WriteFileParams) -> Result<EmptyResponse> {
-    let data = base64::engine::general_purpose::STANDARD
+    let data = crate::protocol::base64()
         .decode(params.data_base64.as_bytes())
         .map_err(|err| {
             FsError::InvalidRequest(format!(
@@ -180,7 +180,7 @@ pub fn create_directory(params: &CreateDirectoryParams) -> Result<EmptyResponse>
 /// `mkdir -p`: creates each missing component in turn, each one resolved
 /// by the kernel (so `a/../b` creates `a` and `b`, `new/.` creates `new`,
 /// and an existing symlink to a directory counts as that directory).
-fn create_directory_all(path: &Path) -> io::Result<()> {
+pub(super) fn create_directory_all(path: &Path) -> io::Result<()> {
     let exists_as_directory = |result: io::Result<()>, at: &Path| match result {
         Err(err) if err.kind() == io::ErrorKind::AlreadyExists && at.is_dir() => Ok(()),
         other => other,

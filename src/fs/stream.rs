@@ -119,7 +119,7 @@ pub fn validate_write(params: &WriteBlockParams) -> Result<Vec<u8>> {
     if params.data_base64.len() / 4 * 3 > MAX_WRITE_BLOCK_BYTES + 2 {
         return Err(too_large());
     }
-    let data = base64::engine::general_purpose::STANDARD
+    let data = crate::protocol::base64()
         .decode(params.data_base64.as_bytes())
         .map_err(|err| {
             FsError::InvalidRequest(format!(
@@ -261,7 +261,7 @@ impl FileStreams {
         )?;
         buf.truncate(n);
         Ok(ReadBlockResponse {
-            chunk: base64::engine::general_purpose::STANDARD.encode(&buf),
+            chunk: crate::protocol::base64().encode(&buf),
             eof: n < params.len,
         })
     }

@@ -12,6 +12,13 @@ pub mod sandbox;
 pub mod schema;
 
 pub use envelope::{RequestId, RpcError};
+
+/// Standard padded base64, the encoding of every byte field on the wire
+/// (output chunks, file blocks), SIMD-accelerated where the CPU allows.
+pub fn base64() -> &'static base64::engine::Simd {
+    static ENGINE: std::sync::OnceLock<base64::engine::Simd> = std::sync::OnceLock::new();
+    ENGINE.get_or_init(|| base64::engine::Simd::standard(base64::engine::general_purpose::PAD))
+}
 pub use path::{PathDialect, PathError, WirePath};
 
 /// `initialize`.
@@ -41,4 +48,36 @@ pub struct InitializeParams {
 #[serde(rename_all = "camelCase")]
 pub struct InitializeResult {
     pub session_id: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use base64::Engine;
+
+    #[test]
+    fn the_wire_engine_decodes_and_refuses_like_the_standard_one() {
+        let standard = &base64::engine::general_purpose::STANDARD;
+        let data: Vec<u8> = (0..=255u8).cycle().take(4099).collect();
+        for len in [0, 1, 2, 3, 64, 1000, 4099] {
+            let text = standard.encode(&data[..len]);
+            assert_eq!(super::base64().encode(&data[..len]), text, "{len}");
+            assert_eq!(super::base64().decode(&text).unwrap(), &data[..len]);
+        }
+        let long = standard.encode(&data);
+        for bad in [
+            "A".to_owned(),
+            "AB=".to_owned(),
+            "AB==A===".to_owned(),
+            "QQ=x".to_owned(),
+            "QR==".to_owned(),
+            format!("{}!{}", &long[..2000], &long[2001..]),
+            format!("{long}="),
+        ] {
+            assert_eq!(
+                super::base64().decode(&bad).map_err(|e| e.to_string()),
+                standard.decode(&bad).map_err(|e| e.to_string()),
+                "{bad:.40}"
+            );
+        }
+    }
 }

@@ -288,7 +288,7 @@ pub fn encode_output_notification(
     let start = bytes.len();
     bytes.resize(start + encoded_len, 0);
     let written = bytes.get_mut(start..).map_or(0, |slot| {
-        base64_engine().encode_slice(chunk, slot).unwrap_or(0)
+        super::base64().encode_slice(chunk, slot).unwrap_or(0)
     });
     bytes.truncate(start + written);
     bytes.extend_from_slice(b"\"}}");
@@ -299,12 +299,6 @@ pub fn encode_output_notification(
     *out = unsafe { String::from_utf8_unchecked(bytes) };
 }
 
-/// Standard padded base64, SIMD-accelerated where the CPU allows.
-fn base64_engine() -> &'static base64::engine::Simd {
-    static ENGINE: std::sync::OnceLock<base64::engine::Simd> = std::sync::OnceLock::new();
-    ENGINE.get_or_init(|| base64::engine::Simd::standard(base64::engine::general_purpose::PAD))
-}
-
 fn push_json_string(out: &mut String, text: &str) {
     // A &str always serializes.
     if let Ok(quoted) = serde_json::to_string(text) {
@@ -313,7 +307,7 @@ fn push_json_string(out: &mut String, text: &str) {
 }
 
 fn as_base64<S: serde::Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(&base64_engine().encode(bytes))
+    serializer.serialize_str(&super::base64().encode(bytes))
 }
 
 fn from_base64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {

@@ -193,13 +193,7 @@ async fn run(args: Args) -> Result<i32, ShellError> {
     }
     if args.detach {
         let session = client.session_id().await.unwrap_or_default();
-        let mut line = format!("--session {session} --process {process_id} --after-seq 0");
-        if args.tty {
-            line.push_str(" -t");
-        }
-        if args.stdin {
-            line.push_str(" -i");
-        }
+        let line = super::attach_args(&session, &process_id, args.tty, args.stdin, 0);
         crate::startup::announce(&line);
         return Ok(0);
     }

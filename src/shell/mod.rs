@@ -19,6 +19,7 @@ use std::future::Future;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
+use crate::client::remote::RECOVERY_WINDOW;
 use crate::client::{ClientError, ConnectOptions};
 use crate::protocol::path::WirePath;
 use attachment::{Attachment, Outcome};
@@ -45,8 +46,6 @@ pub enum ShellError {
     },
     #[error(transparent)]
     Terminal(#[from] terminal::TerminalError),
-    #[error("cannot start the runtime: {0}")]
-    Runtime(#[source] std::io::Error),
     #[error("{0}")]
     Failed(String),
 }
@@ -64,7 +63,7 @@ impl ShellError {
                 ..
             } => EXIT_NOT_STARTED,
             Self::Start { .. } => EXIT_CONNECTION,
-            Self::Terminal(_) | Self::Runtime(_) | Self::Failed(_) => 1,
+            Self::Terminal(_) | Self::Failed(_) => 1,
         }
     }
 }
@@ -74,7 +73,7 @@ impl ShellError {
 pub struct ConnectionArgs {
     /// Seconds to keep trying to get a lost connection back (the session is
     /// resumed and the missed output backfilled) before giving up.
-    #[arg(long, value_name = "SECS", default_value_t = 25)]
+    #[arg(long, value_name = "SECS", default_value_t = RECOVERY_WINDOW.as_secs())]
     reconnect_secs: u64,
 }
 
@@ -92,10 +91,10 @@ where
 {
     crate::logging::init(crate::logging::LogFormat::Text);
     crate::startup::tune_allocator(crate::startup::Memory::Lean);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(ShellError::Runtime)?;
+    // Without a runtime `startup::runtime` has said why: exit 1.
+    let Some(runtime) = crate::startup::runtime(name, crate::startup::Threads::PerCpu) else {
+        return Ok(1);
+    };
     let outcome = runtime.block_on(future);
     // A thread may sit in a blocking read of stdin: do not wait for it.
     runtime.shutdown_background();
@@ -144,19 +143,35 @@ pub fn remote_path(server_cwd: Option<&str>, text: &str) -> Result<PathBuf, Shel
     Ok(clean)
 }
 
-/// The `codexbox attach` arguments that continue an attachment after `after_seq`.
+/// The `codexbox attach` command that continues an attachment after `after_seq`.
 pub fn attach_hint(session: &str, attachment: &Attachment, after_seq: u64) -> String {
-    let mut hint = format!(
-        "codexbox attach --session {session} --process {} --after-seq {after_seq}",
-        attachment.process_id
+    let args = attach_args(
+        session,
+        &attachment.process_id,
+        attachment.tty,
+        attachment.stdin,
+        after_seq,
     );
-    if attachment.tty {
-        hint.push_str(" -t");
+    format!("codexbox attach {args}")
+}
+
+/// The `attach` flags that pick up process `process_id` of `session` after
+/// `after_seq`, with a terminal (`-t`) and stdin (`-i`) as given.
+pub fn attach_args(
+    session: &str,
+    process_id: &str,
+    tty: bool,
+    stdin: bool,
+    after_seq: u64,
+) -> String {
+    let mut args = format!("--session {session} --process {process_id} --after-seq {after_seq}");
+    if tty {
+        args.push_str(" -t");
     }
-    if attachment.stdin {
-        hint.push_str(" -i");
+    if stdin {
+        args.push_str(" -i");
     }
-    hint
+    args
 }
 
 /// Prints what an attachment's end means and returns the exit code: the

@@ -413,8 +413,12 @@ impl Copy<'_> {
                     .download(&handle, &from, &mut file, &mut |n| progress.advance(n))
                     .await
                     .map_err(Failure::transfer)?;
-                drop(file);
-                set_local_mode(to, *mode).await.map_err(Failure::local)
+                // On the descriptor opened without following a symlink,
+                // not by path again.
+                use std::os::unix::fs::PermissionsExt;
+                file.set_permissions(std::fs::Permissions::from_mode(*mode))
+                    .await
+                    .map_err(Failure::local)
             }
             Kind::Symlink { target } => {
                 match existing {
