@@ -1,5 +1,5 @@
 //! The proxy variables a child gets (reference network.md §1.8) and the
-//! names that count as proxy configuration (§1.8, `PROXY_URL_ENV_KEYS`).
+//! names that count as proxy configuration (§1.8).
 //! Pure: callers apply the list to whatever environment they build.
 
 use std::net::SocketAddr;
@@ -53,31 +53,13 @@ pub const REMOVED_KEYS: &[&str] = &[
     "CODEX_NETWORK_PROXY_BROKERED_CREDENTIALS",
 ];
 
-/// Variables whose value is a proxy URL (each also in lower case): what
-/// managed routing rewrites and what counts as "a proxy is configured".
-pub const PROXY_URL_ENV_KEYS: &[&str] = &[
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "WS_PROXY",
-    "WSS_PROXY",
-    "ALL_PROXY",
-    "FTP_PROXY",
-    "YARN_HTTP_PROXY",
-    "YARN_HTTPS_PROXY",
-    "NPM_CONFIG_HTTP_PROXY",
-    "NPM_CONFIG_HTTPS_PROXY",
-    "NPM_CONFIG_PROXY",
-    "BUNDLE_HTTP_PROXY",
-    "BUNDLE_HTTPS_PROXY",
-    "PIP_PROXY",
-    "DOCKER_HTTP_PROXY",
-    "DOCKER_HTTPS_PROXY",
-];
-
-/// Whether `key` (any case) names a proxy URL variable.
+/// Whether `key` (any case) names a proxy URL variable: what managed
+/// routing rewrites and what counts as "a proxy is configured" (reference
+/// `PROXY_URL_ENV_KEYS`: the keys a child is given a proxy URL in).
 pub fn is_proxy_url_key(key: &str) -> bool {
-    PROXY_URL_ENV_KEYS
+    HTTP_PROXY_KEYS
         .iter()
+        .chain(ALL_PROXY_KEYS)
         .any(|k| k.eq_ignore_ascii_case(key))
 }
 

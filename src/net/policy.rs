@@ -20,6 +20,7 @@ use std::net::IpAddr;
 
 use super::address::is_non_public;
 use super::decision::DenyReason;
+use crate::sandbox::glob::TextGlob;
 
 /// Why a pattern list cannot be compiled.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -65,7 +66,7 @@ pub struct HostPattern {
     /// The entry as written (for messages).
     pub source: String,
     /// Lowercase globs; the entry matches when any of them does.
-    globs: Vec<String>,
+    globs: Vec<TextGlob>,
     /// `Some(port)`: the entry covers that port only.
     port: Option<u16>,
     /// No wildcard: the entry names exactly one host.
@@ -90,7 +91,7 @@ impl HostPattern {
             }
             return Ok(Self {
                 source,
-                globs: vec!["*".to_owned()],
+                globs: vec![TextGlob::new("*")],
                 port,
                 exact: false,
                 global: true,
@@ -115,16 +116,11 @@ impl HostPattern {
         let exact = !host.contains(['*', '?', '[', '{']);
         Ok(Self {
             source,
-            globs,
+            globs: globs.iter().map(|glob| TextGlob::new(glob)).collect(),
             port,
             exact,
             global: false,
         })
-    }
-
-    /// Whether this entry covers the normalized `host` on `port`.
-    pub fn matches(&self, host: &str, port: u16) -> bool {
-        self.covers(host, PortScope::Port(port))
     }
 
     /// Whether this entry covers `host` within `scope`: one port, or (for
@@ -139,11 +135,7 @@ impl HostPattern {
         if self.global {
             return true;
         }
-        host_forms(host).any(|form| {
-            self.globs
-                .iter()
-                .any(|glob| crate::sandbox::glob::glob_match_text(glob, form))
-        })
+        host_forms(host).any(|form| self.globs.iter().any(|glob| glob.matches(form)))
     }
 
     /// Whether this is an exact (wildcard-free) entry for `host` in `scope`.

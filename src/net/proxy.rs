@@ -287,11 +287,6 @@ impl ProxyHandle {
         self.audit.clone()
     }
 
-    /// The last denials (at most 200) and their total count.
-    pub fn recent_blocked(&self) -> (Vec<Arc<Decision>>, u64) {
-        self.audit.recent_blocked()
-    }
-
     /// Stops the listeners and every connection, then flushes the audit log.
     pub async fn shutdown(mut self) {
         for listener in self.listeners.drain(..) {

@@ -285,6 +285,7 @@ async fn udp_associate(mut control: TcpStream, peer: SocketAddr, state: &ProxySt
     let client = peer.to_string();
     let mut client_addr: Option<SocketAddr> = None;
     let mut contacted: Vec<SocketAddr> = Vec::new();
+    let mut verdicts = Verdicts::default();
     let mut inbound = vec![0u8; MAX_DATAGRAM_BYTES];
     let mut answer4 = vec![0u8; MAX_DATAGRAM_BYTES];
     let mut answer6 = vec![0u8; MAX_DATAGRAM_BYTES];
@@ -303,7 +304,7 @@ async fn udp_associate(mut control: TcpStream, peer: SocketAddr, state: &ProxySt
                 }
                 client_addr = Some(from);
                 let Some(datagram) = inbound.get(..n) else { continue };
-                if let Some(to) = relay_out(datagram, &client, state, &out4, &out6).await {
+                if let Some(to) = relay_out(datagram, &client, state, &mut verdicts, &out4, &out6).await {
                     if !contacted.contains(&to) && contacted.len() < 1024 {
                         contacted.push(to);
                     }
@@ -321,11 +322,37 @@ async fn udp_associate(mut control: TcpStream, peer: SocketAddr, state: &ProxySt
     }
 }
 
+/// Destinations one association has been judged for at most once each
+/// (bounded): a flow of datagrams is admitted, resolved and recorded once,
+/// not per datagram.
+#[derive(Default)]
+struct Verdicts(Vec<((String, u16), Option<SocketAddr>)>);
+
+/// Destinations remembered per association; beyond that each is judged
+/// per datagram.
+const MAX_VERDICTS: usize = 1024;
+
+impl Verdicts {
+    fn get(&self, host: &str, port: u16) -> Option<Option<SocketAddr>> {
+        self.0
+            .iter()
+            .find(|((h, p), _)| h == host && *p == port)
+            .map(|(_, to)| *to)
+    }
+
+    fn remember(&mut self, host: String, port: u16, to: Option<SocketAddr>) {
+        if self.0.len() < MAX_VERDICTS {
+            self.0.push(((host, port), to));
+        }
+    }
+}
+
 /// Checks and sends one client datagram; returns where it went.
 async fn relay_out(
     datagram: &[u8],
     client: &str,
     state: &ProxyState,
+    verdicts: &mut Verdicts,
     out4: &UdpSocket,
     out6: &UdpSocket,
 ) -> Option<SocketAddr> {
@@ -337,22 +364,38 @@ async fn relay_out(
     let (address, port, used) = parse_address(rest)?;
     let payload = rest.get(used..)?;
     let host = address.host();
+    let to = match verdicts.get(&host, port) {
+        Some(to) => to,
+        None => {
+            let to = admit_datagrams(&host, port, client, state).await;
+            verdicts.remember(host, port, to);
+            to
+        }
+    }?;
+    let socket = if to.is_ipv4() { out4 } else { out6 };
+    socket.send_to(payload, to).await.ok()?;
+    Some(to)
+}
+
+/// Where datagrams to `host:port` go, if the policy lets them.
+async fn admit_datagrams(
+    host: &str,
+    port: u16,
+    client: &str,
+    state: &ProxyState,
+) -> Option<SocketAddr> {
     let dest = Destination {
-        host: &host,
+        host,
         port,
         protocol: Protocol::Socks5Udp,
         method: "none",
         client,
     };
     let mode_denial = (state.policy.mode == Mode::Limited).then_some(DenyReason::MethodNotAllowed);
-    let targets = match state.admit(&dest, mode_denial, None).await {
-        Ok(Admission::Direct(targets)) => targets,
-        _ => return None,
-    };
-    let to = *targets.addrs.first()?;
-    let socket = if to.is_ipv4() { out4 } else { out6 };
-    socket.send_to(payload, to).await.ok()?;
-    Some(to)
+    match state.admit(&dest, mode_denial, None).await {
+        Ok(Admission::Direct(targets)) => targets.addrs.first().copied(),
+        _ => None,
+    }
 }
 
 async fn relay_back(

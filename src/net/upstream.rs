@@ -213,9 +213,13 @@ impl Upstream {
         }
     }
 
-    /// From this process's environment.
+    /// From this process's environment, read (and any warning about it
+    /// given) once: the environment of a running process does not change.
     pub fn from_process_env() -> Self {
-        Self::from_env(|key| std::env::var(key).ok())
+        static UPSTREAM: std::sync::OnceLock<Upstream> = std::sync::OnceLock::new();
+        UPSTREAM
+            .get_or_init(|| Self::from_env(|key| std::env::var(key).ok()))
+            .clone()
     }
 
     fn bypassed(&self, host: &str) -> bool {

@@ -362,68 +362,35 @@ fn version_of(path: &Path, extra: &[&str]) -> Option<String> {
 /// user and network namespace, `/` read-only, `/bin/true`), bounded by
 /// [`TRIAL_DEADLINE`].
 fn trial(mut launcher: Command) -> TrialReport {
-    launcher
-        .args([
-            "--unshare-user",
-            "--unshare-net",
-            "--ro-bind",
-            "/",
-            "/",
-            "/bin/true",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut child = match launcher.spawn() {
-        Ok(child) => child,
-        Err(err) => {
-            return TrialReport {
-                usable: false,
-                detail: Some(format!("cannot start: {err}")),
-            }
-        }
-    };
-    let started = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if started.elapsed() < TRIAL_DEADLINE => {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-        }
-    };
-    let stderr = child.stderr.take().map(read_available).unwrap_or_default();
-    match status {
-        Some(s) if s.success() => TrialReport {
+    launcher.args([
+        "--unshare-user",
+        "--unshare-net",
+        "--ro-bind",
+        "/",
+        "/",
+        "/bin/true",
+    ]);
+    match run_bounded(launcher) {
+        TrialRun::Exited(status, _) if status.success() => TrialReport {
             usable: true,
             detail: None,
         },
-        Some(s) => TrialReport {
+        TrialRun::Exited(status, stderr) => TrialReport {
             usable: false,
             detail: Some(format!(
-                "{s}{}",
-                stderr
-                    .lines()
-                    .find(|l| !l.trim().is_empty())
-                    .map(|l| format!(": {}", l.trim()))
+                "{status}{}",
+                first_line(&stderr)
+                    .map(|line| format!(": {line}"))
                     .unwrap_or_default()
             )),
         },
-        None => TrialReport {
-            usable: false,
-            detail: Some(format!("no answer within {}s", TRIAL_DEADLINE.as_secs())),
-        },
+        other => other.failure(),
     }
 }
 
 /// Runs `true` under managed proxy routing towards a listener of this
-/// process (bridges, network namespace, ProxyRouted seccomp); also tells
-/// whether the DNS stub started.
+/// process (bridges, network namespace, ProxyRouted seccomp), bounded by
+/// [`TRIAL_DEADLINE`]; also tells whether the DNS stub started.
 fn routing_trial() -> (TrialReport, bool) {
     let listener = match std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
         Ok(addr) => addr,
@@ -459,39 +426,85 @@ fn routing_trial() -> (TrialReport, bool) {
     ])
     .arg(crate::sandbox::cli::ALLOW_NETWORK_FOR_PROXY_FLAG)
     .args(["--", "true"])
-    .env("HTTP_PROXY", format!("http://{listener}"))
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped());
-    match cmd.output() {
-        Ok(out) if out.status.success() => {
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            (
-                TrialReport {
-                    usable: true,
-                    detail: None,
-                },
-                !stderr.contains("no DNS inside the sandbox"),
-            )
-        }
-        Ok(out) => (
+    .env("HTTP_PROXY", format!("http://{listener}"));
+    match run_bounded(cmd) {
+        TrialRun::Exited(status, stderr) if status.success() => (
+            TrialReport {
+                usable: true,
+                detail: None,
+            },
+            !stderr.contains(crate::sandbox::proxy_routing::NO_STUB_WARNING),
+        ),
+        TrialRun::Exited(_, stderr) => (
             TrialReport {
                 usable: false,
-                detail: String::from_utf8_lossy(&out.stderr)
-                    .lines()
-                    .find(|l| !l.trim().is_empty())
-                    .map(|l| l.trim().to_owned()),
+                detail: first_line(&stderr).map(str::to_owned),
             },
             false,
         ),
-        Err(err) => (
-            TrialReport {
-                usable: false,
-                detail: Some(format!("cannot start: {err}")),
-            },
-            false,
-        ),
+        other => (other.failure(), false),
     }
+}
+
+/// How a bounded trial run ended.
+enum TrialRun {
+    /// It exited, having written this to stderr.
+    Exited(std::process::ExitStatus, String),
+    /// It was still running at the deadline (and was killed).
+    NoAnswer,
+    /// It could not be spawned.
+    CannotStart(std::io::Error),
+}
+
+impl TrialRun {
+    /// The report of a run that did not exit by itself.
+    fn failure(self) -> TrialReport {
+        let detail = match self {
+            TrialRun::Exited(status, _) => status.to_string(),
+            TrialRun::NoAnswer => format!("no answer within {}s", TRIAL_DEADLINE.as_secs()),
+            TrialRun::CannotStart(err) => format!("cannot start: {err}"),
+        };
+        TrialReport {
+            usable: false,
+            detail: Some(detail),
+        }
+    }
+}
+
+/// Runs `cmd` (stdin and stdout on /dev/null) until it exits or
+/// [`TRIAL_DEADLINE`] passes, then kills it.
+fn run_bounded(mut cmd: Command) -> TrialRun {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(err) => return TrialRun::CannotStart(err),
+    };
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if started.elapsed() < TRIAL_DEADLINE => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    let stderr = child.stderr.take().map(read_available).unwrap_or_default();
+    match status {
+        Some(status) => TrialRun::Exited(status, stderr),
+        None => TrialRun::NoAnswer,
+    }
+}
+
+/// The first non-blank line of `text`, trimmed.
+fn first_line(text: &str) -> Option<&str> {
+    text.lines().map(str::trim).find(|line| !line.is_empty())
 }
 
 /// What is already in the pipe, without waiting for writers that outlive

@@ -281,12 +281,24 @@ pub fn glob_match(glob: &str, text: &str) -> bool {
     matches_whole(&compile(&pattern), text)
 }
 
-/// Matches the whole of `text` against `glob` as it is, without the rule
-/// for globs without `/` (used for host names, which have no `/`). Linear
-/// like [`glob_match`]: a policy's domain pattern is outside input too.
-pub fn glob_match_text(glob: &str, text: &str) -> bool {
-    let pattern: Vec<char> = glob.chars().collect();
-    matches_whole(&compile(&pattern), text)
+/// A glob matched against the whole of a text as it is, without the rule
+/// for globs without `/` (used for host names, which have no `/`); compiled
+/// once, matched many times. Linear like [`glob_match`]: a policy's domain
+/// pattern is outside input too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TextGlob(Vec<GlobToken>);
+
+impl TextGlob {
+    /// Compiles `glob`.
+    pub fn new(glob: &str) -> Self {
+        let pattern: Vec<char> = glob.chars().collect();
+        Self(compile(&pattern))
+    }
+
+    /// Whether the whole of `text` matches.
+    pub fn matches(&self, text: &str) -> bool {
+        matches_whole(&self.0, text)
+    }
 }
 
 fn matches_whole(tokens: &[GlobToken], text: &str) -> bool {
@@ -370,6 +382,9 @@ struct GlobRun<'a> {
     inside_globstar: Vec<bool>,
     /// A trailing `**` was reached: the rest of the text is matched.
     accepts_anything: bool,
+    /// Cleared buffers the next step fills (no allocation per character).
+    next_normal: Vec<bool>,
+    next_inside_globstar: Vec<bool>,
 }
 
 impl<'a> GlobRun<'a> {
@@ -379,6 +394,8 @@ impl<'a> GlobRun<'a> {
             normal: vec![false; tokens.len() + 1],
             inside_globstar: vec![false; tokens.len() + 1],
             accepts_anything: false,
+            next_normal: vec![false; tokens.len() + 1],
+            next_inside_globstar: vec![false; tokens.len() + 1],
         };
         run.enter(0);
         run
@@ -408,11 +425,10 @@ impl<'a> GlobRun<'a> {
 
     /// Reads one character; false when no position is left.
     fn step(&mut self, c: char) -> bool {
-        let normal = std::mem::replace(&mut self.normal, vec![false; self.tokens.len() + 1]);
-        let inside = std::mem::replace(
-            &mut self.inside_globstar,
-            vec![false; self.tokens.len() + 1],
-        );
+        let mut normal = std::mem::take(&mut self.next_normal);
+        std::mem::swap(&mut normal, &mut self.normal);
+        let mut inside = std::mem::take(&mut self.next_inside_globstar);
+        std::mem::swap(&mut inside, &mut self.inside_globstar);
         let mut alive = false;
         for (at, token) in self.tokens.iter().enumerate() {
             let at_boundary = normal.get(at).copied().unwrap_or(false);
@@ -441,6 +457,10 @@ impl<'a> GlobRun<'a> {
                 alive = true;
             }
         }
+        normal.fill(false);
+        inside.fill(false);
+        self.next_normal = normal;
+        self.next_inside_globstar = inside;
         alive || self.accepts_anything
     }
 }

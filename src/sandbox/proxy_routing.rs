@@ -322,7 +322,6 @@ impl HostRouting {
             mounts: crate::sandbox::bwrap_args::ProxyMounts {
                 socket_dir: dir.clone(),
                 resolv_conf: None,
-                prepared_netns: false,
             },
             netns: None,
             no_stub: None,
@@ -382,7 +381,6 @@ impl HostRouting {
                     source,
                 })?;
                 routing.mounts.resolv_conf = Some((file, target));
-                routing.mounts.prepared_netns = true;
                 routing.netns = Some(netns);
             }
             Some((_, Err(err))) => {
@@ -495,10 +493,14 @@ pub fn activate_inside(spec: &RouteSpec) -> Result<(), RoutingError> {
 /// Says on stderr that the sandbox has no DNS stub, and why.
 pub fn warn_no_stub(reason: &dyn std::fmt::Display) {
     eprintln!(
-        "{}: warning: no DNS inside the sandbox ({reason}); clients must let the proxy resolve names",
+        "{}: warning: {NO_STUB_WARNING} ({reason}); clients must let the proxy resolve names",
         crate::mode::LINUX_SANDBOX_ARG0
     );
 }
+
+/// What the warning of a run without the DNS stub says (`doctor` looks
+/// for it).
+pub const NO_STUB_WARNING: &str = "no DNS inside the sandbox";
 
 /// Fails unless `lo` is the only interface: the namespace the command
 /// would run in has no route out (whoever made it: bubblewrap, or the
@@ -745,7 +747,7 @@ mod tests {
             ),
             None => assert!(routing.spec.dns_uds_path.is_none()),
         }
-        assert_eq!(routing.mounts.prepared_netns, routing.netns.is_some());
+        assert_eq!(routing.mounts.in_prepared_netns(), routing.netns.is_some());
         drop(routing);
         assert!(!dir.exists());
         let long = parent.path().join("x".repeat(100));

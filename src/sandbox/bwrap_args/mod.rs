@@ -37,9 +37,16 @@ pub struct ProxyMounts {
     /// `(file in the socket directory, where it goes)`: the sandbox's
     /// resolv.conf naming the stub, when the stub can run.
     pub resolv_conf: Option<(PathBuf, PathBuf)>,
-    /// The launcher starts inside the namespace `HostRouting::netns` (`sandbox::proxy_routing`)
-    /// (no `--unshare-net`).
-    pub prepared_netns: bool,
+}
+
+impl ProxyMounts {
+    /// Whether the launcher starts inside the namespace the helper made
+    /// (`HostRouting::netns` in `sandbox::proxy_routing`), so without
+    /// `--unshare-net`: the stub runs only there, so exactly when it has a
+    /// resolv.conf.
+    pub fn in_prepared_netns(&self) -> bool {
+        self.resolv_conf.is_some()
+    }
 }
 
 /// Errors building the argv.

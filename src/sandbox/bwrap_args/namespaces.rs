@@ -18,7 +18,10 @@ impl Builder<'_> {
         ]);
         // A routed sandbox with a DNS stub starts inside the network
         // namespace the helper prepared for it (`sandbox::routed_netns`).
-        let prepared_netns = i.managed_proxy.as_ref().is_some_and(|m| m.prepared_netns);
+        let prepared_netns = i
+            .managed_proxy
+            .as_ref()
+            .is_some_and(ProxyMounts::in_prepared_netns);
         if !i.network_enabled && !prepared_netns {
             self.out.text("--unshare-net");
         }

@@ -369,7 +369,6 @@ fn managed_proxy_binds_the_bridge_directory_last_and_drops_every_capability() {
             PathBuf::from("/run/codexbox/net/7-0/resolv.conf"),
             PathBuf::from("/etc/resolv.conf"),
         )),
-        prepared_netns: true,
     });
     assert_eq!(
         render(&build(&i).unwrap()),
@@ -385,7 +384,6 @@ fn managed_proxy_binds_the_bridge_directory_last_and_drops_every_capability() {
     i.managed_proxy = Some(ProxyMounts {
         socket_dir: PathBuf::from("/run/codexbox/net/7-0"),
         resolv_conf: None,
-        prepared_netns: false,
     });
     assert_eq!(
         render(&build(&i).unwrap()),
