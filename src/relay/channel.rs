@@ -242,14 +242,19 @@ impl Channel {
             let seq = u32::try_from(self.transport.sealer.next_nonce())
                 .map_err(|_| ChannelError::SequenceExhausted)?;
             let ciphertext = self.transport.sealer.seal(&record.plaintext)?;
+            // Only the reliable dialect keeps a copy, for retransmission.
+            let (payload, kept) = match self.dialect {
+                Dialect::Reliable => (ciphertext.clone(), Some(ciphertext)),
+                Dialect::Reference => (ciphertext, None),
+            };
             let frame = RelayMessageFrame::data(
                 &self.stream_id,
                 seq,
                 record.segment_index,
                 record.segment_count,
-                ciphertext.clone(),
+                payload,
             );
-            if self.dialect == Dialect::Reliable {
+            if let Some(ciphertext) = kept {
                 self.unacked_bytes += ciphertext.len();
                 self.unacked.push_back(Unacked {
                     seq,

@@ -107,7 +107,6 @@ pub fn load(
     };
     let target = HttpUrl::parse(registry_url.trim())
         .map_err(|err| CredentialError::InvalidUrl(err.to_string()))?;
-    let origin = super::http_client::redact(registry_url.trim());
     match credential {
         Credential::None => Ok(AuthHeaders::default()),
         Credential::ApiKey(key) => {
@@ -118,14 +117,7 @@ pub fn load(
             Ok(AuthHeaders::bearer(&key))
         }
         Credential::Token { token, account } => {
-            if !target.secure && !target.is_loopback() {
-                return Err(CredentialError::TokenOverPlainHttp(origin));
-            }
-            let mut headers = AuthHeaders::bearer(&token);
-            if let Some(account) = account {
-                headers.0.push(("chatgpt-account-id".into(), account));
-            }
-            Ok(headers)
+            harness_auth(registry_url, Some(&token), account.as_deref())
         }
     }
 }

@@ -30,7 +30,7 @@ use super::http_client::{redact, HttpError, HttpUrl};
 use super::noise::{prologue, NoiseError, NoiseIdentity, Responder};
 use super::registry_api::RegisterResponse;
 use super::registry_client::{RegistryClient, RegistryError};
-use super::stream::{drive, LinkState, Outbox, StreamEnd, StreamIo};
+use super::stream::{drive, LinkState, Outbox, StreamIo};
 use super::tls::MaybeTls;
 use super::{Dialect, MAX_WEBSOCKET_MESSAGE_BYTES, RESET_PROTOCOL_ERROR, RESET_SHUTTING_DOWN};
 use crate::server::connection::Shared;
@@ -462,7 +462,7 @@ fn finish_handshake(
             streams.remove(&stream_id);
         }
         drop(streams);
-        if matches!(end, StreamEnd::Protocol(_)) {
+        if end.is_protocol_error() {
             if let Some((_, outbox)) = executor.link.borrow().as_ref() {
                 send_reset(outbox, &stream_id);
             }

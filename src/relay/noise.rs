@@ -21,8 +21,6 @@ use serde::{Deserialize, Serialize};
 
 /// The JSON suite tag of a public key.
 pub const KEY_SUITE: &str = "Noise_hybridIK_X25519+MLKEM768_AESGCM_SHA256";
-/// The protocol name hashed into the handshake transcript.
-pub const PROTOCOL_NAME: &str = "Noise_hybridIK_25519+MLKEM768_AESGCM_SHA256";
 /// First part of every prologue.
 pub const PROLOGUE_DOMAIN: &str = "codex-exec-server-relay-noise/v1";
 /// Largest Noise message (handshake or transport).
@@ -371,11 +369,6 @@ pub struct Opener {
 }
 
 impl Opener {
-    /// The nonce the next record must have been sealed with.
-    pub fn next_nonce(&self) -> u64 {
-        self.state.get_nonce()
-    }
-
     /// Decrypts the next record.
     pub fn open(&mut self, ciphertext: &[u8]) -> Result<Vec<u8>, NoiseError> {
         if ciphertext.len() < TAG_LEN {

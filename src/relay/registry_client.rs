@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio_tungstenite::tungstenite::http::StatusCode;
 
-use super::http_client::{post_json, HttpError};
+use super::http_client::{post_json, HttpError, HttpUrl};
 use super::noise::NoisePublicKey;
 use super::registry_api::{
     ConnectRequest, ConnectResponse, ErrorBody, RegisterRequest, RegisterResponse, RegistryCall,
@@ -29,6 +29,8 @@ const ERROR_PREVIEW_CHARS: usize = 4096;
 pub enum RegistryError {
     #[error("environment registry configuration error: environment registry base URL is required")]
     MissingBaseUrl,
+    #[error("environment registry configuration error: {0}")]
+    InvalidBaseUrl(#[source] HttpError),
     #[error("environment registry configuration error: environment id is required for remote exec-server registration")]
     MissingEnvironmentId,
     #[error("environment registry authentication error: environment registry authentication failed ({status}): {message}")]
@@ -140,6 +142,8 @@ impl RegistryClient {
         if base.is_empty() {
             return Err(RegistryError::MissingBaseUrl);
         }
+        // Refused now, not at the first request.
+        HttpUrl::parse(base).map_err(RegistryError::InvalidBaseUrl)?;
         let environment_id = environment_id.trim();
         if environment_id.is_empty() {
             return Err(RegistryError::MissingEnvironmentId);
@@ -288,6 +292,18 @@ impl RegistryClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_base_url_that_is_not_http_is_refused_at_once() {
+        for base in ["ftp://registry.test", "registry.test", "https://"] {
+            let refused = RegistryClient::new(base, "env", AuthHeaders::default());
+            assert!(
+                matches!(refused, Err(RegistryError::InvalidBaseUrl(_))),
+                "{base}: {refused:?}"
+            );
+        }
+        assert!(RegistryClient::new("http://127.0.0.1:9/", "env", AuthHeaders::default()).is_ok());
+    }
 
     #[test]
     fn base_urls_are_normalised_and_endpoints_concatenated() {

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use crate::server::transport::http::token_matches;
+use crate::server::transport::http::{bearer_token, token_matches};
 
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,11 +116,7 @@ impl TokenTable {
         wanted: Grant,
     ) -> Result<(), Refusal> {
         let presented = authorization
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .map(str::trim)
+            .and_then(bearer_token)
             .ok_or(Refusal::Unauthenticated)?;
         let mut known = false;
         let mut allowed = false;

@@ -275,37 +275,51 @@ impl Hub {
     ) -> Action {
         let limits = self.limits;
         let stream_id = frame.stream_id.as_str();
+        let opens = matches!(frame.body, Some(BodyKind::Resume | BodyKind::Handshake));
         let mut environments = lock(&self.environments);
-        let env = environments.entry(environment_id.to_owned()).or_default();
-        let claimed_here = env
-            .streams
-            .values()
-            .filter(|r| r.harness.as_ref().is_some_and(|h| h.socket == link.socket))
-            .count();
-        match env.streams.get_mut(stream_id) {
-            Some(route) => match &route.harness {
-                Some(holder) if holder.socket == link.socket => {}
-                Some(_) => return Action::Reply(reset(stream_id, RESET_STREAM_IN_USE)),
-                None if route.harness_key != harness_key => {
-                    return Action::Reply(reset(stream_id, RESET_STREAM_IN_USE))
+        // An environment nobody registered has no stream and no executor.
+        let Some(env) = environments.get_mut(environment_id) else {
+            let code = if opens {
+                RESET_OFFLINE
+            } else {
+                RESET_UNKNOWN_STREAM
+            };
+            return Action::Reply(reset(stream_id, code));
+        };
+        // Counted only where a stream is claimed, not for every frame.
+        let claimed_here = |streams: &HashMap<String, Route>| {
+            streams
+                .values()
+                .filter(|r| r.harness.as_ref().is_some_and(|h| h.socket == link.socket))
+                .count()
+        };
+        let holder = env.streams.get(stream_id).map(|route| {
+            let held_here = route.harness.as_ref().map(|h| h.socket == link.socket);
+            (held_here, route.harness_key == harness_key)
+        });
+        match holder {
+            Some((Some(true), _)) => {}
+            Some((Some(false), _) | (None, false)) => {
+                return Action::Reply(reset(stream_id, RESET_STREAM_IN_USE))
+            }
+            Some((None, true)) => {
+                if claimed_here(&env.streams) >= limits.streams_per_harness_socket {
+                    return Action::Reply(reset(stream_id, RESET_STREAM_LIMIT));
                 }
-                None => {
-                    if claimed_here >= limits.streams_per_harness_socket {
-                        return Action::Reply(reset(stream_id, RESET_STREAM_LIMIT));
-                    }
-                    // The harness came back: the stream is routed to it again.
+                // The harness came back: the stream is routed to it again.
+                if let Some(route) = env.streams.get_mut(stream_id) {
                     route.harness = Some(link.clone());
                 }
-            },
+            }
             None => {
-                if !matches!(frame.body, Some(BodyKind::Resume | BodyKind::Handshake)) {
+                if !opens {
                     return Action::Reply(reset(stream_id, RESET_UNKNOWN_STREAM));
                 }
                 if env.executor.is_none() {
                     return Action::Reply(reset(stream_id, RESET_OFFLINE));
                 }
                 if env.streams.len() >= limits.streams_per_environment
-                    || claimed_here >= limits.streams_per_harness_socket
+                    || claimed_here(&env.streams) >= limits.streams_per_harness_socket
                 {
                     return Action::Reply(reset(stream_id, RESET_STREAM_LIMIT));
                 }

@@ -239,8 +239,7 @@ impl RegistryState {
         let current = self.hub.registration(environment_id);
         let valid = current.is_some_and(|r| r.id == request.executor_registration_id)
             && request.harness_public_key.decode().ok().is_some_and(|key| {
-                let fingerprint =
-                    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key.fingerprint());
+                let fingerprint = fingerprint(&key);
                 self.signer
                     .verify_authorization(
                         &request.harness_key_authorization,

@@ -145,13 +145,7 @@ pub fn decide(head: &RequestHead, policy: &AccessPolicy) -> Decision {
         };
     }
     if let Some(expected) = &policy.token {
-        let presented = head
-            .header("authorization")
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .map(str::trim);
+        let presented = head.header("authorization").and_then(bearer_token);
         if !presented.is_some_and(|p| token_matches(expected, p)) {
             return Decision::Respond {
                 status: 401,
@@ -209,6 +203,14 @@ pub fn json_response(status: u16, reason: &str, body: &str) -> String {
         "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
+}
+
+/// The token of an `Authorization: Bearer TOKEN` header value, trimmed.
+pub fn bearer_token(authorization: &str) -> Option<&str> {
+    authorization
+        .strip_prefix("Bearer ")
+        .or_else(|| authorization.strip_prefix("bearer "))
+        .map(str::trim)
 }
 
 /// Constant-time token comparison (over fixed-length digests, so the length
