@@ -209,18 +209,7 @@ pub fn run(
 /// 0), so a launcher that died before the signal was armed is seen on the
 /// pipe it held.
 fn arm_death_signal(alive_read: &OwnedFd) -> Result<(), BwrapError> {
-    let sigkill = libc::c_ulong::try_from(libc::SIGKILL).unwrap_or(9);
-    // SAFETY: PR_SET_PDEATHSIG takes a signal number, no pointers.
-    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, sigkill, 0, 0, 0) } != 0 {
-        return Err(BwrapError::DeathSignal(std::io::Error::last_os_error()));
-    }
-    if super::has_hung_up(alive_read).map_err(BwrapError::Poll)? {
-        // SAFETY: raise delivers a signal to this process only.
-        unsafe { libc::raise(libc::SIGKILL) };
-        // SAFETY: not reached; _exit ends the process without cleanup.
-        unsafe { libc::_exit(1) };
-    }
-    Ok(())
+    super::kill_with_parent(|| super::has_hung_up(alive_read).map_err(BwrapError::Poll))
 }
 
 /// The reaper's side of the fork: no capabilities, no fd but its pipe and

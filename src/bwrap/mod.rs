@@ -314,16 +314,20 @@ fn pipe(floor: Option<libc::c_int>) -> Result<(OwnedFd, OwnedFd), BwrapError> {
 }
 
 /// Arms SIGKILL for when the parent of this process goes away, then checks
-/// that it has not gone already (its pid then differs from `parent`): in
-/// that case the signal it would have sent is taken now.
+/// that it has not gone already (its pid then differs from `parent`).
 pub(crate) fn die_with_parent(parent: libc::pid_t) -> Result<(), BwrapError> {
-    let sigkill = libc::c_ulong::try_from(libc::SIGKILL).unwrap_or(9);
-    // SAFETY: PR_SET_PDEATHSIG takes a signal number, no pointers.
-    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, sigkill, 0, 0, 0) } != 0 {
-        return Err(BwrapError::DeathSignal(io::Error::last_os_error()));
-    }
     // SAFETY: getppid has no preconditions.
-    if unsafe { libc::getppid() } != parent {
+    kill_with_parent(|| Ok(unsafe { libc::getppid() } != parent))
+}
+
+/// Arms SIGKILL for when the parent of this process goes away; if
+/// `parent_gone` says it went before that, the signal it would have sent is
+/// taken now.
+pub(crate) fn kill_with_parent(
+    parent_gone: impl FnOnce() -> Result<bool, BwrapError>,
+) -> Result<(), BwrapError> {
+    crate::sys::confine::set_parent_death_signal(libc::SIGKILL).map_err(BwrapError::DeathSignal)?;
+    if parent_gone()? {
         // SAFETY: raise delivers a signal to this process only.
         unsafe { libc::raise(libc::SIGKILL) };
         // SAFETY: not reached; _exit ends the process without cleanup.

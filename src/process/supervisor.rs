@@ -138,18 +138,10 @@ pub fn block_reaper_signals() -> io::Result<()> {
 /// the parent is still `parent` (one that died before the request would
 /// never signal). The request survives the reaper's exec. Async-signal-safe.
 pub fn arm_parent_death(parent: libc::pid_t) -> io::Result<()> {
-    // SAFETY: plain system calls with integer arguments.
-    unsafe {
-        check(libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            PARENT_DEATH_SIGNAL,
-            0,
-            0,
-            0,
-        ))?;
-        if libc::getppid() != parent {
-            return Err(io::Error::from_raw_os_error(libc::ESRCH));
-        }
+    crate::sys::confine::set_parent_death_signal(PARENT_DEATH_SIGNAL)?;
+    // SAFETY: getppid has no preconditions.
+    if unsafe { libc::getppid() } != parent {
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
     }
     Ok(())
 }

@@ -124,6 +124,15 @@ pub fn set_no_new_privs() -> Result<()> {
     Ok(())
 }
 
+/// Asks for `signal` when the parent thread dies (PR_SET_PDEATHSIG). The
+/// caller then checks that its parent has not gone already: one that died
+/// before the request never signals. Async-signal-safe.
+pub fn set_parent_death_signal(signal: libc::c_int) -> io::Result<()> {
+    let signal =
+        libc::c_ulong::try_from(signal).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    prctl(libc::PR_SET_PDEATHSIG, signal, 0).map(drop)
+}
+
 /// Whether no_new_privs is set on the calling thread.
 pub fn no_new_privs() -> bool {
     matches!(prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0), Ok(1))

@@ -112,9 +112,7 @@ impl Live {
         // SAFETY: prctl, getppid and setsid only; async-signal-safe.
         unsafe {
             cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
+                crate::sys::confine::set_parent_death_signal(libc::SIGKILL)?;
                 if libc::getppid() != server_pid {
                     return Err(io::Error::from_raw_os_error(libc::ESRCH));
                 }
