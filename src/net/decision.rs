@@ -153,6 +153,9 @@ pub struct Decision {
     pub source: Option<Source>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<&'static str>,
+    /// What `decision`, `reason`, `source` and `message` were written from.
+    #[serde(skip)]
+    denied: Option<DenyReason>,
 }
 
 impl Decision {
@@ -180,23 +183,13 @@ impl Decision {
             client: client.to_owned(),
             source: denied.map(DenyReason::source),
             message: denied.map(DenyReason::message),
+            denied,
         }
     }
 
     /// The reason of a denial.
     pub fn deny_reason(&self) -> Option<DenyReason> {
-        const ALL: [DenyReason; 7] = [
-            DenyReason::NotAllowed,
-            DenyReason::NotAllowedLocal,
-            DenyReason::Denied,
-            DenyReason::MethodNotAllowed,
-            DenyReason::MitmRequired,
-            DenyReason::DnsFailed,
-            DenyReason::UnixSocketUnsupported,
-        ];
-        (self.decision == Verdict::Deny)
-            .then(|| ALL.into_iter().find(|r| r.as_str() == self.reason))
-            .flatten()
+        self.denied
     }
 }
 
