@@ -13,15 +13,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use futures_util::{SinkExt, StreamExt};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::WebSocketStream;
 
 use crate::relay::harness::{self, HarnessConfig};
-use crate::server::transport::http::{self, AccessPolicy, Decision};
+use crate::server::transport::http::AccessPolicy;
+use crate::server::transport::websocket::accept_upgrade;
 
 /// Largest local message (the relay carries up to 64 MiB).
 const MAX_LOCAL_MESSAGE: usize = 128 << 20;
@@ -47,43 +47,16 @@ pub async fn serve(
 }
 
 async fn serve_local<S>(
-    mut stream: S,
+    stream: S,
     peer: SocketAddr,
     config: Arc<HarnessConfig>,
     policy: Arc<AccessPolicy>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let Ok(Ok((head, leftover))) =
-        tokio::time::timeout(http::HEAD_TIMEOUT, http::read_head(&mut stream)).await
-    else {
-        let _ = stream
-            .write_all(http::response(400, "Bad Request").as_bytes())
-            .await;
+    let Some(mut ws) = accept_upgrade(stream, &policy, MAX_LOCAL_MESSAGE).await else {
         return;
     };
-    let accept = match http::decide(&head, &policy) {
-        Decision::Respond { status, reason } => {
-            let _ = stream
-                .write_all(http::response(status, reason).as_bytes())
-                .await;
-            let _ = stream.shutdown().await;
-            return;
-        }
-        Decision::Upgrade { accept } => accept,
-    };
-    if stream
-        .write_all(http::switching_protocols(&accept).as_bytes())
-        .await
-        .is_err()
-    {
-        return;
-    }
-    let ws_config = WebSocketConfig::default()
-        .max_message_size(Some(MAX_LOCAL_MESSAGE))
-        .max_frame_size(Some(MAX_LOCAL_MESSAGE));
-    let mut ws =
-        WebSocketStream::from_partially_read(stream, leftover, Role::Server, Some(ws_config)).await;
     let relay = match harness::open(config).await {
         Ok(relay) => relay,
         Err(err) => {

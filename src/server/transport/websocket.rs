@@ -31,9 +31,27 @@ pub fn access_policy(shared: &Shared) -> AccessPolicy {
 }
 
 /// Serves one accepted stream: HTTP gate, then the WebSocket connection.
-pub async fn serve_stream<S>(mut stream: S, peer: String, shared: Shared, policy: Arc<AccessPolicy>)
+pub async fn serve_stream<S>(stream: S, peer: String, shared: Shared, policy: Arc<AccessPolicy>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let cap = shared.config.transport_cap();
+    if let Some(ws) = accept_upgrade(stream, &policy, cap).await {
+        run(ws, peer, shared).await;
+    }
+}
+
+/// The HTTP gate of every WebSocket listener: reads the request head
+/// (bounded in size and time), answers anything but an allowed upgrade with
+/// its status, and upgrades the rest to a WebSocket whose messages and
+/// frames are capped at `cap` bytes. `None` when the connection ended here.
+pub async fn accept_upgrade<S>(
+    mut stream: S,
+    policy: &AccessPolicy,
+    cap: usize,
+) -> Option<WebSocketStream<S>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
 {
     let (head, leftover) =
         match tokio::time::timeout(http::HEAD_TIMEOUT, http::read_head(&mut stream)).await {
@@ -42,33 +60,30 @@ where
                 let _ = stream
                     .write_all(http::response(400, "Bad Request").as_bytes())
                     .await;
-                return;
+                return None;
             }
-            _ => return,
+            _ => return None,
         };
-    match http::decide(&head, &policy) {
+    match http::decide(&head, policy) {
         Decision::Respond { status, reason } => {
             let _ = stream
                 .write_all(http::response(status, reason).as_bytes())
                 .await;
             let _ = stream.shutdown().await;
+            None
         }
         Decision::Upgrade { accept } => {
-            if stream
+            stream
                 .write_all(http::switching_protocols(&accept).as_bytes())
                 .await
-                .is_err()
-            {
-                return;
-            }
-            let cap = shared.config.transport_cap();
+                .ok()?;
             let config = WebSocketConfig::default()
                 .max_message_size(Some(cap))
                 .max_frame_size(Some(cap));
             let ws =
                 WebSocketStream::from_partially_read(stream, leftover, Role::Server, Some(config))
                     .await;
-            run(ws, peer, shared).await;
+            Some(ws)
         }
     }
 }
