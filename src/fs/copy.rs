@@ -235,17 +235,10 @@ fn copy_tree(mut source: Dir, destination: &EntryPath) -> Result<()> {
             EntryKind::Symlink => return Err(symlink_in_the_way(&path)),
             _ => return Err(io::Error::from(Errno::EEXIST).into()),
         },
-        Err(err) if err.kind() == io::ErrorKind::NotFound => {
-            mkdirat(&parent, name, Mode::from_bits_truncate(0o777))?
-        }
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {}
         Err(err) => return Err(err.into()),
     }
-    let destination_dir = match open_dir(&parent, name) {
-        Err(err) if err.raw_os_error() == Some(libc::ELOOP) => {
-            return Err(symlink_in_the_way(&path))
-        }
-        other => other?,
-    };
+    let destination_dir = directory_to_fill(&parent, name, &path)?;
     let destination_id = identity(&fstat(&destination_dir)?);
     let entries = sorted_entries(&mut source)?;
     let mut stack = vec![Level {
@@ -264,6 +257,25 @@ fn copy_tree(mut source: Dir, destination: &EntryPath) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Directory `name` of `parent` (shown as `path`), made when missing or
+/// merged into when it exists; a symlink or anything else there is
+/// refused, never followed.
+fn directory_to_fill<Fd: AsFd + Copy>(parent: Fd, name: &OsStr, path: &Path) -> Result<Dir> {
+    match mkdirat(parent, name, Mode::from_bits_truncate(0o777)) {
+        Ok(()) => {}
+        Err(Errno::EEXIST) => match EntryKind::of(&lstat_at(parent, name)?) {
+            EntryKind::Directory => {}
+            EntryKind::Symlink => return Err(symlink_in_the_way(path)),
+            _ => return Err(io::Error::from(Errno::EEXIST).into()),
+        },
+        Err(errno) => return Err(io::Error::from(errno).into()),
+    }
+    match open_dir(parent, name) {
+        Err(err) if err.raw_os_error() == Some(libc::ELOOP) => Err(symlink_in_the_way(path)),
+        other => Ok(other?),
+    }
 }
 
 /// The names in `dir` (not `.`/`..`), sorted.
@@ -297,21 +309,7 @@ fn copy_entry(level: &Level, name: &OsStr, destination_id: (u64, u64)) -> Result
                 return Ok(None);
             }
             let mut source = open_dir(&level.source, name)?;
-            match mkdirat(&level.destination, name, Mode::from_bits_truncate(0o777)) {
-                Ok(()) => {}
-                Err(Errno::EEXIST) => match EntryKind::of(&lstat_at(&level.destination, name)?) {
-                    EntryKind::Directory => {}
-                    EntryKind::Symlink => return Err(symlink_in_the_way(&path)),
-                    _ => return Err(io::Error::from(Errno::EEXIST).into()),
-                },
-                Err(errno) => return Err(io::Error::from(errno).into()),
-            }
-            let destination = match open_dir(&level.destination, name) {
-                Err(err) if err.raw_os_error() == Some(libc::ELOOP) => {
-                    return Err(symlink_in_the_way(&path))
-                }
-                other => other?,
-            };
+            let destination = directory_to_fill(&level.destination, name, &path)?;
             let entries = sorted_entries(&mut source)?;
             Ok(Some(Level {
                 source,
