@@ -136,6 +136,7 @@ async fn run(args: Args) -> Result<i32, ShellError> {
         problems: 0,
         handles: 0,
         progress: Progress::new(false, 0),
+        created: Default::default(),
     };
     let (source_side, destination_side) = match direction {
         Direction::Upload => (Side::Local, Side::Remote(&client)),
@@ -199,6 +200,11 @@ struct Copy<'a> {
     /// Handle ids used so far.
     handles: u64,
     progress: Progress,
+    /// Server directories this run created: what goes into them is known
+    /// not to exist yet, so it is not looked up first (each lookup is a
+    /// round trip, over a relay a long one). Creating is still exclusive,
+    /// so anything that appeared meanwhile is an error, never overwritten.
+    created: std::collections::HashSet<String>,
 }
 
 impl Copy<'_> {
@@ -314,17 +320,28 @@ impl Copy<'_> {
 
     /// One item from here to the server.
     async fn upload(&mut self, kind: &Kind, from: &Path, to: &Path) -> Result<(), Failure> {
+        let in_new_directory = to
+            .parent()
+            .and_then(Path::to_str)
+            .is_some_and(|parent| self.created.contains(parent));
         let to = text(to).map_err(Failure::remote)?;
-        let existing = remote_entry(self.client, &to).await?;
+        let existing = if in_new_directory {
+            None
+        } else {
+            remote_entry(self.client, &to).await?
+        };
         match kind {
             Kind::Directory { .. } => match existing {
                 Some(meta) if meta.is_directory => Ok(()),
                 Some(_) => Err(Failure::remote("exists and is not a directory")),
-                None => self
-                    .client
-                    .fs_create_directory(&to, Some(false), None)
-                    .await
-                    .map_err(Failure::rpc),
+                None => {
+                    self.client
+                        .fs_create_directory(&to, Some(false), None)
+                        .await
+                        .map_err(Failure::rpc)?;
+                    self.created.insert(to);
+                    Ok(())
+                }
             },
             Kind::File { mode, .. } => {
                 let open_mode = match existing {
