@@ -11,10 +11,16 @@
 //! one question, no compression in queries; answers use a pointer to the
 //! question name.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use tokio::sync::OnceCell;
+
+use crate::sync::lock;
 
 /// The proxy's resolve endpoint (origin-form request on its HTTP listener).
 pub const RESOLVE_PATH: &str = "/.well-known/codexbox/resolve";
@@ -217,12 +223,60 @@ pub async fn ask_proxy(proxy: &PathBuf, name: &str) -> Lookup {
     }
 }
 
+/// What the proxy said about each name in the last [`ANSWER_TTL_SECS`],
+/// shared with the queries in flight: the A and AAAA queries a resolver
+/// sends together for one name ask the proxy (and are logged) once.
+#[derive(Debug, Default)]
+pub struct Answers(Mutex<HashMap<String, Arc<Asked>>>);
+
+/// One name's answer, once the proxy has given it, and when it was asked.
+type Asked = OnceCell<(Lookup, Instant)>;
+
+/// Names remembered at once; beyond that the expired ones go, then all.
+const MAX_REMEMBERED_NAMES: usize = 256;
+
+impl Answers {
+    /// What the proxy says about `name`, asked at most once per TTL.
+    pub async fn lookup(&self, proxy: &PathBuf, name: &str) -> Lookup {
+        let ttl = Duration::from_secs(u64::from(ANSWER_TTL_SECS));
+        let fresh = |cell: &Arc<Asked>| cell.get().map_or(true, |(_, asked)| asked.elapsed() < ttl);
+        let cell = {
+            let mut names = lock(&self.0);
+            match names.get(name) {
+                Some(cell) if fresh(cell) => cell.clone(),
+                _ => {
+                    if names.len() >= MAX_REMEMBERED_NAMES {
+                        names.retain(|_, cell| fresh(cell));
+                        if names.len() >= MAX_REMEMBERED_NAMES {
+                            names.clear();
+                        }
+                    }
+                    let cell = Arc::new(OnceCell::new());
+                    names.insert(name.to_owned(), cell.clone());
+                    cell
+                }
+            }
+        };
+        let (lookup, _) = cell
+            .get_or_init(|| async { (ask_proxy(proxy, name).await, Instant::now()) })
+            .await;
+        if *lookup == Lookup::Failed {
+            // Not remembered: the next query asks again.
+            let mut names = lock(&self.0);
+            if names.get(name).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+                names.remove(name);
+            }
+        }
+        lookup.clone()
+    }
+}
+
 /// Answers one query.
-pub async fn answer(query: &[u8], proxy: &PathBuf) -> Option<Vec<u8>> {
+pub async fn answer(query: &[u8], proxy: &PathBuf, answers: &Answers) -> Option<Vec<u8>> {
     let Some(question) = parse_query(query) else {
         return format_error(query);
     };
-    let (rcode, addresses) = match ask_proxy(proxy, &question.name).await {
+    let (rcode, addresses) = match answers.lookup(proxy, &question.name).await {
         Lookup::Addresses(addresses) => (Rcode::NoError, addresses),
         Lookup::Refused | Lookup::NoSuchName => (Rcode::NxDomain, Vec::new()),
         Lookup::Failed => (Rcode::ServFail, Vec::new()),
@@ -235,6 +289,7 @@ pub async fn serve(socket: tokio::net::UdpSocket, proxy: PathBuf) {
     let socket = std::sync::Arc::new(socket);
     let proxy = std::sync::Arc::new(proxy);
     let limit = std::sync::Arc::new(tokio::sync::Semaphore::new(64));
+    let answers = Arc::new(Answers::default());
     let mut buf = vec![0u8; MAX_QUERY_BYTES];
     loop {
         let Ok((n, from)) = socket.recv_from(&mut buf).await else {
@@ -246,10 +301,10 @@ pub async fn serve(socket: tokio::net::UdpSocket, proxy: PathBuf) {
         let Ok(permit) = limit.clone().acquire_owned().await else {
             return;
         };
-        let (socket, proxy) = (socket.clone(), proxy.clone());
+        let (socket, proxy, answers) = (socket.clone(), proxy.clone(), answers.clone());
         tokio::spawn(async move {
             let _permit = permit;
-            if let Some(response) = answer(&query, &proxy).await {
+            if let Some(response) = answer(&query, &proxy, &answers).await {
                 let _ = socket.send_to(&response, from).await;
             }
         });
@@ -264,6 +319,61 @@ pub fn stub_address() -> SocketAddr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A resolve endpoint on a Unix socket that answers `addresses` for
+    /// every name and counts the requests it gets.
+    fn resolve_endpoint(dir: &std::path::Path) -> (PathBuf, Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let path = dir.join("proxy.sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = asked.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 512];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    // Slow enough that the second query arrives meanwhile.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    let body = r#"{"addresses":["127.0.0.1"]}"#;
+                    let response = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = stream.write_all(response.as_bytes()).await;
+                });
+            }
+        });
+        (path, asked)
+    }
+
+    #[tokio::test]
+    async fn queries_for_one_name_ask_the_proxy_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (proxy, asked) = resolve_endpoint(dir.path());
+        let answers = Answers::default();
+        let (a, aaaa) = tokio::join!(
+            answers.lookup(&proxy, "pypi.test"),
+            answers.lookup(&proxy, "pypi.test")
+        );
+        let expected = Lookup::Addresses(vec!["127.0.0.1".parse().unwrap()]);
+        assert_eq!((a, aaaa), (expected.clone(), expected.clone()));
+        assert_eq!(answers.lookup(&proxy, "pypi.test").await, expected);
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
+        answers.lookup(&proxy, "other.test").await;
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
+        // A proxy that cannot be reached is asked again next time.
+        let gone = dir.path().join("gone.sock");
+        assert_eq!(answers.lookup(&gone, "x.test").await, Lookup::Failed);
+        assert!(!lock(&answers.0).contains_key("x.test"));
+    }
 
     fn query(name: &str, qtype: u16) -> Vec<u8> {
         let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
