@@ -282,7 +282,7 @@ impl Connection {
                 let Message::Text(text) = message else {
                     continue;
                 };
-                if outbound.send(text.to_string()).await.is_err() {
+                if outbound.send(text.into()).await.is_err() {
                     break;
                 }
             }

@@ -80,11 +80,9 @@ async fn serve_local<S>(
     let upstream = async {
         while let Some(message) = source.next().await {
             let text = match message {
-                Ok(Message::Text(text)) => text.to_string(),
-                Ok(Message::Binary(bytes)) => match String::from_utf8(bytes.to_vec()) {
-                    Ok(text) => text,
-                    Err(_) => continue,
-                },
+                Ok(Message::Text(text)) => text.into(),
+                Ok(Message::Binary(bytes)) if std::str::from_utf8(&bytes).is_ok() => bytes,
+                Ok(Message::Binary(_)) => continue,
                 Ok(Message::Close(_)) | Err(_) => break,
                 Ok(_) => continue,
             };

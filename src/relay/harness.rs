@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use tokio::sync::{mpsc, watch};
 use tokio_tungstenite::tungstenite::Message;
@@ -89,8 +90,9 @@ pub struct HarnessConfig {
 pub struct RelayStream {
     pub stream_id: String,
     pub dialect: Dialect,
-    /// Outbound JSON-RPC messages; dropping it closes the stream.
-    pub outbound: mpsc::Sender<String>,
+    /// Outbound JSON-RPC messages (UTF-8, passed on without a copy);
+    /// dropping it closes the stream.
+    pub outbound: mpsc::Sender<Bytes>,
     /// Inbound JSON-RPC messages; ends when the stream does.
     pub inbound: mpsc::Receiver<Vec<u8>>,
 }
@@ -170,7 +172,7 @@ pub async fn open(config: Arc<HarnessConfig>) -> Result<RelayStream, HarnessErro
     let (frames_tx, frames_rx) = mpsc::channel(APPLICATION_QUEUE);
     let (outbox, queue) = mpsc::channel(SOCKET_OUTBOX);
     let (link_tx, link_rx) = watch::channel(Some((1u64, outbox)));
-    let (outbound, from_application) = mpsc::channel::<String>(APPLICATION_QUEUE);
+    let (outbound, from_application) = mpsc::channel::<Bytes>(APPLICATION_QUEUE);
     let (to_application, inbound) = mpsc::channel(APPLICATION_QUEUE);
     let io = StreamIo {
         frames: frames_rx,
