@@ -215,7 +215,8 @@ fn is_path_safe(byte: u8) -> bool {
         )
 }
 
-fn percent_decode(text: &str) -> Option<Vec<u8>> {
+/// Decodes `%XX` escapes; `None` on an escape that is not two hex digits.
+pub fn percent_decode(text: &str) -> Option<Vec<u8>> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

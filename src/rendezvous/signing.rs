@@ -78,29 +78,11 @@ pub fn percent_encode(value: &str) -> String {
     out
 }
 
-/// Decodes `%XX` escapes (and `+` as space); `None` on a bad escape or bad UTF-8.
+/// Decodes a query component: `+` as space, then `%XX` escapes; `None` on
+/// a bad escape or bad UTF-8.
 pub fn percent_decode(value: &str) -> Option<String> {
-    let bytes = value.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&byte) = bytes.get(i) {
-        match byte {
-            b'%' => {
-                let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            _ => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
+    let bytes = crate::protocol::path::percent_decode(&value.replace('+', " "))?;
+    String::from_utf8(bytes).ok()
 }
 
 /// The decoded `key=value` pairs of a query string.
