@@ -110,7 +110,7 @@ fn removed_form(argv: &[OsString]) -> Option<String> {
             );
         }
         if arg.starts_with('-') {
-            takes_value = !arg.contains('=') && OPTIONS_WITH_VALUES.contains(&arg);
+            takes_value = !arg.contains('=') && option_takes_value(arg);
             continue;
         }
         return REMOVED_BACKEND_SUBCOMMANDS.contains(&arg).then(|| {
@@ -123,27 +123,34 @@ fn removed_form(argv: &[OsString]) -> Option<String> {
     None
 }
 
-/// The options of [`Args`] that take a value as the next argument.
-const OPTIONS_WITH_VALUES: [&str; 18] = [
-    "-P",
-    "-p",
-    "--permission-profile",
-    "--permissions-profile",
-    "--profile",
-    "-C",
-    "--cd",
-    "--writable-root",
-    "--backend",
-    "--allow",
-    "--allow-domain",
-    "--deny",
-    "--deny-domain",
-    "--mode",
-    "--network-mode",
-    "--resolve",
-    "--audit-log",
-    "--proxy",
-];
+/// Whether `arg` names an option of [`Args`] that takes its value as the
+/// next argument (read from the clap definition, so it cannot drift).
+fn option_takes_value(arg: &str) -> bool {
+    use clap::CommandFactory;
+    let long = arg.strip_prefix("--");
+    let short = arg
+        .strip_prefix('-')
+        .filter(|rest| !rest.starts_with('-'))
+        .and_then(|rest| {
+            let mut chars = rest.chars();
+            chars.next().filter(|_| chars.next().is_none())
+        });
+    Args::command()
+        .get_arguments()
+        .filter(|option| option.get_action().takes_values() && !option.is_positional())
+        .any(|option| {
+            let longs = option
+                .get_long()
+                .into_iter()
+                .chain(option.get_all_aliases().unwrap_or_default());
+            let shorts = option
+                .get_short()
+                .into_iter()
+                .chain(option.get_all_short_aliases().unwrap_or_default());
+            long.is_some_and(|name| longs.clone().any(|l| l == name))
+                || short.is_some_and(|c| shorts.clone().any(|s| s == c))
+        })
+}
 
 /// A profile named on the command line: a name or JSON as
 /// [`PermissionProfile::parse`] takes them, or else a file holding JSON.
@@ -358,4 +365,57 @@ fn managed_network(plan: &Plan) -> Result<Option<crate::net::managed::ManagedRun
         None => ManagedRun::start(&plan.policy),
     };
     run.map(Some).map_err(|e| Refusal::usage(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_with_values_come_from_the_definition() {
+        for option in [
+            "-P",
+            "-p",
+            "--permission-profile",
+            "--permissions-profile",
+            "--profile",
+            "-C",
+            "--cd",
+            "--writable-root",
+            "--backend",
+            "--allow",
+            "--allow-domain",
+            "--deny",
+            "--deny-domain",
+            "--mode",
+            "--network-mode",
+            "--resolve",
+            "--audit-log",
+            "--proxy",
+        ] {
+            assert!(option_takes_value(option), "{option}");
+        }
+        for flag in [
+            "--network",
+            "--explain",
+            "--no-proc",
+            "-h",
+            "--help",
+            "-",
+            "--",
+            "-PC",
+        ] {
+            assert!(!option_takes_value(flag), "{flag}");
+        }
+        // A removed form after an option's value is still found, not
+        // taken for the value.
+        let argv = |args: &[&str]| -> Vec<OsString> {
+            std::iter::once("sandbox")
+                .chain(args.iter().copied())
+                .map(OsString::from)
+                .collect()
+        };
+        assert!(removed_form(&argv(&["-P", "linux", "--", "true"])).is_none());
+        assert!(removed_form(&argv(&["-C", "/tmp", "linux"])).is_some());
+    }
 }
