@@ -73,11 +73,16 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
 
 /// The TLS configuration, built once per process.
 fn tls_config() -> Result<Arc<rustls::ClientConfig>, FetchError> {
+    tls_client_config().map_err(FetchError::Roots)
+}
+
+/// The TLS client configuration of every outgoing connection (`http/request`,
+/// registries, rendezvous sockets): rustls with the ring provider, the
+/// system's root certificates and those of `CODEX_CA_CERTIFICATE`; built
+/// once per process. The error says why no configuration could be built.
+pub fn tls_client_config() -> Result<Arc<rustls::ClientConfig>, String> {
     static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
-    CONFIG
-        .get_or_init(build_tls_config)
-        .clone()
-        .map_err(FetchError::Roots)
+    CONFIG.get_or_init(build_tls_config).clone()
 }
 
 fn build_tls_config() -> Result<Arc<rustls::ClientConfig>, String> {
@@ -98,6 +103,9 @@ fn build_tls_config() -> Result<Arc<rustls::ClientConfig>, String> {
                 .add(cert)
                 .map_err(|e| format!("{}: {e}", std::path::Path::new(&path).display()))?;
         }
+    }
+    if roots.is_empty() {
+        return Err("no usable root certificate on this system".into());
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ClientConfig::builder_with_provider(provider)

@@ -1,21 +1,17 @@
-//! TLS for `https://` registries and `wss://` rendezvous URLs: rustls with
-//! the ring provider and the system's root certificates (as the reference
-//! uses native roots; `SSL_CERT_FILE` and `SSL_CERT_DIR` point elsewhere).
-//! The client configuration is built once per process.
-
-use std::sync::{Arc, OnceLock};
+//! TLS for `https://` registries and `wss://` rendezvous URLs, with the
+//! client configuration every outgoing connection shares
+//! ([`crate::net::client::tls_client_config`]: the system's root
+//! certificates, as the reference uses native roots, `SSL_CERT_FILE` and
+//! `SSL_CERT_DIR` pointing elsewhere, plus `CODEX_CA_CERTIFICATE`).
 
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::rustls::pki_types::ServerName;
-use tokio_rustls::rustls::{ClientConfig, RootCertStore};
 use tokio_rustls::TlsConnector;
 
 /// Why a TLS connection could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("no usable root certificate on this system")]
-    NoRoots,
     #[error("cannot set up TLS: {0}")]
     Config(String),
     #[error("invalid TLS server name `{0}`")]
@@ -28,35 +24,11 @@ pub enum TlsError {
     },
 }
 
-fn client_config() -> Result<Arc<ClientConfig>, TlsError> {
-    static CONFIG: OnceLock<Result<Arc<ClientConfig>, String>> = OnceLock::new();
-    let built = CONFIG.get_or_init(|| {
-        let mut roots = RootCertStore::empty();
-        let loaded = rustls_native_certs::load_native_certs();
-        for cert in loaded.certs {
-            let _ = roots.add(cert);
-        }
-        if roots.is_empty() {
-            return Err(String::new());
-        }
-        let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
-        ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map(|builder| Arc::new(builder.with_root_certificates(roots).with_no_client_auth()))
-            .map_err(|err| err.to_string())
-    });
-    match built {
-        Ok(config) => Ok(config.clone()),
-        Err(message) if message.is_empty() => Err(TlsError::NoRoots),
-        Err(message) => Err(TlsError::Config(message.clone())),
-    }
-}
-
 /// Runs the TLS handshake for `host` over `tcp`, verifying the certificate.
 pub async fn connect(host: &str, tcp: TcpStream) -> Result<TlsStream<TcpStream>, TlsError> {
     let name =
         ServerName::try_from(host.to_owned()).map_err(|_| TlsError::ServerName(host.to_owned()))?;
-    TlsConnector::from(client_config()?)
+    TlsConnector::from(crate::net::client::tls_client_config().map_err(TlsError::Config)?)
         .connect(name, tcp)
         .await
         .map_err(|source| TlsError::Handshake {

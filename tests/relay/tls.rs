@@ -1,8 +1,8 @@
 //! Remote mode over TLS: an `https://` registry and `wss://` relay URLs,
 //! here a TLS terminator (the test's, with a test CA) in front of the
 //! rendezvous, as a deployment would have one. The executor and the bridge
-//! verify the certificate against the roots `SSL_CERT_FILE` names, and
-//! refuse it without them.
+//! verify the certificate against the roots `SSL_CERT_FILE` (or
+//! `CODEX_CA_CERTIFICATE`) names, and refuse it without them.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -80,4 +80,17 @@ async fn remote_mode_works_over_https_and_wss_and_checks_the_certificate() {
     client.call("process/start", sh("p", "echo over-tls")).await;
     let events = client.events_until_closed("p").await;
     assert_eq!(output_of(&events), "over-tls\n");
+
+    // The CA may also come through CODEX_CA_CERTIFICATE, as for http/request.
+    let extra_ca = [
+        ("SSL_CERT_FILE", "/dev/null"),
+        ("CODEX_CA_CERTIFICATE", ca.as_str()),
+    ];
+    let _executor = Executor::start(&public, "env-tls-ca", &[], &extra_ca);
+    let bridge = Bridge::start(&public, "env-tls-ca", &[], &extra_ca);
+    let mut client = Raw::connect(&bridge.url).await;
+    client.handshake().await;
+    client.call("process/start", sh("p", "echo extra-ca")).await;
+    let events = client.events_until_closed("p").await;
+    assert_eq!(output_of(&events), "extra-ca\n");
 }
