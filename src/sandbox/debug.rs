@@ -333,7 +333,7 @@ fn run(plan: Plan) -> Result<i32, Refusal> {
             crate::stdout::print(&format!("{}\n", managed.describe()));
         }
     }
-    let status = cmd.status().map_err(|e| {
+    let status = wait_forwarding_signals(&mut cmd).map_err(|e| {
         Refusal::failure(format!(
             "cannot run {}: {e}",
             plan.command
@@ -351,6 +351,52 @@ fn run(plan: Plan) -> Result<i32, Refusal> {
         (None, Some(sig)) => 128 + sig,
         (None, None) => 1,
     })
+}
+
+/// Runs `cmd` to its end as a foreground wrapper. The signals that would
+/// end this process (SIGHUP, SIGINT, SIGQUIT, SIGTERM) go to the child
+/// instead, as the linux-sandbox helper passes them on to bwrap, so the
+/// sandbox is torn down by its own helper and the blocked summary still
+/// prints; and should this process be killed outright, the child gets
+/// SIGTERM.
+fn wait_forwarding_signals(cmd: &mut Command) -> std::io::Result<std::process::ExitStatus> {
+    use nix::sys::signal::{kill, SigmaskHow, Signal};
+    use std::os::unix::process::CommandExt;
+    let set = super::run::forwarded();
+    let old = set.thread_swap_mask(SigmaskHow::SIG_BLOCK)?;
+    let parent = nix::unistd::getpid().as_raw();
+    // SAFETY: the closure makes only async-signal-safe calls (prctl,
+    // getppid) and allocates nothing. std empties the child's signal mask.
+    unsafe {
+        cmd.pre_exec(move || {
+            crate::sys::confine::set_parent_death_signal(libc::SIGTERM)?;
+            if libc::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+    let waited = (|| {
+        let mut child = cmd.spawn()?;
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Ok(status);
+            }
+            // A SIGCHLD that came since `try_wait` is pending: no wake-up
+            // is lost.
+            match set.wait() {
+                Ok(Signal::SIGCHLD) => {}
+                Ok(signal) => {
+                    let _ = kill(pid, signal);
+                }
+                // Cannot wait for signals: wait for the child alone.
+                Err(_) => return child.wait(),
+            }
+        }
+    })();
+    let _ = old.thread_set_mask();
+    waited
 }
 
 /// The proxy of a run with a destination policy or `--proxy`, if any:

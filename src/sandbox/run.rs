@@ -127,7 +127,9 @@ pub struct RunOutcome {
     pub started: bool,
 }
 
-fn forwarded() -> SigSet {
+/// The signals a wrapper passes on to the process it waits for (SIGHUP,
+/// SIGINT, SIGQUIT, SIGTERM), and SIGCHLD, which tells it to look.
+pub(crate) fn forwarded() -> SigSet {
     let mut s = SigSet::empty();
     for sig in [
         Signal::SIGHUP,

@@ -724,6 +724,23 @@ pub fn proc_state(pid: u32) -> Option<(char, u32)> {
     Some((state, ppid))
 }
 
+/// Pids of `sleep MARKER` processes anywhere on the host.
+pub fn sleepers(marker: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+                let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+                args.first().is_some_and(|a| a.ends_with(b"sleep"))
+                    && args.get(1) == Some(&marker.as_bytes())
+            })
+        })
+        .filter(|&pid| !is_gone(pid))
+        .collect()
+}
+
 /// Whether `pid` no longer runs (absent, or a zombie awaiting its reaper).
 pub fn is_gone(pid: u32) -> bool {
     !matches!(proc_state(pid), Some((state, _)) if state != 'Z' && state != 'X')

@@ -958,23 +958,6 @@ async fn read_max_bytes_and_next_seq_follow_the_reference_rules() {
     assert_no_children(server.pid()).await;
 }
 
-/// Pids of `sleep MARKER` processes anywhere on the host.
-fn sleepers(marker: &str) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
-                let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
-                args.first().is_some_and(|a| a.ends_with(b"sleep"))
-                    && args.get(1) == Some(&marker.as_bytes())
-            })
-        })
-        .filter(|&pid| !is_gone(pid))
-        .collect()
-}
-
 /// After the server is SIGKILLed (OOM killer, `kill -9`, a crashed
 /// container) every supervisor kills its whole subtree: descendants that
 /// stayed in the group, left it with setsid, or double-forked away.

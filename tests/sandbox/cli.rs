@@ -581,3 +581,53 @@ fn a_closed_stdout_is_a_clean_end() {
         );
     }
 }
+
+/// Signals meant for `codexbox sandbox` reach the sandbox (its helper tears
+/// it down), and the sandbox never outlives the wrapper, even one that is
+/// SIGKILLed.
+#[test]
+fn the_sandbox_does_not_outlive_codexbox_sandbox() {
+    require_sandbox!();
+    use crate::common::client::sleepers;
+    for (signal, code) in [
+        (libc::SIGINT, Some(130)),
+        (libc::SIGTERM, Some(143)),
+        (libc::SIGKILL, None),
+    ] {
+        let marker = format!("{}.{signal}", 7100 + std::process::id() % 1000);
+        let script = format!("echo ready; exec sleep {marker}");
+        let mut wrapper = Command::new(BIN)
+            .args(["sandbox", "--", "sh", "-c", &script])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn codexbox sandbox");
+        let mut line = String::new();
+        BufReader::new(wrapper.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("read");
+        assert_eq!(line, "ready\n");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while sleepers(&marker).is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the sleeper never ran"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        // SAFETY: kill takes a pid and a signal number, no pointers.
+        unsafe { libc::kill(wrapper.id() as i32, signal) };
+        let status = wrapper.wait().expect("wait");
+        if code.is_some() {
+            assert_eq!(status.code(), code, "signal {signal}");
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !sleepers(&marker).is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "signal {signal}: the sandbox outlived codexbox sandbox"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+}
