@@ -61,6 +61,20 @@ fn budget(name: &str, default_cases: u32) -> Budget {
     }
 }
 
+/// Points this test process's stdin at /dev/null, once. In-process targets
+/// feed parsers that read descriptors named on their command line (`--args
+/// 0` reads fd 0); from a terminal, fd 0 would be the caller's.
+fn detach_stdin() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let null = std::fs::File::open("/dev/null").expect("open /dev/null");
+        // SAFETY: dup2 onto fd 0 with a descriptor we own; fd 0 is not
+        // owned by any Rust object in the test harness.
+        let done = unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), 0) };
+        assert_eq!(done, 0, "dup2 /dev/null onto stdin");
+    });
+}
+
 /// Runs `property` on values of `strategy`: `default_cases` cases in the
 /// test suite, or batches until the `CODEXBOX_FUZZ_SECONDS` budget is spent.
 /// Panics with the shrunk input and its seed when a case fails.
@@ -73,6 +87,7 @@ pub fn run<S>(
     S: Strategy,
     S::Value: Debug,
 {
+    detach_stdin();
     let budget = budget(name, default_cases);
     let started = Instant::now();
     let mut cases = 0u64;

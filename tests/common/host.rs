@@ -23,7 +23,7 @@ pub fn host_has(need: &str, check: Result<(), String>) -> bool {
     if sandbox_required() {
         panic!("CODEXBOX_REQUIRE_SANDBOX=1 but this host lacks {need}: {why}");
     }
-    eprintln!("SKIP: this host lacks {need}: {why}");
+    record_skip(&format!("this host lacks {need}: {why}"));
     false
 }
 
@@ -31,7 +31,36 @@ pub fn host_has(need: &str, check: Result<(), String>) -> bool {
 /// this caller or kernel (a root-only test run by a user, an attack on a
 /// kernel interface this kernel lacks). Says so out loud, never fails.
 pub fn not_applicable(why: &str) {
+    record_skip(why);
+}
+
+/// Says out loud that the running test skips, and why: on stderr (which
+/// libtest shows with `--nocapture` or on failure) and, when
+/// `CODEXBOX_SKIP_LOG` names a file, as one line `binary test: why` appended
+/// to it, so `scripts/test` can list every skip at the end of a run.
+fn record_skip(why: &str) {
     eprintln!("SKIP: {why}");
+    let Some(log) = std::env::var_os("CODEXBOX_SKIP_LOG") else {
+        return;
+    };
+    let binary = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .map(|stem| {
+            stem.rsplit_once('-')
+                .map_or(stem.clone(), |(name, _)| name.to_owned())
+        })
+        .unwrap_or_default();
+    let test = std::thread::current().name().unwrap_or("?").to_owned();
+    let line = format!("{binary} {test}: {}\n", why.replace('\n', " "));
+    let appended = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .and_then(|mut file| std::io::Write::write_all(&mut file, line.as_bytes()));
+    if let Err(err) = appended {
+        eprintln!("cannot record the skip in {}: {err}", log.to_string_lossy());
+    }
 }
 
 /// Whether `program args…` runs and exits 0.

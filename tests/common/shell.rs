@@ -295,7 +295,7 @@ impl Tmux {
 
     /// Waits (bounded) until `done(screen)` holds.
     pub fn wait_until(&self, what: &str, done: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let screen = self.screen();
             if done(&screen) {

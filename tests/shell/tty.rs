@@ -97,9 +97,13 @@ fn an_interactive_shell_works_and_the_terminal_comes_back_as_it_was() {
     tmux.type_line("stty size");
     tmux.wait_for("40 120");
 
-    // Ctrl-C goes to the remote terminal, not to codexbox.
-    tmux.type_line("sleep 30; echo not-inter''rupted");
+    // Ctrl-C goes to the remote terminal, not to codexbox. Each step waits
+    // for the state the next one needs: the command running (its first
+    // line shown) before Ctrl-C, the prompt back before typing on.
+    tmux.type_line("echo sleep-$((2+2)); sleep 30; echo not-inter''rupted");
+    tmux.wait_for("sleep-4");
     tmux.keys(&["C-c"]);
+    tmux.wait_for_prompt("remote$");
     tmux.type_line("echo after-$((1+1))");
     let screen = tmux.wait_for("after-2");
     assert!(!screen.contains("not-interrupted"), "{screen}");
