@@ -159,32 +159,9 @@ pub fn reap_forever(command: libc::pid_t, status_fd: RawFd) -> ! {
 fn prepare_command(config: SupervisorConfig<'_>, supervisor: libc::pid_t) -> io::Result<()> {
     super::vfork::enter_command_session(config.controlling_tty, supervisor, c".")
         .map_err(io::Error::from_raw_os_error)?;
-    reset_signal_dispositions(false);
+    crate::sys::signals::reset_dispositions(false);
     mark_cloexec_from(3);
     Ok(())
-}
-
-/// Sets every catchable signal back to its default action (SIGPIPE stays
-/// ignored when `keep_sigpipe_ignored`) and empties the signal mask. An
-/// ignored signal stays ignored across exec, so a server started by `nohup`
-/// or as `cmd &` in a script would otherwise hand commands that never die
-/// of `process/signal hangup` or `interrupt`. Async-signal-safe.
-pub fn reset_signal_dispositions(keep_sigpipe_ignored: bool) {
-    for signo in 1..=libc::SIGRTMAX() {
-        if matches!(signo, libc::SIGKILL | libc::SIGSTOP)
-            || (keep_sigpipe_ignored && signo == libc::SIGPIPE)
-        {
-            continue;
-        }
-        // SAFETY: setting a disposition; numbers glibc reserves fail harmlessly.
-        unsafe { libc::signal(signo, libc::SIG_DFL) };
-    }
-    // SAFETY: an empty set, then installing it as the mask.
-    unsafe {
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-    }
 }
 
 /// Marks every descriptor >= `first` close-on-exec (std's own exec-error pipe

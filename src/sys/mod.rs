@@ -1,7 +1,8 @@
 //! Low-level Linux process primitives shared by the sandbox ([`crate::sandbox`])
 //! and the built-in bubblewrap ([`crate::bwrap`]): capabilities, securebits,
 //! no_new_privs and the session keyring ([`confine`]), raw file
-//! descriptors ([`fds`]), and network namespaces ([`netns`]).
+//! descriptors ([`fds`]) and passing them over sockets ([`scm`]), signal
+//! dispositions ([`signals`]), and network namespaces ([`netns`]).
 //!
 //! This module depends on neither of its users: dependencies run one way,
 //! `sandbox → sys` and `bwrap → sys`. It holds system calls and their error
@@ -10,6 +11,8 @@
 pub mod confine;
 pub mod fds;
 pub mod netns;
+pub mod scm;
+pub mod signals;
 
 use std::io;
 

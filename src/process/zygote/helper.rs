@@ -100,7 +100,7 @@ fn run_forked_helper(
     }
     let title: Vec<&std::ffi::OsStr> = argv.iter().map(OsString::as_os_str).collect();
     set_process_title(&title);
-    supervisor::reset_signal_dispositions(true);
+    crate::sys::signals::reset_dispositions(true);
     for (key, _) in std::env::vars_os() {
         std::env::remove_var(key);
     }

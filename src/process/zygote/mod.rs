@@ -18,7 +18,6 @@
 mod helper;
 mod job;
 mod run;
-mod scm;
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -165,7 +164,7 @@ impl Zygote {
                     fd
                 }
             };
-            match scm::send_with_fds(socket, &job, &fds) {
+            match crate::sys::scm::send_with_fds(socket, &job, &fds) {
                 Ok(()) => return Ok(()),
                 Err(err) if attempt == 0 && is_gone(&err) => *live = None,
                 Err(err) => return Err(err),

@@ -8,13 +8,13 @@ use super::helper::{
     fork_sandbox_helper, runs_own_sandbox_helper, set_process_title, SandboxHelper,
 };
 use super::job::{self, Job};
-use super::scm::recv_with_fds;
 use super::{
     DEFAULT_TIMER_SLACK_NS, IDLE_EXIT, JOB_FDS, MAX_JOB_BYTES, POLL_INTERVAL, REPLENISH_DELAY,
     WARM_SUPERVISORS, ZYGOTE_TITLE,
 };
 use crate::process::supervisor;
 use crate::process::vfork::{prefault, ChildStack, Launch};
+use crate::sys::scm::recv_with_fds;
 
 /// The zygote's life. It keeps [`WARM_SUPERVISORS`] supervisors forked ahead
 /// of time and blocked on the job socket, so a launch costs one wake-up and
@@ -25,7 +25,7 @@ use crate::process::vfork::{prefault, ChildStack, Launch};
 pub fn main(_argv: &[OsString], sandbox_helper: SandboxHelper) -> i32 {
     set_process_title(&ZYGOTE_TITLE.map(std::ffi::OsStr::new));
     // Supervisors and commands inherit these; the command resets SIGPIPE.
-    supervisor::reset_signal_dispositions(true);
+    crate::sys::signals::reset_dispositions(true);
     // Wake for a due replacement on time, not up to 50 us late (the
     // default slack); the supervisors reset it.
     // SAFETY: prctl with integer arguments only.
