@@ -1,7 +1,8 @@
 //! Name resolution for sandboxed commands under managed routing: a small
-//! DNS stub inside the sandbox's network namespace (UDP 127.0.0.1:53) that
-//! answers `A`/`AAAA` only for names the proxy's policy allows, resolved by
-//! the proxy on the host side through its resolve endpoint. Other names get
+//! DNS stub on a socket bound in the sandbox's network namespace (UDP
+//! 127.0.0.1:53), served by the sandbox helper from outside the sandbox,
+//! that answers `A`/`AAAA` only for names the proxy's policy allows,
+//! resolved by the proxy through its resolve endpoint. Other names get
 //! `NXDOMAIN` — a final answer, where `REFUSED` would make resolvers retry
 //! and report a temporary failure — and the proxy records each as a `dns`
 //! decision with its reason (`not_allowed`, `dns_failed`, …). `SERVFAIL`
@@ -13,7 +14,6 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -179,12 +179,11 @@ pub enum Lookup {
     Failed,
 }
 
-/// Asks the proxy's resolve endpoint, reached through the Unix socket at
-/// `proxy` (the sandbox's bridge to the proxy's HTTP listener).
-pub async fn ask_proxy(proxy: &PathBuf, name: &str) -> Lookup {
+/// Asks the resolve endpoint of the proxy's HTTP listener at `proxy`.
+pub async fn ask_proxy(proxy: SocketAddr, name: &str) -> Lookup {
     use http_body_util::{BodyExt, Empty};
     use hyper_util::rt::TokioIo;
-    let Ok(stream) = tokio::net::UnixStream::connect(proxy).await else {
+    let Ok(stream) = tokio::net::TcpStream::connect(proxy).await else {
         return Lookup::Failed;
     };
     let Ok((mut sender, connection)) =
@@ -237,7 +236,7 @@ const MAX_REMEMBERED_NAMES: usize = 256;
 
 impl Answers {
     /// What the proxy says about `name`, asked at most once per TTL.
-    pub async fn lookup(&self, proxy: &PathBuf, name: &str) -> Lookup {
+    pub async fn lookup(&self, proxy: SocketAddr, name: &str) -> Lookup {
         let ttl = Duration::from_secs(u64::from(ANSWER_TTL_SECS));
         let fresh = |cell: &Arc<Asked>| cell.get().map_or(true, |(_, asked)| asked.elapsed() < ttl);
         let cell = {
@@ -272,7 +271,7 @@ impl Answers {
 }
 
 /// Answers one query.
-pub async fn answer(query: &[u8], proxy: &PathBuf, answers: &Answers) -> Option<Vec<u8>> {
+pub async fn answer(query: &[u8], proxy: SocketAddr, answers: &Answers) -> Option<Vec<u8>> {
     let Some(question) = parse_query(query) else {
         return format_error(query);
     };
@@ -284,10 +283,10 @@ pub async fn answer(query: &[u8], proxy: &PathBuf, answers: &Answers) -> Option<
     Some(build_response(query, &question, rcode, &addresses))
 }
 
-/// Serves the stub on `socket` until the process ends.
-pub async fn serve(socket: tokio::net::UdpSocket, proxy: PathBuf) {
+/// Serves the stub on `socket`, asking the proxy at `proxy`, until the
+/// process ends.
+pub async fn serve(socket: tokio::net::UdpSocket, proxy: SocketAddr) {
     let socket = std::sync::Arc::new(socket);
-    let proxy = std::sync::Arc::new(proxy);
     let limit = std::sync::Arc::new(tokio::sync::Semaphore::new(64));
     let answers = Arc::new(Answers::default());
     let mut buf = vec![0u8; MAX_QUERY_BYTES];
@@ -301,10 +300,10 @@ pub async fn serve(socket: tokio::net::UdpSocket, proxy: PathBuf) {
         let Ok(permit) = limit.clone().acquire_owned().await else {
             return;
         };
-        let (socket, proxy, answers) = (socket.clone(), proxy.clone(), answers.clone());
+        let (socket, answers) = (socket.clone(), answers.clone());
         tokio::spawn(async move {
             let _permit = permit;
-            if let Some(response) = answer(&query, &proxy, &answers).await {
+            if let Some(response) = answer(&query, proxy, &answers).await {
                 let _ = socket.send_to(&response, from).await;
             }
         });
@@ -320,12 +319,12 @@ pub fn stub_address() -> SocketAddr {
 mod tests {
     use super::*;
 
-    /// A resolve endpoint on a Unix socket that answers `addresses` for
-    /// every name and counts the requests it gets.
-    fn resolve_endpoint(dir: &std::path::Path) -> (PathBuf, Arc<std::sync::atomic::AtomicUsize>) {
+    /// A resolve endpoint on 127.0.0.1 that answers `addresses` for every
+    /// name and counts the requests it gets.
+    async fn resolve_endpoint() -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let path = dir.join("proxy.sock");
-        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
         let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counter = asked.clone();
         tokio::spawn(async move {
@@ -351,27 +350,28 @@ mod tests {
                 });
             }
         });
-        (path, asked)
+        (address, asked)
     }
 
     #[tokio::test]
     async fn queries_for_one_name_ask_the_proxy_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let (proxy, asked) = resolve_endpoint(dir.path());
+        let (proxy, asked) = resolve_endpoint().await;
         let answers = Answers::default();
         let (a, aaaa) = tokio::join!(
-            answers.lookup(&proxy, "pypi.test"),
-            answers.lookup(&proxy, "pypi.test")
+            answers.lookup(proxy, "pypi.test"),
+            answers.lookup(proxy, "pypi.test")
         );
         let expected = Lookup::Addresses(vec!["127.0.0.1".parse().unwrap()]);
         assert_eq!((a, aaaa), (expected.clone(), expected.clone()));
-        assert_eq!(answers.lookup(&proxy, "pypi.test").await, expected);
+        assert_eq!(answers.lookup(proxy, "pypi.test").await, expected);
         assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
-        answers.lookup(&proxy, "other.test").await;
+        answers.lookup(proxy, "other.test").await;
         assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
         // A proxy that cannot be reached is asked again next time.
-        let gone = dir.path().join("gone.sock");
-        assert_eq!(answers.lookup(&gone, "x.test").await, Lookup::Failed);
+        let gone = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .unwrap();
+        assert_eq!(answers.lookup(gone, "x.test").await, Lookup::Failed);
         assert!(!lock(&answers.0).contains_key("x.test"));
     }
 

@@ -28,6 +28,7 @@ use crate::sandbox::policy::{
     FileSystemSandboxPolicy, NetworkSandboxPolicy, PermissionProfile, ResolvedPolicy, SandboxPolicy,
 };
 use crate::sandbox::proxy_routing::{self, HostRouting, RouteSpec};
+use crate::sandbox::route_bridges;
 use crate::sandbox::seccomp::SeccompMode;
 use crate::sandbox::{glob, inner, run, state};
 
@@ -553,7 +554,7 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
         let env = proxy_routing::process_env();
         let routes = proxy_routing::plan_routes(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .map_err(|e| fail(format!("failed to prepare host proxy routing bridge: {e}")))?;
-        let routing = HostRouting::start(&proxy_routing::socket_parent(&state_dir), &routes)
+        let routing = HostRouting::prepare(&state_dir, &routes)
             .map_err(|e| fail(format!("failed to prepare host proxy routing bridge: {e}")))?;
         if let (Some(reason), false) = (&routing.no_stub, args.explain) {
             proxy_routing::warn_no_stub(reason);
@@ -566,7 +567,16 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let fds = run::RunFds::open(0).map_err(fail)?;
+        let mut fds = run::RunFds::open(0).map_err(fail)?;
+        // A fresh pair per attempt: the helper's end waits for this
+        // launch's listeners only.
+        let mut host_handoff = None;
+        if routing.is_some() {
+            let (host, sandbox) = route_bridges::handoff_pair()
+                .map_err(|e| fail(format!("failed to prepare host proxy routing bridge: {e}")))?;
+            host_handoff = Some(host);
+            fds.routing_handoff = Some(sandbox);
+        }
         let mut flags = helper_args(
             &prepared.policy_cwd,
             &prepared.command_cwd,
@@ -574,10 +584,11 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
             false,
         );
         flags.push("--apply-seccomp-then-exec".into());
-        if let Some(routing) = &routing {
+        if let (Some(routing), Some(handoff)) = (&routing, &fds.routing_handoff) {
             flags.push(ALLOW_NETWORK_FOR_PROXY_FLAG.into());
             flags.push(PROXY_ROUTE_SPEC_FLAG.into());
-            flags.push(routing.spec.to_json().into());
+            let spec = routing.spec(std::os::fd::AsRawFd::as_raw_fd(handoff));
+            flags.push(spec.to_json().into());
         }
         if !args.explain {
             flags.push("--restore-stderr-fd".into());
@@ -631,6 +642,10 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
             .as_ref()
             .and_then(|r| r.netns.as_ref())
             .map(|n| n.fds());
+        if let (Some(routing), Some(host)) = (&routing, host_handoff) {
+            route_bridges::serve_from_host(host, routing.bridges().clone())
+                .map_err(|e| fail(format!("failed to start host proxy routing bridge: {e}")))?;
+        }
         let outcome = run::run(&choice, &argv, &fds, netns);
         drop(fds);
         registration.cleanup();
@@ -694,16 +709,16 @@ fn explain(
         Some(routing) => {
             let _ = writeln!(out, "network: managed proxy only");
             let _ = writeln!(out, "seccomp: {}", SeccompMode::ProxyRouted.as_str());
-            for route in &routing.spec.routes {
-                let value = std::env::var(&route.env_key).unwrap_or_default();
-                let _ = writeln!(
-                    out,
-                    "route: {}={value} via {}",
-                    route.env_key,
-                    route.uds_path.display()
-                );
+            let _ = writeln!(
+                out,
+                "bridges: {} (listeners on the sandbox's 127.0.0.1, served from outside it)",
+                routing.bridges().endpoints.len()
+            );
+            for (key, bridge) in routing.routes() {
+                let value = std::env::var(key).unwrap_or_default();
+                let _ = writeln!(out, "route: {key}={value} via bridge {bridge}");
             }
-            let stub = match (&routing.spec.dns_uds_path, &routing.no_stub) {
+            let stub = match (&routing.bridges().dns_proxy, &routing.no_stub) {
                 (Some(_), _) => "127.0.0.1:53 (allowed names only, resolved by the proxy; \
                                  network namespace made by the helper)"
                     .to_owned(),

@@ -1,46 +1,45 @@
 //! Managed proxy routing (`--allow-network-for-proxy`, reference
 //! network.md §3): the command gets a network namespace with no route out,
 //! and reaches the loopback proxies named by its `*_PROXY` variables only
-//! through bridges: TCP (127.0.0.1, inside) → Unix socket → TCP (the
-//! proxy, on the host).
+//! through bridges: a TCP listener on the sandbox's 127.0.0.1, served by
+//! the sandbox helper from outside the sandbox, which dials the proxy on
+//! the host's loopback.
 //!
-//! Outer stage (host): [`plan_routes`] reads the proxy variables,
-//! [`HostRouting::start`] creates a private socket directory (stale ones of
-//! dead helpers are removed first), binds one Unix socket per distinct
-//! endpoint and serves each from a thread of the helper (which waits for
-//! bubblewrap anyway, so the bridges live exactly as long as the sandbox),
-//! and, when there is a DNS stub to serve, prepares the sandbox's network
-//! namespace (`sandbox::routed_netns`: port 53 bindable without a
-//! capability) and writes the `resolv.conf` the sandbox sees. The
-//! directory is bound into the sandbox read-only and explicitly, so a
-//! restricted-read profile or a `/tmp` tmpfs cannot hide it.
+//! Outer stage (host): [`plan_routes`] reads the proxy variables;
+//! [`HostRouting::prepare`] numbers the distinct endpoints (one bridge
+//! each) and, when there is an HTTP proxy for the DNS stub to ask,
+//! prepares the sandbox's network namespace (`sandbox::routed_netns`: port
+//! 53 bindable without a capability) and the `resolv.conf` the sandbox
+//! sees, bound read-only over its own after every other mount, so a
+//! restricted-read profile or a `/tmp` tmpfs cannot hide it. Per launch,
+//! `sandbox::route_bridges` gives the inner stage one end of a socketpair
+//! (its number travels in the [`RouteSpec`]) and serves what comes back
+//! from a thread of the helper, which waits for the launcher anyway: the
+//! bridges live exactly as long as the sandbox.
 //!
 //! Inner stage (inside, before seccomp): [`activate_inside`] checks that
 //! the network namespace holds nothing but `lo`, binds a listener per
-//! socket and the DNS stub on 127.0.0.1:53, hands them to a
-//! namespace helper process (double-forked, so the command never has it as
-//! a child; the pid namespace ends it), and rewrites every routed variable
-//! to its local port (and `NO_PROXY` to its loopback entries, the only
-//! destinations still reachable directly). The command then runs under the `ProxyRouted`
-//! seccomp mode: no new Unix sockets, so it cannot reach host daemons
-//! through the bridge directory or anything else.
+//! bridge and the DNS stub's socket on 127.0.0.1:53, hands them all to the
+//! helper and closes its copies, and rewrites every routed variable to its
+//! local port (and `NO_PROXY` to its loopback entries, the only
+//! destinations still reachable directly). No process of ours stays inside
+//! the sandbox to serve them: nothing there that the command could take
+//! over through `/proc/PID/mem`, signals or descriptors. The command then
+//! runs under the `ProxyRouted` seccomp mode: no new Unix sockets, so it
+//! cannot reach host daemons through a socket path visible in the sandbox.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::io;
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::net::env::is_proxy_url_key;
+use crate::sandbox::route_bridges::{self, BridgeError, Bridges, MAX_BRIDGES};
 use crate::sandbox::routed_netns::{NetnsError, PreparedNetns};
-
-/// The longest Unix socket path (`sun_path` minus the NUL).
-pub const MAX_SOCKET_PATH_BYTES: usize = 107;
-/// Name prefix of a socket directory: `<pid>-<attempt>`.
-const DIR_ATTEMPTS: u32 = 128;
 
 /// Errors of managed routing (one stderr line each, exit 1).
 #[derive(Debug, thiserror::Error)]
@@ -49,32 +48,24 @@ pub enum RoutingError {
     NoProxyEnv,
     #[error("managed proxy mode requires parseable loopback proxy endpoints")]
     NoLoopbackEndpoint,
+    #[error("managed proxy mode supports at most {MAX_BRIDGES} distinct proxy endpoints, got {0}")]
+    TooManyEndpoints(usize),
     #[error("managed proxy mode requires --proxy-route-spec")]
     MissingSpec,
     #[error("invalid proxy route spec: {0}")]
     Spec(String),
     #[error("proxy routing spec contained no routes")]
     EmptySpec,
-    #[error("proxy socket path {} is longer than {MAX_SOCKET_PATH_BYTES} bytes", .0.display())]
-    PathTooLong(PathBuf),
-    #[error("failed to allocate proxy routing temp dir under {}: {source}", .parent.display())]
-    Dir {
-        parent: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    #[error("cannot bind proxy bridge socket {}: {source}", .path.display())]
-    BindUnix {
+    #[error("cannot write the sandbox's resolv.conf {}: {source}", .path.display())]
+    ResolvConf {
         path: PathBuf,
         #[source]
         source: io::Error,
     },
     #[error("cannot bind the local proxy bridge on 127.0.0.1: {0}")]
     BindLocal(#[source] io::Error),
-    #[error("cannot start the proxy bridge: {0}")]
-    Spawn(#[source] io::Error),
-    #[error("cannot fork the namespace network helper: {0}")]
-    Fork(#[source] nix::Error),
+    #[error(transparent)]
+    Bridge(#[from] BridgeError),
     #[error("could not rewrite proxy URL for env key {0}")]
     Rewrite(String),
     #[error("cannot list the sandbox's network interfaces: {0}")]
@@ -91,17 +82,6 @@ pub struct PlannedRoute {
     pub endpoint: SocketAddr,
     /// `http://` (or no scheme): the proxy's HTTP listener.
     pub is_http: bool,
-}
-
-/// Where socket directories go: beside the helper's state directory (which
-/// the sandbox hides), e.g. `/run/codexbox-net`.
-pub fn socket_parent(state_dir: &Path) -> PathBuf {
-    let mut name = state_dir
-        .file_name()
-        .map(OsString::from)
-        .unwrap_or_default();
-    name.push("-net");
-    state_dir.with_file_name(name)
 }
 
 /// The default port of a proxy URL scheme.
@@ -191,18 +171,24 @@ pub fn plan_routes<'a>(
 
 /// The routes as the inner stage receives them (no URLs, no credentials).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RouteSpec {
     pub routes: Vec<SpecRoute>,
-    /// The socket of the proxy's HTTP listener, for the DNS stub.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dns_uds_path: Option<PathBuf>,
+    /// How many loopback listeners to bind: one per distinct endpoint.
+    pub bridges: usize,
+    /// Whether to bind the DNS stub's socket too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dns_stub: bool,
+    /// The inherited socket the listeners leave the sandbox through.
+    pub handoff_fd: RawFd,
 }
 
-/// One routed variable and its socket.
+/// One routed variable and the bridge it goes through.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SpecRoute {
     pub env_key: String,
-    pub uds_path: PathBuf,
+    pub bridge: usize,
 }
 
 impl RouteSpec {
@@ -212,6 +198,24 @@ impl RouteSpec {
             serde_json::from_str(text).map_err(|e| RoutingError::Spec(e.to_string()))?;
         if spec.routes.is_empty() {
             return Err(RoutingError::EmptySpec);
+        }
+        if spec.bridges == 0 || spec.bridges > MAX_BRIDGES {
+            return Err(RoutingError::Spec(format!(
+                "{} bridges (1 to {MAX_BRIDGES})",
+                spec.bridges
+            )));
+        }
+        if let Some(route) = spec.routes.iter().find(|r| r.bridge >= spec.bridges) {
+            return Err(RoutingError::Spec(format!(
+                "{} uses bridge {} of {}",
+                route.env_key, route.bridge, spec.bridges
+            )));
+        }
+        if spec.handoff_fd < 3 {
+            return Err(RoutingError::Spec(format!(
+                "handoff fd {} is stdio",
+                spec.handoff_fd
+            )));
         }
         Ok(spec)
     }
@@ -230,12 +234,53 @@ fn resolv_conf_target() -> Option<PathBuf> {
     real.is_file().then_some(real)
 }
 
-/// The host side of a routed run: the socket directory (removed on drop)
-/// and the bridges serving it.
+/// What the sandbox's resolv.conf says: the stub, nothing else.
+const RESOLV_CONF: &str = "nameserver 127.0.0.1\noptions timeout:2 attempts:2\n";
+
+/// `resolv.conf` in the helper's private state directory (which every
+/// sandbox hides), written when missing or different: replaced whole
+/// (a private temporary name, then a rename), so a concurrent run binds
+/// either the old file or the new one, never half of one.
+fn resolv_conf_file(state_dir: &Path) -> Result<PathBuf, RoutingError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = state_dir.join("resolv.conf");
+    let nofollow = || {
+        let mut options = std::fs::OpenOptions::new();
+        options.custom_flags(libc::O_NOFOLLOW);
+        options
+    };
+    let mut current = String::new();
+    let same = nofollow()
+        .read(true)
+        .open(&path)
+        .and_then(|mut f| f.read_to_string(&mut current))
+        .is_ok_and(|_| current == RESOLV_CONF);
+    if same {
+        return Ok(path);
+    }
+    let tmp = state_dir.join(format!("resolv.conf.{}", std::process::id()));
+    let written = nofollow()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(RESOLV_CONF.as_bytes()))
+        .and_then(|()| std::fs::rename(&tmp, &path));
+    match written {
+        Ok(()) => Ok(path),
+        Err(source) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(RoutingError::ResolvConf { path, source })
+        }
+    }
+}
+
+/// The host side of a routed run, decided once for every launch attempt.
 #[derive(Debug)]
 pub struct HostRouting {
-    dir: PathBuf,
-    pub spec: RouteSpec,
+    routes: Vec<SpecRoute>,
+    bridges: Bridges,
     pub mounts: crate::sandbox::bwrap_args::ProxyMounts,
     /// The network namespace the launcher must start in, when the DNS stub
     /// runs.
@@ -244,235 +289,111 @@ pub struct HostRouting {
     pub no_stub: Option<NetnsError>,
 }
 
-impl Drop for HostRouting {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// `<parent>/<pid>-<attempt>` directories whose helper is gone.
-fn remove_stale_dirs(parent: &Path) {
-    let Ok(entries) = std::fs::read_dir(parent) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.split('-').next())
-            .and_then(|p| p.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let gone = matches!(
-            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
-            Err(nix::Error::ESRCH)
-        );
-        if gone {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-}
-
-/// Creates a fresh private `<parent>/<pid>-<n>` directory.
-fn allocate_dir(parent: &Path) -> Result<PathBuf, RoutingError> {
-    use std::os::unix::fs::DirBuilderExt;
-    let dir_error = |source| RoutingError::Dir {
-        parent: parent.to_path_buf(),
-        source,
-    };
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(parent)
-        .map_err(dir_error)?;
-    // Someone else's directory (or a symlink to one) could swap the
-    // sockets and so the proxy the sandbox talks to.
-    if !crate::sandbox::state::is_private_dir(parent) {
-        return Err(dir_error(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            "not a directory owned by this user with mode 0700",
-        )));
-    }
-    remove_stale_dirs(parent);
-    let pid = std::process::id();
-    let mut last = io::Error::from(io::ErrorKind::AlreadyExists);
-    for attempt in 0..DIR_ATTEMPTS {
-        let dir = parent.join(format!("{pid}-{attempt}"));
-        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => return Ok(dir),
-            Err(err) => last = err,
-        }
-    }
-    Err(dir_error(last))
-}
-
 impl HostRouting {
-    /// Creates the socket directory under `parent` and starts a bridge per
-    /// distinct endpoint of `routes`.
-    pub fn start(parent: &Path, routes: &[PlannedRoute]) -> Result<Self, RoutingError> {
-        let dir = allocate_dir(parent)?;
-        // Removed on any early return from here on.
+    /// Numbers the distinct endpoints of `routes` (one bridge each) and,
+    /// when an HTTP proxy can answer the DNS stub, prepares the namespace
+    /// it runs in and the resolv.conf naming it (in `state_dir`).
+    pub fn prepare(state_dir: &Path, routes: &[PlannedRoute]) -> Result<Self, RoutingError> {
+        let mut numbers: BTreeMap<SocketAddr, usize> = BTreeMap::new();
+        let mut endpoints = Vec::new();
+        let mut spec_routes = Vec::with_capacity(routes.len());
+        let mut dns_proxy = None;
+        for route in routes {
+            let bridge = *numbers.entry(route.endpoint).or_insert_with(|| {
+                endpoints.push(route.endpoint);
+                endpoints.len() - 1
+            });
+            if route.is_http && dns_proxy.is_none() {
+                dns_proxy = Some(route.endpoint);
+            }
+            spec_routes.push(SpecRoute {
+                env_key: route.env_key.clone(),
+                bridge,
+            });
+        }
+        if endpoints.len() > MAX_BRIDGES {
+            return Err(RoutingError::TooManyEndpoints(endpoints.len()));
+        }
         let mut routing = HostRouting {
-            dir: dir.clone(),
-            spec: RouteSpec {
-                routes: Vec::new(),
-                dns_uds_path: None,
+            routes: spec_routes,
+            bridges: Bridges {
+                endpoints,
+                dns_proxy: None,
             },
-            mounts: crate::sandbox::bwrap_args::ProxyMounts {
-                socket_dir: dir.clone(),
-                resolv_conf: None,
-            },
+            mounts: crate::sandbox::bwrap_args::ProxyMounts { resolv_conf: None },
             netns: None,
             no_stub: None,
         };
-        let mut sockets: BTreeMap<SocketAddr, PathBuf> = BTreeMap::new();
-        for route in routes {
-            let next = sockets.len();
-            let path = match sockets.get(&route.endpoint) {
-                Some(path) => path.clone(),
-                None => {
-                    let path = dir.join(format!("r{next}.sock"));
-                    if path.as_os_str().len() > MAX_SOCKET_PATH_BYTES {
-                        return Err(RoutingError::PathTooLong(path));
-                    }
-                    let listener =
-                        UnixListener::bind(&path).map_err(|source| RoutingError::BindUnix {
-                            path: path.clone(),
-                            source,
-                        })?;
-                    let endpoint = route.endpoint;
-                    spawn_quiet(move || serve_host_bridge(listener, endpoint))
-                        .map_err(RoutingError::Spawn)?;
-                    sockets.insert(route.endpoint, path.clone());
-                    path
-                }
-            };
-            if route.is_http && routing.spec.dns_uds_path.is_none() {
-                routing.spec.dns_uds_path = Some(path.clone());
-            }
-            routing.spec.routes.push(SpecRoute {
-                env_key: route.env_key.clone(),
-                uds_path: path,
-            });
-        }
         // The stub needs a resolv.conf to bind over, and a namespace where
         // it may bind port 53.
-        let stub_target = routing
-            .spec
-            .dns_uds_path
-            .as_ref()
-            .and_then(|_| resolv_conf_target());
-        let prepared = stub_target.map(|target| {
-            (
-                target,
-                PreparedNetns::create(crate::net::dns::stub_address().port()),
-            )
-        });
-        match prepared {
-            Some((target, Ok(netns))) => {
-                let file = dir.join("resolv.conf");
-                std::fs::write(
-                    &file,
-                    "nameserver 127.0.0.1\noptions timeout:2 attempts:2\n",
-                )
-                .map_err(|source| RoutingError::Dir {
-                    parent: dir.clone(),
-                    source,
-                })?;
-                routing.mounts.resolv_conf = Some((file, target));
+        let Some(target) = dns_proxy.and_then(|_| resolv_conf_target()) else {
+            return Ok(routing);
+        };
+        match PreparedNetns::create(crate::net::dns::stub_address().port()) {
+            Ok(netns) => {
+                routing.mounts.resolv_conf = Some((resolv_conf_file(state_dir)?, target));
                 routing.netns = Some(netns);
+                routing.bridges.dns_proxy = dns_proxy;
             }
-            Some((_, Err(err))) => {
-                routing.spec.dns_uds_path = None;
-                routing.no_stub = Some(err);
-            }
-            None => routing.spec.dns_uds_path = None,
+            Err(err) => routing.no_stub = Some(err),
         }
         Ok(routing)
     }
-}
 
-/// Starts a thread with every signal blocked, so signals meant for the
-/// helper's `signalfd` never land on it.
-fn spawn_quiet(body: impl FnOnce() + Send + 'static) -> io::Result<()> {
-    use nix::sys::signal::{SigSet, SigmaskHow};
-    let old = SigSet::all()
-        .thread_swap_mask(SigmaskHow::SIG_BLOCK)
-        .map_err(io::Error::from)?;
-    let spawned = std::thread::Builder::new()
-        .name("proxy-bridge".into())
-        .spawn(body);
-    let _ = old.thread_set_mask();
-    spawned.map(drop)
-}
-
-/// Accepts bridge connections and joins each to a new TCP connection to
-/// the proxy.
-fn serve_host_bridge(listener: UnixListener, endpoint: SocketAddr) {
-    for stream in listener.incoming() {
-        let Ok(inside) = stream else { continue };
-        let _ = std::thread::Builder::new()
-            .name("proxy-bridge-conn".into())
-            .spawn(move || {
-                if let Ok(outside) = TcpStream::connect(endpoint) {
-                    let _ = outside.set_nodelay(true);
-                    join_unix_tcp(inside, outside);
-                }
-            });
+    /// The spec for a launch whose inner stage inherits `handoff_fd`.
+    pub fn spec(&self, handoff_fd: RawFd) -> RouteSpec {
+        RouteSpec {
+            routes: self.routes.clone(),
+            bridges: self.bridges.endpoints.len(),
+            dns_stub: self.bridges.dns_proxy.is_some(),
+            handoff_fd,
+        }
     }
-}
 
-/// Copies both ways until both directions end.
-fn join_unix_tcp(unix: UnixStream, tcp: TcpStream) {
-    let (Ok(mut unix_read), Ok(mut tcp_write)) = (unix.try_clone(), tcp.try_clone()) else {
-        return;
-    };
-    let upstream = std::thread::spawn(move || {
-        let _ = io::copy(&mut unix_read, &mut tcp_write);
-        let _ = tcp_write.shutdown(std::net::Shutdown::Write);
-    });
-    let (mut tcp_read, mut unix_write) = (tcp, unix);
-    let _ = io::copy(&mut tcp_read, &mut unix_write);
-    let _ = unix_write.shutdown(std::net::Shutdown::Write);
-    let _ = upstream.join();
+    /// What the helper serves.
+    pub fn bridges(&self) -> &Bridges {
+        &self.bridges
+    }
+
+    /// Each routed variable with the number of its bridge.
+    pub fn routes(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.routes.iter().map(|r| (r.env_key.as_str(), r.bridge))
+    }
 }
 
 /// The inner stage's part: checks that the network namespace is the
-/// sandbox's own, binds the local listeners and the DNS stub, starts the
-/// namespace helper with them, and points every routed variable at its
-/// local port. Must run before the process confines itself (the helper
-/// needs Unix sockets).
+/// sandbox's own, binds the local listeners and the DNS stub's socket,
+/// hands them to the helper outside, and points every routed variable at
+/// its local port. Must run before the process confines itself.
 pub fn activate_inside(spec: &RouteSpec) -> Result<(), RoutingError> {
     ensure_isolated()?;
-    let mut ports: BTreeMap<PathBuf, u16> = BTreeMap::new();
-    let mut bridges: Vec<(TcpListener, PathBuf)> = Vec::new();
-    for route in &spec.routes {
-        if ports.contains_key(&route.uds_path) {
-            continue;
-        }
-        let listener = TcpListener::bind("127.0.0.1:0").map_err(RoutingError::BindLocal)?;
-        let port = listener
-            .local_addr()
-            .map_err(RoutingError::BindLocal)?
-            .port();
-        ports.insert(route.uds_path.clone(), port);
-        bridges.push((listener, route.uds_path.clone()));
-    }
-    let stub = match &spec.dns_uds_path {
-        Some(path) => match UdpSocket::bind(crate::net::dns::stub_address()) {
-            Ok(socket) => Some((socket, path.clone())),
+    let listeners = (0..spec.bridges)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<io::Result<Vec<_>>>()
+        .map_err(RoutingError::BindLocal)?;
+    let ports = listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect::<io::Result<Vec<u16>>>()
+        .map_err(RoutingError::BindLocal)?;
+    let stub = if spec.dns_stub {
+        match UdpSocket::bind(crate::net::dns::stub_address()) {
+            Ok(socket) => Some(socket),
             Err(err) => {
                 warn_no_stub(&format_args!("cannot bind 127.0.0.1:53: {err}"));
                 None
             }
-        },
-        None => None,
+        }
+    } else {
+        None
     };
-    start_namespace_helper(bridges, stub)?;
+    route_bridges::hand_over(spec.handoff_fd, &listeners, stub.as_ref())?;
+    // The helper holds them now; the command gets no copy.
+    drop(listeners);
+    drop(stub);
     for route in &spec.routes {
         let port = ports
-            .get(&route.uds_path)
+            .get(route.bridge)
             .copied()
             .ok_or_else(|| RoutingError::Rewrite(route.env_key.clone()))?;
         let value = std::env::var(&route.env_key)
@@ -512,103 +433,6 @@ fn ensure_isolated() -> Result<(), RoutingError> {
         return Err(RoutingError::NotIsolated(names.join(", ")));
     }
     Ok(())
-}
-
-/// Double-forks the helper serving `bridges` and `stub`; returns once the
-/// intermediate child is reaped (the helper then belongs to the sandbox's
-/// pid 1, and the pid namespace's end ends it).
-fn start_namespace_helper(
-    bridges: Vec<(TcpListener, PathBuf)>,
-    stub: Option<(UdpSocket, PathBuf)>,
-) -> Result<(), RoutingError> {
-    use nix::unistd::{fork, ForkResult};
-    // SAFETY: the inner stage is single-threaded (bubblewrap exec'd it and
-    // nothing here starts threads before this point), so the child may do
-    // anything the parent could.
-    match unsafe { fork() }.map_err(RoutingError::Fork)? {
-        ForkResult::Parent { child } => {
-            let _ = nix::sys::wait::waitpid(child, None);
-            drop(bridges);
-            drop(stub);
-            Ok(())
-        }
-        ForkResult::Child => {
-            // SAFETY: as above; this child is single-threaded too.
-            if let Ok(ForkResult::Child) = unsafe { fork() } {
-                serve_namespace_helper(bridges, stub);
-            }
-            // SAFETY: _exit skips the parent's atexit handlers and buffers,
-            // which belong to the inner stage.
-            unsafe { libc::_exit(0) }
-        }
-    }
-}
-
-/// The namespace helper: confined like the command except for the network
-/// filter (it needs Unix sockets), then serves until killed.
-fn serve_namespace_helper(
-    bridges: Vec<(TcpListener, PathBuf)>,
-    stub: Option<(UdpSocket, PathBuf)>,
-) -> ! {
-    let code = match run_namespace_helper(bridges, stub) {
-        Ok(()) => 0,
-        Err(err) => {
-            eprintln!("{}: proxy bridge: {err}", crate::mode::LINUX_SANDBOX_ARG0);
-            1
-        }
-    };
-    // SAFETY: see start_namespace_helper.
-    unsafe { libc::_exit(code) }
-}
-
-fn run_namespace_helper(
-    bridges: Vec<(TcpListener, PathBuf)>,
-    stub: Option<(UdpSocket, PathBuf)>,
-) -> Result<(), String> {
-    crate::sandbox::inner::confine(crate::sandbox::seccomp::SeccompMode::NetworkEnabled)
-        .map_err(|e| e.to_string())?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .enable_time()
-        .build()
-        .map_err(|e| e.to_string())?;
-    runtime.block_on(async move {
-        let mut tasks = tokio::task::JoinSet::new();
-        for (listener, path) in bridges {
-            listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-            let listener =
-                tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
-            tasks.spawn(serve_local_bridge(listener, path));
-        }
-        if let Some((socket, path)) = stub {
-            socket.set_nonblocking(true).map_err(|e| e.to_string())?;
-            let socket = tokio::net::UdpSocket::from_std(socket).map_err(|e| e.to_string())?;
-            tasks.spawn(crate::net::dns::serve(socket, path));
-        }
-        while tasks.join_next().await.is_some() {}
-        Ok::<(), String>(())
-    })
-}
-
-async fn serve_local_bridge(listener: tokio::net::TcpListener, path: PathBuf) {
-    loop {
-        let Ok((mut tcp, _)) = listener.accept().await else {
-            continue;
-        };
-        let path = path.clone();
-        tokio::spawn(async move {
-            let _ = tcp.set_nodelay(true);
-            if let Ok(mut unix) = tokio::net::UnixStream::connect(&path).await {
-                let _ = tokio::io::copy_bidirectional_with_sizes(
-                    &mut tcp,
-                    &mut unix,
-                    64 * 1024,
-                    64 * 1024,
-                )
-                .await;
-            }
-        });
-    }
 }
 
 /// The environment of this process as UTF-8 pairs (others cannot be
@@ -684,27 +508,39 @@ mod tests {
     }
 
     #[test]
-    fn the_route_spec_carries_no_urls_and_refuses_empty_routes() {
+    fn the_route_spec_carries_no_urls_and_refuses_inconsistent_ones() {
         let spec = RouteSpec {
             routes: vec![SpecRoute {
                 env_key: "HTTP_PROXY".into(),
-                uds_path: "/run/x/r0.sock".into(),
+                bridge: 0,
             }],
-            dns_uds_path: None,
+            bridges: 1,
+            dns_stub: false,
+            handoff_fd: 5,
         };
         assert_eq!(
             spec.to_json(),
-            r#"{"routes":[{"env_key":"HTTP_PROXY","uds_path":"/run/x/r0.sock"}]}"#
+            r#"{"routes":[{"env_key":"HTTP_PROXY","bridge":0}],"bridges":1,"handoff_fd":5}"#
         );
         assert_eq!(RouteSpec::parse(&spec.to_json()).unwrap(), spec);
-        assert!(matches!(
-            RouteSpec::parse(r#"{"routes":[]}"#),
-            Err(RoutingError::EmptySpec)
-        ));
-        assert!(matches!(
-            RouteSpec::parse("nope"),
-            Err(RoutingError::Spec(_))
-        ));
+        let refused = |text: &str| RouteSpec::parse(text).unwrap_err().to_string();
+        assert_eq!(
+            refused(r#"{"routes":[],"bridges":1,"handoff_fd":5}"#),
+            "proxy routing spec contained no routes"
+        );
+        for text in [
+            "nope",
+            r#"{"routes":[{"env_key":"A","bridge":1}],"bridges":1,"handoff_fd":5}"#,
+            r#"{"routes":[{"env_key":"A","bridge":0}],"bridges":0,"handoff_fd":5}"#,
+            r#"{"routes":[{"env_key":"A","bridge":0}],"bridges":99,"handoff_fd":5}"#,
+            r#"{"routes":[{"env_key":"A","bridge":0}],"bridges":1,"handoff_fd":2}"#,
+            r#"{"routes":[{"env_key":"A","uds_path":"/x"}],"bridges":1,"handoff_fd":5}"#,
+        ] {
+            assert!(
+                refused(text).starts_with("invalid proxy route spec: "),
+                "{text}"
+            );
+        }
     }
 
     #[test]
@@ -723,51 +559,57 @@ mod tests {
     }
 
     #[test]
-    fn socket_dirs_are_private_and_stale_ones_go() {
+    fn one_bridge_per_endpoint_and_the_stub_asks_the_first_http_proxy() {
         use std::os::unix::fs::PermissionsExt;
-        let parent = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
-        let stale = parent.path().join("999999999-0");
-        std::fs::create_dir(&stale).unwrap();
-        let routes = plan_routes([("HTTP_PROXY", "http://127.0.0.1:9")]).unwrap();
-        let routing = HostRouting::start(parent.path(), &routes).unwrap();
-        assert!(!stale.exists());
-        let dir = routing.mounts.socket_dir.clone();
+        let state = tempfile::tempdir().unwrap();
+        let routes = plan_routes([
+            ("HTTP_PROXY", "http://127.0.0.1:3128"),
+            ("HTTPS_PROXY", "http://localhost:3128"),
+            ("ALL_PROXY", "socks5h://127.0.0.1:1080"),
+        ])
+        .unwrap();
+        let routing = HostRouting::prepare(state.path(), &routes).unwrap();
+        let proxy: SocketAddr = "127.0.0.1:3128".parse().unwrap();
+        let socks: SocketAddr = "127.0.0.1:1080".parse().unwrap();
+        assert_eq!(routing.bridges().endpoints, vec![socks, proxy]);
+        let spec = routing.spec(7);
+        let by_key: Vec<(&str, usize)> = spec
+            .routes
+            .iter()
+            .map(|r| (r.env_key.as_str(), r.bridge))
+            .collect();
         assert_eq!(
-            std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
-            0o700
+            by_key,
+            [("ALL_PROXY", 0), ("HTTPS_PROXY", 1), ("HTTP_PROXY", 1)]
         );
-        assert!(dir.join("r0.sock").exists());
-        // The stub's socket is the HTTP route's, when a namespace for it
-        // could be made; otherwise the reason is kept.
-        match &routing.netns {
-            Some(_) => assert_eq!(
-                routing.spec.dns_uds_path.as_deref(),
-                Some(dir.join("r0.sock").as_path())
-            ),
-            None => assert!(routing.spec.dns_uds_path.is_none()),
-        }
+        assert_eq!((spec.bridges, spec.handoff_fd), (2, 7));
+        // The stub runs exactly when its namespace could be made, asks the
+        // HTTP proxy, and the resolv.conf naming it is a private file.
+        assert_eq!(spec.dns_stub, routing.netns.is_some());
         assert_eq!(routing.mounts.in_prepared_netns(), routing.netns.is_some());
-        drop(routing);
-        assert!(!dir.exists());
-        let long = parent.path().join("x".repeat(100));
-        assert!(matches!(
-            HostRouting::start(&long, &routes),
-            Err(RoutingError::PathTooLong(_))
-        ));
-        // A parent others can write to, or a symlink, is refused.
-        let shared = parent.path().join("shared");
-        std::fs::create_dir(&shared).unwrap();
-        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
-        assert!(matches!(
-            HostRouting::start(&shared, &routes),
-            Err(RoutingError::Dir { .. })
-        ));
-        let link = parent.path().join("link");
-        std::os::unix::fs::symlink(parent.path(), &link).unwrap();
-        assert!(matches!(
-            HostRouting::start(&link, &routes),
-            Err(RoutingError::Dir { .. })
-        ));
+        match &routing.mounts.resolv_conf {
+            Some((file, _)) => {
+                assert_eq!(routing.bridges().dns_proxy, Some(proxy));
+                assert_eq!(std::fs::read_to_string(file).unwrap(), RESOLV_CONF);
+                let mode = std::fs::metadata(file).unwrap().permissions().mode();
+                assert_eq!(mode & 0o022, 0);
+            }
+            None => assert!(routing.bridges().dns_proxy.is_none()),
+        }
+        // A SOCKS-only environment has no stub.
+        let socks_only = plan_routes([("ALL_PROXY", "socks5h://127.0.0.1:1080")]).unwrap();
+        let routing = HostRouting::prepare(state.path(), &socks_only).unwrap();
+        assert!(!routing.spec(3).dns_stub && routing.mounts.resolv_conf.is_none());
+    }
+
+    #[test]
+    fn a_stale_resolv_conf_is_replaced_whole() {
+        let state = tempfile::tempdir().unwrap();
+        let path = state.path().join("resolv.conf");
+        std::fs::write(&path, "nameserver 10.0.0.1\n").unwrap();
+        assert_eq!(resolv_conf_file(state.path()).unwrap(), path);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), RESOLV_CONF);
+        let names: Vec<_> = std::fs::read_dir(state.path()).unwrap().flatten().collect();
+        assert_eq!(names.len(), 1, "no temporary file is left");
     }
 }

@@ -9,9 +9,11 @@
 //! the original stderr travels to the inner stage as an extra fd that it
 //! `dup2`s back before exec (`--restore-stderr-fd`). Only bubblewrap's and
 //! the inner stage's own messages pass through the pipe; they are relayed
-//! as they come (a `/proc` mount failure is held back for the retry). A
-//! launcher that passes no inherited fd to the command (the built-in one)
-//! leaves the command's stderr on the pipe: still relayed, not a terminal.
+//! as they come (a `/proc` mount failure is held back for the retry). Both
+//! launchers pass inherited fds on, as bubblewrap does; one that did not
+//! would leave the command's stderr on the pipe (still relayed, not a
+//! terminal) and managed routing without its listeners (the inner stage
+//! then fails before the command runs).
 //!
 //! Trust: the pipe is written by bubblewrap before the command runs, but
 //! bubblewrap's pid 1 keeps it open beside the command. The inner stage
@@ -73,6 +75,9 @@ pub struct RunFds {
     pub started_read: OwnedFd,
     /// Write end of the "started" pipe, passed to the inner stage.
     pub started_write: OwnedFd,
+    /// Managed routing: the inner stage's end of the socket its listeners
+    /// leave the sandbox through (`sandbox::route_bridges`).
+    pub routing_handoff: Option<OwnedFd>,
 }
 
 impl RunFds {
@@ -94,6 +99,7 @@ impl RunFds {
             stderr,
             started_read,
             started_write,
+            routing_handoff: None,
         }
         .with_masks(masks)
     }
@@ -162,6 +168,7 @@ pub fn run(
     let mut inherit: Vec<RawFd> = fds.mask_numbers();
     inherit.push(fds.stderr.as_raw_fd());
     inherit.push(fds.started_write.as_raw_fd());
+    inherit.extend(fds.routing_handoff.as_ref().map(AsRawFd::as_raw_fd));
 
     let set = forwarded();
     let old = set

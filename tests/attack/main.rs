@@ -1,12 +1,14 @@
 //! Attacks on the sandbox and the server: every launcher (system bubblewrap,
 //! built-in bwrap, Landlock) against escapes through the filesystem, the
-//! kernel, the built-in launcher itself and the server's methods.
+//! kernel, the built-in launcher itself, the processes the sandbox starts
+//! for its own purposes and the server's methods.
 
 #[path = "../common/mod.rs"]
 mod common;
 
 mod builtin;
 mod fs;
+mod helpers;
 mod kernel;
 mod landlock_escape;
 mod sandbox_escape;

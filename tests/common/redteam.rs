@@ -243,28 +243,30 @@ must() { n=$1; shift; if ( \"$@\" ) >/dev/null 2>&1; then echo ok:$n; else echo 
 /// Asserts a probe's markers: no `ESCAPE:`/`BROKEN:` line, every `held`
 /// and `ok` name present (so a probe that died early cannot pass).
 pub fn assert_markers(out: &Output, held: &[&str], ok: &[&str]) {
-    let s = stdout(out);
+    assert_marker_lines(&stdout(out), &stderr(out), held, ok);
+}
+
+/// [`assert_markers`] on a probe's output text; `context` (its stderr, the
+/// run it came from) goes into the failure message.
+pub fn assert_marker_lines(s: &str, context: &str, held: &[&str], ok: &[&str]) {
     let escapes: Vec<&str> = s
         .lines()
         .filter(|l| l.starts_with("ESCAPE:") || l.starts_with("BROKEN:"))
         .collect();
     assert!(
         escapes.is_empty(),
-        "attacks succeeded or controls failed: {escapes:?}\n{s}\n{}",
-        stderr(out)
+        "attacks succeeded or controls failed: {escapes:?}\n{s}\n{context}"
     );
     for n in held {
         assert!(
             s.lines().any(|l| l == format!("held:{n}")),
-            "no result for attack {n}:\n{s}\n{}",
-            stderr(out)
+            "no result for attack {n}:\n{s}\n{context}"
         );
     }
     for n in ok {
         assert!(
             s.lines().any(|l| l == format!("ok:{n}")),
-            "control {n} did not run:\n{s}\n{}",
-            stderr(out)
+            "control {n} did not run:\n{s}\n{context}"
         );
     }
 }

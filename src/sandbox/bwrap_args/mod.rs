@@ -29,13 +29,12 @@ const PROC_READ_ONLY_EXTRAS: [&str; 3] = ["/proc/sysrq-trigger", "/proc/irq", "/
 /// argv[0] the inner stage is started with when the launcher has `--argv0`.
 pub const INNER_ARGV0: &str = "codex-linux-sandbox";
 
-/// What the bwrap argv must bind for the routes.
+/// What the bwrap argv must bind for the routes (the bridges themselves
+/// need nothing visible inside: their listeners are served from outside).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProxyMounts {
-    /// The socket directory, bound read-only at the same path.
-    pub socket_dir: PathBuf,
-    /// `(file in the socket directory, where it goes)`: the sandbox's
-    /// resolv.conf naming the stub, when the stub can run.
+    /// `(file in the helper's state directory, where it goes)`: the
+    /// sandbox's resolv.conf naming the stub, when the stub can run.
     pub resolv_conf: Option<(PathBuf, PathBuf)>,
 }
 
@@ -115,9 +114,9 @@ pub struct BwrapInputs<'a> {
     pub extra_deny: Vec<PathBuf>,
     /// Extra paths that must be readable (the helper executable).
     pub extra_read: Vec<PathBuf>,
-    /// Managed proxy routing: the bridge directory (and resolv.conf) bound
-    /// read-only after every other mount, and whether the launcher starts
-    /// in a network namespace the helper prepared (no `--unshare-net`).
+    /// Managed proxy routing: the stub's resolv.conf bound read-only after
+    /// every other mount, and whether the launcher starts in a network
+    /// namespace the helper prepared (no `--unshare-net`).
     pub managed_proxy: Option<ProxyMounts>,
     pub inner: InnerCommand,
 }

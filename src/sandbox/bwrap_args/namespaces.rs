@@ -69,13 +69,12 @@ impl Builder<'_> {
         self.out.text(&cwd);
     }
 
-    /// The bridge directory and resolv.conf of managed routing, last, so no
-    /// earlier tmpfs or mask hides them.
+    /// The resolv.conf of managed routing, last, so no earlier tmpfs or
+    /// mask hides it.
     pub(super) fn proxy_mount_args(&mut self) {
         let Some(mounts) = &self.inputs.managed_proxy else {
             return;
         };
-        self.out.path2("--ro-bind", &mounts.socket_dir);
         if let Some((file, target)) = &mounts.resolv_conf {
             self.out.text("--ro-bind");
             self.out.text(file);

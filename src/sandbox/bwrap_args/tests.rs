@@ -358,15 +358,14 @@ fn writable_root_slash_keeps_the_minimal_dev() {
 }
 
 #[test]
-fn managed_proxy_binds_the_bridge_directory_last_and_drops_every_capability() {
+fn managed_proxy_binds_only_the_stubs_resolv_conf_last_and_drops_every_capability() {
     let policy = resolve(&FileSystemSandboxPolicy::read_only(), Path::new("/"));
     let mut i = inputs(&policy, Path::new("/"));
     // With a DNS stub the launcher starts in the helper's network
     // namespace: no --unshare-net, and still no capability for anyone.
     i.managed_proxy = Some(ProxyMounts {
-        socket_dir: PathBuf::from("/run/codexbox/net/7-0"),
         resolv_conf: Some((
-            PathBuf::from("/run/codexbox/net/7-0/resolv.conf"),
+            PathBuf::from("/run/codexbox/resolv.conf"),
             PathBuf::from("/etc/resolv.conf"),
         )),
     });
@@ -374,22 +373,18 @@ fn managed_proxy_binds_the_bridge_directory_last_and_drops_every_capability() {
         render(&build(&i).unwrap()),
         format!(
             "--new-session --die-with-parent --ro-bind / / --dev /dev \
-             --ro-bind /run/codexbox/net/7-0 /run/codexbox/net/7-0 \
-             --ro-bind /run/codexbox/net/7-0/resolv.conf /etc/resolv.conf {NS} \
+             --ro-bind /run/codexbox/resolv.conf /etc/resolv.conf {NS} \
              --disable-userns --cap-drop ALL --proc /proc {PROC_RO} \
              --chdir / --argv0 codex-linux-sandbox -- /opt/codexbox --apply-seccomp-then-exec -- /bin/true"
         )
     );
     // Without one, bubblewrap makes the namespace.
-    i.managed_proxy = Some(ProxyMounts {
-        socket_dir: PathBuf::from("/run/codexbox/net/7-0"),
-        resolv_conf: None,
-    });
+    i.managed_proxy = Some(ProxyMounts { resolv_conf: None });
     assert_eq!(
         render(&build(&i).unwrap()),
         format!(
             "--new-session --die-with-parent --ro-bind / / --dev /dev \
-             --ro-bind /run/codexbox/net/7-0 /run/codexbox/net/7-0 {NS} --unshare-net \
+             {NS} --unshare-net \
              --disable-userns --cap-drop ALL --proc /proc {PROC_RO} \
              --chdir / --argv0 codex-linux-sandbox -- /opt/codexbox --apply-seccomp-then-exec -- /bin/true"
         )
