@@ -213,8 +213,9 @@ fn arm_death_signal(alive_read: &OwnedFd) -> Result<(), BwrapError> {
 }
 
 /// The reaper's side of the fork: no capabilities, no fd but its pipe and
-/// the sync fd, the seccomp programs (as bubblewrap's pid 1 has them), then
-/// reaping until the namespace is empty. Returns its exit status.
+/// the sync fd, no signal handler, the seccomp programs (as bubblewrap's
+/// pid 1 has them), then reaping until the namespace is empty. Returns its
+/// exit status.
 fn reap(
     config: &Config,
     command: libc::pid_t,
@@ -234,6 +235,11 @@ fn reap(
         log.error(&format_args!("close fds: {}", crate::sys::errno_text(&err)));
         return 1;
     }
+    // No handler (the Rust runtime's SIGSEGV and SIGBUS ones included): a
+    // signal the command sends to its namespace's pid 1 is then dropped by
+    // the kernel, whatever it carries. SIGPIPE stays ignored, so a launcher
+    // gone before the status is written cannot kill the reaper.
+    crate::sys::signals::reset_dispositions(true);
     for program in programs {
         if let Err(err) = seccomp_fd::install(program) {
             log.error(&err);

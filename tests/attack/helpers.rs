@@ -16,12 +16,13 @@
 //! uid, dumpable, and every one of these but `pidfd_getfd` and
 //! `process_vm_readv` reached it.
 
+use std::io::BufRead;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use serde_json::json;
 
-use crate::common::bwrap::{callers, tempdir_for, Caller, NOBODY};
+use crate::common::bwrap::{callers, descendants, tempdir_for, Caller, NOBODY};
 use crate::common::client::{unb64, Raw, Server};
 use crate::common::net::PROXY_VARS;
 use crate::common::redteam::*;
@@ -317,3 +318,92 @@ async fn probe_through(server: &Server, ws: &Path) -> (String, serde_json::Value
     }
     (String::from_utf8_lossy(&out).into_owned(), result)
 }
+
+/// The pid namespace of `pid` and its pid in there (the last `NSpid`).
+fn pid_namespace(pid: i32) -> Option<(std::path::PathBuf, i32)> {
+    let ns = std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let inner = status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))?
+        .split_whitespace()
+        .last()?
+        .parse()
+        .ok()?;
+    Some((ns, inner))
+}
+
+/// The signals `pid` has a handler for (`SigCgt`, a bit mask).
+fn caught_signals(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .unwrap_or("unknown")
+        .trim()
+        .to_owned()
+}
+
+/// Seen from the host, while a routed sandbox runs: the command's pid
+/// namespace holds the command (pid 2) and the launcher's pid 1, nothing
+/// else, and that pid 1 has no signal handler (the kernel then drops every
+/// signal sent to it from inside the namespace).
+fn only_the_launchers_pid1_shares_the_commands_pid_namespace(l: Launcher) {
+    for caller in callers() {
+        let dir = tempdir_for(caller);
+        let mut cmd = codexbox_as(
+            l,
+            caller,
+            dir.path(),
+            &["sandbox", "--allow-domain", "allowed.test"],
+            &[],
+            &["sh", "-c", "echo ready; exec cat"],
+        );
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start codexbox sandbox");
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("stdout");
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read the command's first line");
+        assert_eq!(
+            line, "ready\n",
+            "{l:?} as {caller:?}: the sandbox did not start"
+        );
+        let command = descendants(i32::try_from(child.id()).expect("pid"))
+            .into_iter()
+            .find_map(|pid| {
+                let (ns, inner) = pid_namespace(pid)?;
+                (inner == 2).then_some(ns)
+            });
+        let namespace = command.expect("the command's pid namespace");
+        let mut sharing: Vec<(i32, i32)> = Vec::new();
+        for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+                continue;
+            };
+            if let Some((ns, inner)) = pid_namespace(pid) {
+                if ns == namespace {
+                    sharing.push((inner, pid));
+                }
+            }
+        }
+        sharing.sort_unstable();
+        drop(child.stdin.take());
+        let status = child.wait().expect("wait");
+        let inner: Vec<i32> = sharing.iter().map(|(inner, _)| *inner).collect();
+        assert_eq!(inner, [1, 2], "{l:?} as {caller:?}: {sharing:?}");
+        let pid1 = sharing.first().map_or(0, |(_, pid)| *pid);
+        assert_eq!(
+            caught_signals(pid1),
+            "0000000000000000",
+            "{l:?} as {caller:?}: the launcher's pid 1 catches signals"
+        );
+        assert!(status.success(), "{l:?} as {caller:?}: {status:?}");
+    }
+}
+
+against!(only_the_launchers_pid1_shares_the_commands_pid_namespace: system, builtin);
