@@ -1,11 +1,14 @@
-//! Address classification for the proxy: which addresses are local or
-//! private (reference network.md §2.6) and so need an explicit allowance.
+//! Address classification for the proxy: which addresses are local,
+//! private or otherwise not globally reachable (reference network.md §2.6,
+//! and the IANA special-purpose registries) and so need an explicit
+//! allowance, and which IPv4 address an IPv6 address carries.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Whether `ip` is loopback, private, link-local, CGNAT, documentation,
-/// benchmarking, multicast, broadcast, reserved or unspecified (IPv4-mapped
-/// and IPv4-compatible IPv6 addresses are judged by their IPv4 part).
+/// benchmarking, multicast, broadcast, reserved, unspecified, or any other
+/// address not globally reachable. An IPv6 address that carries an IPv4
+/// address (see [`embedded_ipv4`]) is judged by it.
 pub fn is_non_public(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_non_public_v4(v4),
@@ -31,22 +34,70 @@ fn is_non_public_v4(ip: Ipv4Addr) -> bool {
         || a >= 240
 }
 
-fn is_non_public_v6(ip: Ipv6Addr) -> bool {
-    if let Some(v4) = ip.to_ipv4_mapped() {
-        return is_non_public_v4(v4);
-    }
+/// The IPv4 address an IPv6 address delivers to: IPv4-mapped
+/// (`::ffff:a.b.c.d`), IPv4-compatible (`::a.b.c.d`, deprecated; not `::`
+/// or `::1`), NAT64 with the well-known prefix (`64:ff9b::a.b.c.d`,
+/// RFC 6052) and 6to4 (`2002:AABB:CCDD::/48`, RFC 3056).
+pub fn embedded_ipv4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
     let segments = ip.segments();
-    // IPv4-compatible (::a.b.c.d, deprecated), other than :: and ::1.
-    if segments[..6].iter().all(|s| *s == 0) && !ip.is_loopback() && !ip.is_unspecified() {
+    let low = || {
         let [a, b] = segments[6].to_be_bytes();
         let [c, d] = segments[7].to_be_bytes();
-        return is_non_public_v4(Ipv4Addr::new(a, b, c, d));
+        Ipv4Addr::new(a, b, c, d)
+    };
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        return Some(v4);
     }
+    if segments[..6].iter().all(|s| *s == 0) && !ip.is_loopback() && !ip.is_unspecified() {
+        return Some(low());
+    }
+    if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        return Some(low());
+    }
+    if segments[0] == 0x2002 {
+        let [a, b] = segments[1].to_be_bytes();
+        let [c, d] = segments[2].to_be_bytes();
+        return Some(Ipv4Addr::new(a, b, c, d));
+    }
+    None
+}
+
+fn is_non_public_v6(ip: Ipv6Addr) -> bool {
+    if let Some(v4) = embedded_ipv4(ip) {
+        return is_non_public_v4(v4);
+    }
+    let s = ip.segments();
     ip.is_loopback()
         || ip.is_unspecified()
         || ip.is_multicast()
-        || (segments[0] & 0xfe00) == 0xfc00
-        || (segments[0] & 0xffc0) == 0xfe80
+        // Unique local fc00::/7, link-local fe80::/10, site-local fec0::/10.
+        || (s[0] & 0xfe00) == 0xfc00
+        || (s[0] & 0xffc0) == 0xfe80
+        || (s[0] & 0xffc0) == 0xfec0
+        // Discard-only 100::/64 and dummy 100:0:0:1::/64.
+        || (s[0] == 0x100 && s[1] == 0 && s[2] == 0 && s[3] <= 1)
+        // Local-use NAT64 64:ff9b:1::/48 (RFC 8215).
+        || (s[0] == 0x64 && s[1] == 0xff9b && s[2] == 1)
+        || is_non_global_protocol_assignment(s)
+        // Documentation 2001:db8::/32 and 3fff::/20 (RFC 9637).
+        || (s[0] == 0x2001 && s[1] == 0xdb8)
+        || (s[0] == 0x3fff && s[1] < 0x1000)
+        // Segment routing SIDs 5f00::/16 (RFC 9602).
+        || s[0] == 0x5f00
+}
+
+/// 2001::/23 (IETF protocol assignments: Teredo, benchmarking, ORCHID…)
+/// except the blocks IANA lists as globally reachable: the PCP, TURN and
+/// DNS-SD anycast addresses, AMT 2001:3::/32, AS112 2001:4:112::/48,
+/// ORCHIDv2 2001:20::/28 and drone remote ID 2001:30::/28.
+fn is_non_global_protocol_assignment(s: [u16; 8]) -> bool {
+    if s[0] != 0x2001 || s[1] >= 0x200 {
+        return false;
+    }
+    let anycast = s[1] == 1 && s[2..7].iter().all(|x| *x == 0) && (1..=3).contains(&s[7]);
+    let global =
+        anycast || s[1] == 3 || (s[1] == 4 && s[2] == 0x112) || (0x20..=0x3f).contains(&s[1]);
+    !global
 }
 
 #[cfg(test)]
@@ -82,6 +133,22 @@ mod tests {
             "::ffff:127.0.0.1",
             "::ffff:10.0.0.1",
             "::10.0.0.1",
+            "2001:db8::1",
+            "3fff::1",
+            "3fff:fff::1",
+            "2002:a00:1::1",
+            "2002:7f00:1::",
+            "64:ff9b::a00:1",
+            "64:ff9b::7f00:1",
+            "64:ff9b:1::8.8.8.8",
+            "fec0::1",
+            "100::1",
+            "100:0:0:1::1",
+            "2001::1",
+            "2001:2::1",
+            "2001:10::1",
+            "2001:1::4",
+            "5f00::1",
         ] {
             assert!(is_non_public(ip.parse().unwrap()), "{ip}");
         }
@@ -91,8 +158,34 @@ mod tests {
             "100.128.0.1",
             "2001:4860::8888",
             "::ffff:8.8.8.8",
+            "2002:808:808::1",
+            "64:ff9b::808:808",
+            "2001:1::1",
+            "2001:3::1",
+            "2001:4:112::1",
+            "2001:20::1",
+            "4000::1",
+            "3ffe::1",
+            "3fff:1000::1",
         ] {
             assert!(!is_non_public(ip.parse().unwrap()), "{ip}");
+        }
+    }
+
+    #[test]
+    fn embedded_ipv4_addresses_are_found_in_every_carrier() {
+        let v4 = Some(Ipv4Addr::new(100, 128, 0, 2));
+        for carrier in [
+            "::ffff:100.128.0.2",
+            "::100.128.0.2",
+            "64:ff9b::6480:2",
+            "2002:6480:2::1",
+            "2002:6480:2:ffff::",
+        ] {
+            assert_eq!(embedded_ipv4(carrier.parse().unwrap()), v4, "{carrier}");
+        }
+        for plain in ["::1", "::", "2001:db8::6480:2", "64:ff9b:1::6480:2"] {
+            assert_eq!(embedded_ipv4(plain.parse().unwrap()), None, "{plain}");
         }
     }
 }
