@@ -53,7 +53,7 @@ impl std::fmt::Display for BlockedDestination {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.port == 0 {
             write!(f, "{} (name lookup; {})", self.host, self.reason.summary())
-        } else if self.host.contains(':') {
+        } else if self.host.contains(':') && !self.host.starts_with('[') {
             write!(
                 f,
                 "[{}]:{} ({})",

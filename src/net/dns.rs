@@ -5,8 +5,11 @@
 //! resolved by the proxy through its resolve endpoint. Other names get
 //! `NXDOMAIN` — a final answer, where `REFUSED` would make resolvers retry
 //! and report a temporary failure — and the proxy records each as a `dns`
-//! decision with its reason (`not_allowed`, `dns_failed`, …). `SERVFAIL`
-//! only when the proxy cannot be asked.
+//! decision with its reason (`not_allowed`, `dns_failed`, …). A question
+//! that names no DNS name the proxy would accept (`net::destination`: a
+//! label other than letters, digits, `-`, `_`; over 253 bytes; an IPv4
+//! spelling such as `1686110210`) gets `NXDOMAIN` at once, without asking
+//! the proxy. `SERVFAIL` only when the proxy cannot be asked.
 //!
 //! The DNS wire format handled here is the minimum a stub resolver sends:
 //! one question, no compression in queries; answers use a pointer to the
@@ -20,6 +23,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::sync::OnceCell;
 
+use super::destination::{shown, DnsName, HostError};
 use crate::sync::lock;
 
 /// The proxy's resolve endpoint (origin-form request on its HTTP listener).
@@ -47,8 +51,9 @@ pub enum QueryType {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Question {
     pub id: u16,
-    /// Lowercase, without the trailing dot.
-    pub name: String,
+    /// The canonical name asked for, or why the question names none (it is
+    /// answered `NXDOMAIN`).
+    pub name: Result<DnsName, HostError>,
     pub qtype: QueryType,
     /// Offset of the end of the question section.
     end: usize,
@@ -78,7 +83,7 @@ pub fn parse_query(query: &[u8]) -> Option<Question> {
         return None;
     }
     let mut i = 12;
-    let mut labels: Vec<String> = Vec::new();
+    let mut labels: Vec<&[u8]> = Vec::new();
     loop {
         let len = usize::from(*query.get(i)?);
         i += 1;
@@ -89,14 +94,7 @@ pub fn parse_query(query: &[u8]) -> Option<Question> {
         if len > 63 {
             return None;
         }
-        let label = query.get(i..i + len)?;
-        if !label
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_')
-        {
-            return None;
-        }
-        labels.push(String::from_utf8_lossy(label).to_ascii_lowercase());
+        labels.push(query.get(i..i + len)?);
         i += len;
     }
     let qtype = u16::from_be_bytes([*query.get(i)?, *query.get(i + 1)?]);
@@ -106,7 +104,7 @@ pub fn parse_query(query: &[u8]) -> Option<Question> {
     }
     Some(Question {
         id,
-        name: labels.join("."),
+        name: question_name(&labels),
         qtype: match qtype {
             1 => QueryType::A,
             28 => QueryType::Aaaa,
@@ -115,6 +113,26 @@ pub fn parse_query(query: &[u8]) -> Option<Question> {
         end: i + 4,
         recursion_desired: flags & 0x01 != 0,
     })
+}
+
+/// The canonical name of the labels of a question. A label holding a dot
+/// (or any byte a DNS name may not hold) would let the joined text mean
+/// other labels: such a question names nothing.
+fn question_name(labels: &[&[u8]]) -> Result<DnsName, HostError> {
+    let valid_bytes = labels.iter().all(|label| {
+        label
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_')
+    });
+    let text = labels
+        .iter()
+        .map(|label| String::from_utf8_lossy(label))
+        .collect::<Vec<_>>()
+        .join(".");
+    if !valid_bytes {
+        return Err(HostError::Name(shown(&text)));
+    }
+    DnsName::parse(&text)
 }
 
 /// A response to `question` (echoing it) with `rcode` and the addresses of
@@ -275,7 +293,10 @@ pub async fn answer(query: &[u8], proxy: SocketAddr, answers: &Answers) -> Optio
     let Some(question) = parse_query(query) else {
         return format_error(query);
     };
-    let (rcode, addresses) = match answers.lookup(proxy, &question.name).await {
+    let Ok(name) = &question.name else {
+        return Some(build_response(query, &question, Rcode::NxDomain, &[]));
+    };
+    let (rcode, addresses) = match answers.lookup(proxy, name.as_str()).await {
         Lookup::Addresses(addresses) => (Rcode::NoError, addresses),
         Lookup::Refused | Lookup::NoSuchName => (Rcode::NxDomain, Vec::new()),
         Lookup::Failed => (Rcode::ServFail, Vec::new()),
@@ -392,8 +413,8 @@ mod tests {
         let q = query("PyPI.org", 1);
         let question = parse_query(&q).unwrap();
         assert_eq!(
-            (question.id, question.name.as_str(), question.qtype),
-            (0x1234, "pypi.org", QueryType::A)
+            (question.id, question.name.clone(), question.qtype),
+            (0x1234, DnsName::parse("pypi.org"), QueryType::A)
         );
         let ips: Vec<IpAddr> = vec!["1.2.3.4".parse().unwrap(), "::1".parse().unwrap()];
         let r = build_response(&q, &question, Rcode::NoError, &ips);
@@ -413,7 +434,58 @@ mod tests {
         let mut pointer = query("a.b", 1);
         pointer[12] = 0xc0;
         assert!(parse_query(&pointer).is_none());
-        assert!(parse_query(&query("a/b.c", 1)).is_none());
         assert_eq!(format_error(&[1, 2, 3]).unwrap()[3] & 0x0f, 1);
+    }
+
+    /// A query whose labels are given as raw bytes.
+    fn query_labels(labels: &[&[u8]]) -> Vec<u8> {
+        let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+        for label in labels {
+            q.push(label.len() as u8);
+            q.extend_from_slice(label);
+        }
+        q.extend_from_slice(&[0, 0, 1, 0, 1]);
+        q
+    }
+
+    #[test]
+    fn questions_naming_no_dns_name_are_parsed_but_name_nothing() {
+        let long = "a".repeat(63);
+        let too_long: Vec<&[u8]> = vec![long.as_bytes(); 4];
+        for labels in [
+            too_long,
+            vec![b"a/b".as_slice(), b"c"],
+            vec![b"100.128.0.2%".as_slice(), b"allowed", b"test"],
+            vec![b"a.b".as_slice(), b"test"],
+            vec![b"1686110210".as_slice()],
+            vec![b"\xff".as_slice(), b"test"],
+            vec![b"-a".as_slice(), b"test"],
+        ] {
+            let question = parse_query(&query_labels(&labels)).unwrap();
+            assert!(question.name.is_err(), "{labels:?}");
+        }
+        let question = parse_query(&query_labels(&[b"Allowed", b"TEST"])).unwrap();
+        assert_eq!(question.name, DnsName::parse("allowed.test"));
+    }
+
+    #[tokio::test]
+    async fn names_no_policy_can_allow_get_nxdomain_without_asking_the_proxy() {
+        let dir = tempfile::tempdir().unwrap();
+        // Nothing listens here: asking would be SERVFAIL.
+        let proxy = dir.path().join("absent.sock");
+        let answers = Answers::default();
+        let long = "a".repeat(63);
+        for labels in [
+            vec![long.as_bytes(); 4],
+            vec![b"x%".as_slice(), b"test"],
+            vec![b"1686110210".as_slice()],
+        ] {
+            let q = query_labels(&labels);
+            let response = answer(&q, &proxy, &answers).await.unwrap();
+            assert_eq!(response[3] & 0x0f, Rcode::NxDomain as u8, "{labels:?}");
+        }
+        let q = query("allowed.test", 1);
+        let response = answer(&q, &proxy, &answers).await.unwrap();
+        assert_eq!(response[3] & 0x0f, Rcode::ServFail as u8);
     }
 }

@@ -4,7 +4,12 @@
 //!
 //! Unlike the reference, a CONNECT destination is dialed before the `200`
 //! is sent, so a client learns of a failed dial as `502` instead of a tunnel
-//! that closes at once.
+//! that closes at once. The target's host is parsed once into its
+//! canonical form (`net::destination`): a host that is none is refused
+//! like a host no entry allows, a port that is not 1–65535 is a `400`, a
+//! request with more than one `Host` header is a `400` (RFC 9112 §3.2), and
+//! what goes on — to the origin or an upstream proxy — names the canonical
+//! host.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -22,9 +27,10 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::decision::{BlockedBody, DenyReason, Protocol};
+use super::destination::{shown_parsed, split_authority, DnsName, Host, HostError};
 use super::dial::dial;
 use super::dns::{ResolveAnswer, RESOLVE_PATH};
-use super::policy::{normalize_host, Mode};
+use super::policy::Mode;
 use super::proxy::DNS_PORT;
 use super::proxy::{Admission, Destination, ProxyState};
 
@@ -115,15 +121,32 @@ fn json_refusal(body: String, reason: DenyReason) -> Response<Body> {
     response
 }
 
+/// The host text and port of a request target's authority; `Err` is the
+/// message of the `400` to answer.
+fn target_of(
+    authority: &http::uri::Authority,
+    default_port: u16,
+    empty: &'static str,
+) -> Result<(Result<Host, HostError>, u16), String> {
+    let (host, port) = split_authority(authority.as_str()).map_err(|err| err.to_string())?;
+    if host.is_empty() {
+        return Err(empty.to_owned());
+    }
+    Ok((Host::parse(host), port.unwrap_or(default_port)))
+}
+
 async fn connect(request: Request<Incoming>, client: &str, state: &ProxyState) -> Response<Body> {
     let Some(authority) = request.uri().authority().cloned() else {
         return text(StatusCode::BAD_REQUEST, "missing authority");
     };
-    let host = authority.host();
-    if normalize_host(host).is_empty() {
-        return text(StatusCode::BAD_REQUEST, "invalid host");
-    }
-    let port = authority.port_u16().unwrap_or(443);
+    let (host, port) = match target_of(&authority, 443, "invalid host") {
+        Ok(target) => target,
+        Err(message) => return text(StatusCode::BAD_REQUEST, &message),
+    };
+    let upstream = host
+        .as_ref()
+        .ok()
+        .and_then(|host| state.upstream.for_tunnel(&host.to_string()));
     let dest = Destination {
         host,
         port,
@@ -133,28 +156,29 @@ async fn connect(request: Request<Incoming>, client: &str, state: &ProxyState) -
     };
     // Limited mode would need TLS interception for HTTPS; there is none.
     let mode_denial = (state.policy.mode == Mode::Limited).then_some(DenyReason::MitmRequired);
-    let upstream = state.upstream.for_tunnel(host);
     let admission = match state.admit(&dest, mode_denial, upstream).await {
         Ok(admission) => admission,
         Err(reason) => return blocked_text(reason),
     };
-    let (target, prefix) = match admission {
-        Admission::Direct(targets) => match dial(&targets).await {
+    let shown = dest.shown();
+    let (target, prefix) = match (admission, &dest.host) {
+        (Admission::Direct(targets), _) => match dial(&targets).await {
             Ok(stream) => (stream, Bytes::new()),
             Err(err) => {
-                tracing::info!(%host, port, "CONNECT dial failed: {err}");
+                tracing::info!(host = %shown, port, "CONNECT dial failed: {err}");
                 return text(StatusCode::BAD_GATEWAY, "upstream failure");
             }
         },
-        Admission::Upstream(endpoint) => {
-            match endpoint.tunnel(&format!("{}:{port}", bracket(host))).await {
+        (Admission::Upstream(endpoint), Ok(host)) => {
+            match endpoint.tunnel(&host.with_port(port)).await {
                 Ok(tunnel) => tunnel,
                 Err(err) => {
-                    tracing::info!(%host, port, "CONNECT through upstream failed: {err}");
+                    tracing::info!(host = %shown, port, "CONNECT through upstream failed: {err}");
                     return text(StatusCode::BAD_GATEWAY, "upstream failure");
                 }
             }
         }
+        (Admission::Upstream(_), Err(_)) => return blocked_text(DenyReason::NotAllowed),
     };
     let mut closing = state.closing.clone();
     tokio::spawn(async move {
@@ -171,15 +195,6 @@ async fn connect(request: Request<Incoming>, client: &str, state: &ProxyState) -
         }
     });
     Response::new(full(Bytes::new()))
-}
-
-/// `[v6]` for an IPv6 literal host, the host otherwise.
-fn bracket(host: &str) -> String {
-    if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]")
-    } else {
-        host.to_owned()
-    }
 }
 
 /// Copies both ways between the client's upgraded connection and the
@@ -230,51 +245,65 @@ async fn forward(
         }
         return text(StatusCode::BAD_REQUEST, "missing host");
     };
-    let host = authority.host().to_owned();
-    if normalize_host(&host).is_empty() {
-        return text(StatusCode::BAD_REQUEST, "missing host");
-    }
+    let (host, port) = match target_of(&authority, 80, "missing host") {
+        Ok(target) => target,
+        Err(message) => return text(StatusCode::BAD_REQUEST, &message),
+    };
     if uri.scheme_str() != Some("http") {
         return text(
             StatusCode::BAD_REQUEST,
             "only http:// targets can be forwarded; use CONNECT for https",
         );
     }
-    let port = authority.port_u16().unwrap_or(80);
-    if let Err(message) = check_host_header(&uri, request.headers()) {
+    if let Err(message) = check_host_header(&host, port, request.headers()) {
         return text(StatusCode::BAD_REQUEST, message);
     }
+    let upstream = host
+        .as_ref()
+        .ok()
+        .and_then(|host| state.upstream.for_plain(&host.to_string()));
     let dest = Destination {
-        host: &host,
+        host,
         port,
         protocol: Protocol::Http,
         method: &method,
         client,
     };
     let mode_denial = (!method_allowed).then_some(DenyReason::MethodNotAllowed);
-    let upstream = state.upstream.for_plain(&host);
-    let admission = match state.admit(&dest, mode_denial, upstream).await {
-        Ok(admission) => admission,
-        Err(reason) => return blocked_json(reason, &host, port, Protocol::Http),
+    let admission = state.admit(&dest, mode_denial, upstream).await;
+    let shown = dest.shown();
+    let (admission, host) = match (admission, dest.host) {
+        (Ok(admission), Ok(host)) => (admission, host),
+        (Err(reason), _) => return blocked_json(reason, &shown, port, Protocol::Http),
+        (Ok(_), Err(_)) => {
+            return blocked_json(DenyReason::NotAllowed, &shown, port, Protocol::Http)
+        }
     };
     remove_hop_by_hop(request.headers_mut());
-    if !request.headers().contains_key(HOST) {
-        if let Ok(value) = HeaderValue::from_str(authority.as_str()) {
-            request.headers_mut().insert(HOST, value);
-        }
+    // The canonical target, which is what was decided.
+    let authority = if port == 80 {
+        host.to_string()
+    } else {
+        host.with_port(port)
+    };
+    // One Host header, naming the destination as it was decided.
+    if let Ok(value) = HeaderValue::from_str(&authority) {
+        request.headers_mut().insert(HOST, value);
     }
+    let path_and_query = uri.path_and_query().map_or("/", |pq| pq.as_str());
     let stream = match admission {
         Admission::Direct(targets) => {
             // Origin-form towards the origin itself.
-            let origin_form = uri
-                .path_and_query()
-                .map_or("/", |pq| pq.as_str())
+            *request.uri_mut() = path_and_query
                 .parse::<Uri>()
                 .unwrap_or_else(|_| Uri::from_static("/"));
-            *request.uri_mut() = origin_form;
             dial(&targets).await.map_err(|err| err.to_string())
         }
         Admission::Upstream(endpoint) => {
+            match format!("http://{authority}{path_and_query}").parse::<Uri>() {
+                Ok(absolute) => *request.uri_mut() = absolute,
+                Err(_) => return text(StatusCode::BAD_REQUEST, "invalid request target"),
+            }
             if let Some(auth) = endpoint
                 .authorization
                 .as_deref()
@@ -290,7 +319,7 @@ async fn forward(
     let stream = match stream {
         Ok(stream) => stream,
         Err(err) => {
-            tracing::info!(%host, port, "forward dial failed: {err}");
+            tracing::info!(host = %shown, port, "forward dial failed: {err}");
             return text(StatusCode::BAD_GATEWAY, "upstream failure");
         }
     };
@@ -300,27 +329,25 @@ async fn forward(
             response.map(|body| body.boxed())
         }
         Err(err) => {
-            tracing::info!(%host, port, "forward failed: {err}");
+            tracing::info!(host = %shown, port, "forward failed: {err}");
             text(StatusCode::BAD_GATEWAY, "upstream failure")
         }
     }
 }
 
 /// The DNS stub's question: `GET /.well-known/codexbox/resolve?name=N`.
-/// Answers the addresses of an allowed name, or a JSON refusal.
+/// Answers the addresses of an allowed name, or a JSON refusal (a text
+/// that is no DNS name is refused as not allowed).
 async fn resolve_for_stub(uri: &Uri, client: &str, state: &ProxyState) -> Response<Body> {
     let name = uri
         .query()
         .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("name=")))
         .unwrap_or("");
-    let valid = !name.is_empty()
-        && name.len() <= 253
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'));
-    if !valid {
+    if name.is_empty() {
         return text(StatusCode::BAD_REQUEST, "invalid name");
     }
+    let name = DnsName::parse(name);
+    let shown = shown_parsed(&name);
     match state.resolve_name(name, client).await {
         Ok(addresses) => {
             let body = serde_json::to_string(&ResolveAnswer { addresses }).unwrap_or_default();
@@ -330,7 +357,7 @@ async fn resolve_for_stub(uri: &Uri, client: &str, state: &ProxyState) -> Respon
                 .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             response
         }
-        Err(reason) => blocked_json(reason, name, DNS_PORT, Protocol::Dns),
+        Err(reason) => blocked_json(reason, &shown, DNS_PORT, Protocol::Dns),
     }
 }
 
@@ -350,34 +377,32 @@ async fn send(
     sender.send_request(request).await
 }
 
-/// The absolute-form Host check: the header (when present) names the URI's
-/// host, and its port (or the scheme default) is the URI's.
-fn check_host_header(uri: &Uri, headers: &HeaderMap) -> Result<(), &'static str> {
-    let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
+/// The absolute-form Host check: at most one `Host` header, and when
+/// there is one it names the target's host (canonically compared) and
+/// port (80 when it has none). A target that names no host is left to the
+/// policy, which refuses it.
+fn check_host_header(
+    target: &Result<Host, HostError>,
+    port: u16,
+    headers: &HeaderMap,
+) -> Result<(), &'static str> {
+    let mut values = headers.get_all(HOST).iter();
+    let Some(value) = values.next() else {
         return Ok(());
     };
-    let Some(value) = headers.get(HOST) else {
+    if values.next().is_some() {
+        return Err("multiple Host headers");
+    }
+    let Ok(target) = target else {
         return Ok(());
     };
-    let header: http::uri::Authority = value
+    let (header_host, header_port) = value
         .to_str()
         .ok()
-        .and_then(|v| v.parse().ok())
+        .and_then(|v| split_authority(v).ok())
+        .and_then(|(host, port)| Some((Host::parse(host).ok()?, port.unwrap_or(80))))
         .ok_or("invalid Host header")?;
-    if normalize_host(header.host()) != normalize_host(authority.host()) {
-        return Err("Host header does not match request target");
-    }
-    let default_port = if scheme.eq_ignore_ascii_case("https") {
-        443
-    } else {
-        80
-    };
-    let uri_port = authority.port_u16().unwrap_or(default_port);
-    let matches = match header.port_u16() {
-        Some(port) => port == uri_port,
-        None => uri_port == default_port,
-    };
-    if matches {
+    if *target == header_host && port == header_port {
         Ok(())
     } else {
         Err("Host header does not match request target")
@@ -428,19 +453,41 @@ mod tests {
 
     #[test]
     fn host_header_must_match_the_absolute_target() {
-        let uri: Uri = "http://example.com/x".parse().unwrap();
-        assert!(check_host_header(&uri, &headers(&[("host", "EXAMPLE.com")])).is_ok());
-        assert!(check_host_header(&uri, &headers(&[("host", "example.com:80")])).is_ok());
+        let check = |target: &str, port: u16, pairs: &[(&str, &str)]| {
+            check_host_header(&Host::parse(target), port, &headers(pairs))
+        };
+        assert!(check("example.com", 80, &[("host", "EXAMPLE.com")]).is_ok());
+        assert!(check("example.com", 80, &[("host", "example.com.:80")]).is_ok());
+        assert!(check("127.0.0.1", 80, &[("host", "0x7f.1")]).is_ok());
+        assert!(check("example.com", 80, &[]).is_ok());
         assert_eq!(
-            check_host_header(&uri, &headers(&[("host", "evil.com")])),
+            check("example.com", 80, &[("host", "evil.com")]),
             Err("Host header does not match request target")
         );
-        let with_port: Uri = "http://example.com:8080/".parse().unwrap();
-        assert!(check_host_header(&with_port, &headers(&[("host", "example.com")])).is_err());
-        assert!(check_host_header(&with_port, &headers(&[("host", "example.com:8080")])).is_ok());
+        assert!(check("example.com", 8080, &[("host", "example.com")]).is_err());
+        assert!(check("example.com", 8080, &[("host", "example.com:8080")]).is_ok());
+        for bad in ["a b", "example.com:73616", "[::1%25x]", "x@example.com", ""] {
+            assert_eq!(
+                check("example.com", 80, &[("host", bad)]),
+                Err("invalid Host header"),
+                "{bad}"
+            );
+        }
         assert_eq!(
-            check_host_header(&uri, &headers(&[("host", "a b")])),
-            Err("invalid Host header")
+            check(
+                "example.com",
+                80,
+                &[("host", "example.com"), ("host", "example.com")]
+            ),
+            Err("multiple Host headers")
+        );
+        assert_eq!(
+            check(
+                "example.com",
+                80,
+                &[("host", "example.com"), ("host", "evil.com")]
+            ),
+            Err("multiple Host headers")
         );
     }
 

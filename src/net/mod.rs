@@ -2,6 +2,7 @@
 //! forward, CONNECT, SOCKS5) shared by `codexbox proxy`, the exec-server's
 //! per-process `networkProxy` and `codexbox sandbox --allow-domain`.
 //!
+//! - [`destination`]: the one canonical form of a destination host;
 //! - [`policy`]: patterns and the pure host decision;
 //! - [`resolve`]: local/private classification, `--resolve`, DNS checks;
 //! - [`dial`]: outbound connections to checked addresses only;
@@ -20,6 +21,7 @@ pub mod audit;
 pub mod cli;
 pub mod client;
 pub mod decision;
+pub mod destination;
 pub mod dial;
 pub mod dns;
 pub mod env;

@@ -4,7 +4,9 @@
 //! bound addresses, [`ProxyHandle::subscribe`] to decisions, read the
 //! blocked summary, [`ProxyHandle::shutdown`]. Dropping the handle stops it
 //! too. Also owns the admission step every protocol shares: host policy,
-//! mode guard, resolution, upstream choice, one recorded decision.
+//! mode guard, resolution, upstream choice, one recorded decision, all on
+//! the one canonical host the request's text was parsed into
+//! (`net::destination`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,6 +18,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use super::address::is_non_public;
 use super::audit::{AuditLog, AuditSink, BlockedDestination};
 use super::decision::{Decision, DenyReason, Protocol};
+use super::destination::{shown_parsed, DnsName, Host, HostError};
 use super::policy::{HostVerdict, Policy};
 use super::resolve::{Resolver, Targets};
 use super::upstream::{ProxyEndpoint, Upstream};
@@ -76,11 +79,21 @@ impl ProxyConfig {
 /// One destination asked for, as the policy sees it.
 #[derive(Debug, Clone)]
 pub(crate) struct Destination<'a> {
-    pub host: &'a str,
+    /// The canonical host, or why the text asked for names none (refused
+    /// as `not_allowed`: no entry can allow what is not a destination).
+    pub host: Result<Host, HostError>,
     pub port: u16,
     pub protocol: Protocol,
     pub method: &'a str,
     pub client: &'a str,
+}
+
+impl Destination<'_> {
+    /// What the audit log and the summary show: the canonical host, or
+    /// the refused text escaped.
+    pub fn shown(&self) -> String {
+        shown_parsed(&self.host)
+    }
 }
 
 /// Where an admitted destination is reached.
@@ -115,7 +128,7 @@ impl ProxyState {
         self.audit
             .record(Decision::new(
                 denied,
-                dest.host,
+                &dest.shown(),
                 dest.port,
                 dest.protocol,
                 dest.method,
@@ -134,18 +147,24 @@ impl ProxyState {
         mode_denial: Option<DenyReason>,
         upstream: Option<&ProxyEndpoint>,
     ) -> Result<Admission, DenyReason> {
-        let verdict = self.policy.check_host(dest.host, dest.port);
+        let verdict = match &dest.host {
+            Ok(host) => self.policy.check(host, dest.port),
+            Err(err) => {
+                tracing::info!("refused destination: {err}");
+                HostVerdict::Deny(DenyReason::NotAllowed)
+            }
+        };
         let outcome = match (&verdict, mode_denial) {
             (HostVerdict::Deny(reason), _) => Err(*reason),
             (_, Some(reason)) => Err(reason),
             (_, None) => match upstream {
                 Some(endpoint) => self
-                    .check_upstream_target(&verdict, dest)
+                    .check_upstream_target(&verdict, dest.port)
                     .await
                     .map(|()| Admission::Upstream(endpoint.clone())),
                 None => self
                     .resolver
-                    .targets(&verdict, dest.host, dest.port)
+                    .targets(&verdict, dest.port)
                     .await
                     .map(Admission::Direct),
             },
@@ -159,17 +178,20 @@ impl ProxyState {
     /// dial. Records a `dns` decision.
     pub async fn resolve_name(
         &self,
-        name: &str,
+        name: Result<DnsName, HostError>,
         client: &str,
     ) -> Result<Vec<std::net::IpAddr>, DenyReason> {
-        let verdict = self.policy.check_name(name);
+        let verdict = match &name {
+            Ok(name) => self.policy.check_name(name),
+            Err(_) => HostVerdict::Deny(DenyReason::NotAllowed),
+        };
         let outcome = self
             .resolver
-            .targets(&verdict, name, DNS_PORT)
+            .targets(&verdict, DNS_PORT)
             .await
             .map(|targets| targets.addrs.iter().map(|a| a.ip()).collect());
         let dest = Destination {
-            host: name,
+            host: name.map(Host::Name),
             port: DNS_PORT,
             protocol: Protocol::Dns,
             method: "none",
@@ -182,13 +204,16 @@ impl ProxyState {
     async fn check_upstream_target(
         &self,
         verdict: &HostVerdict,
-        dest: &Destination<'_>,
+        port: u16,
     ) -> Result<(), DenyReason> {
-        let HostVerdict::Name { local_ok: false } = verdict else {
+        let HostVerdict::Name {
+            name,
+            local_ok: false,
+        } = verdict
+        else {
             return Ok(());
         };
-        let host = super::policy::normalize_host(dest.host);
-        match self.resolver.lookup(&host, dest.port).await {
+        match self.resolver.lookup(name, port).await {
             Some(addrs) if addrs.iter().any(|a| is_non_public(a.ip())) => {
                 Err(DenyReason::NotAllowedLocal)
             }

@@ -4,7 +4,10 @@
 //! `method_not_allowed` and 443 as `mitm_required` before the host policy.
 //! A refusal by policy answers REP `0x02` (connection not allowed by
 //! ruleset); a name that does not resolve `0x04` (host unreachable).
-//! SOCKS5 traffic is never chained to an upstream proxy.
+//! SOCKS5 traffic is never chained to an upstream proxy. Every address
+//! (IPv4, IPv6, or a name, which may spell an address) is parsed into its
+//! canonical host (`net::destination`) before anything is decided; a name
+//! that is none is refused as not allowed.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -14,6 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 
 use super::decision::{DenyReason, Protocol};
+use super::destination::{Host, HostError};
 use super::dial::dial;
 use super::policy::Mode;
 use super::proxy::{Admission, Destination, ProxyState};
@@ -54,18 +58,20 @@ impl Reply {
     }
 }
 
-/// A destination in a SOCKS request or UDP header.
+/// A destination in a SOCKS request or UDP header, as sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Address {
     Ip(IpAddr),
+    /// The name's bytes (invalid UTF-8 replaced; such a name is refused).
     Name(String),
 }
 
 impl Address {
-    fn host(&self) -> String {
+    /// The canonical host this address names.
+    pub fn host(&self) -> Result<Host, HostError> {
         match self {
-            Address::Ip(ip) => ip.to_string(),
-            Address::Name(name) => name.clone(),
+            Address::Ip(ip) => Ok(Host::from_ip(*ip)),
+            Address::Name(name) => Host::parse(name),
         }
     }
 }
@@ -99,8 +105,8 @@ pub fn parse_address(bytes: &[u8]) -> Option<(Address, u16, usize)> {
         ATYP_NAME => {
             let (&n, name) = rest.split_first()?;
             let n = usize::from(n);
-            let name = std::str::from_utf8(name.get(..n)?).ok()?;
-            (Address::Name(name.to_owned()), 1 + n)
+            let name = String::from_utf8_lossy(name.get(..n)?);
+            (Address::Name(name.into_owned()), 1 + n)
         }
         _ => return None,
     };
@@ -205,9 +211,8 @@ async fn connect(
     address: &Address,
     port: u16,
 ) {
-    let host = address.host();
     let dest = Destination {
-        host: &host,
+        host: address.host(),
         port,
         protocol: Protocol::Socks5Tcp,
         method: "CONNECT",
@@ -240,7 +245,7 @@ async fn connect(
     let target = match dial(&targets).await {
         Ok(target) => target,
         Err(err) => {
-            tracing::info!(%host, port, "socks5 dial failed: {err}");
+            tracing::info!(host = %dest.shown(), port, "socks5 dial failed: {err}");
             let _ = reply(&mut stream, Reply::ConnectionRefused, UNSPECIFIED).await;
             return;
         }
@@ -324,25 +329,25 @@ async fn udp_associate(mut control: TcpStream, peer: SocketAddr, state: &ProxySt
 
 /// Destinations one association has been judged for at most once each
 /// (bounded): a flow of datagrams is admitted, resolved and recorded once,
-/// not per datagram.
+/// not per datagram. Keyed by the address as sent.
 #[derive(Default)]
-struct Verdicts(Vec<((String, u16), Option<SocketAddr>)>);
+struct Verdicts(Vec<((Address, u16), Option<SocketAddr>)>);
 
 /// Destinations remembered per association; beyond that each is judged
 /// per datagram.
 const MAX_VERDICTS: usize = 1024;
 
 impl Verdicts {
-    fn get(&self, host: &str, port: u16) -> Option<Option<SocketAddr>> {
+    fn get(&self, address: &Address, port: u16) -> Option<Option<SocketAddr>> {
         self.0
             .iter()
-            .find(|((h, p), _)| h == host && *p == port)
+            .find(|((a, p), _)| a == address && *p == port)
             .map(|(_, to)| *to)
     }
 
-    fn remember(&mut self, host: String, port: u16, to: Option<SocketAddr>) {
+    fn remember(&mut self, address: Address, port: u16, to: Option<SocketAddr>) {
         if self.0.len() < MAX_VERDICTS {
-            self.0.push(((host, port), to));
+            self.0.push(((address, port), to));
         }
     }
 }
@@ -363,12 +368,11 @@ async fn relay_out(
     }
     let (address, port, used) = parse_address(rest)?;
     let payload = rest.get(used..)?;
-    let host = address.host();
-    let to = match verdicts.get(&host, port) {
+    let to = match verdicts.get(&address, port) {
         Some(to) => to,
         None => {
-            let to = admit_datagrams(&host, port, client, state).await;
-            verdicts.remember(host, port, to);
+            let to = admit_datagrams(&address, port, client, state).await;
+            verdicts.remember(address, port, to);
             to
         }
     }?;
@@ -379,13 +383,13 @@ async fn relay_out(
 
 /// Where datagrams to `host:port` go, if the policy lets them.
 async fn admit_datagrams(
-    host: &str,
+    address: &Address,
     port: u16,
     client: &str,
     state: &ProxyState,
 ) -> Option<SocketAddr> {
     let dest = Destination {
-        host,
+        host: address.host(),
         port,
         protocol: Protocol::Socks5Udp,
         method: "none",
@@ -435,7 +439,28 @@ mod tests {
             Some((Address::Name("a.b".into()), 80, 7))
         );
         assert_eq!(parse_address(&name[..6]), None);
+        let binary = [ATYP_NAME, 2, 0xff, b'a', 0, 80];
+        let (address, _, _) = parse_address(&binary).unwrap();
+        assert!(address.host().is_err());
         assert_eq!(parse_address(&[9, 1, 2]), None);
         assert_eq!(parse_address(&[]), None);
+    }
+
+    #[test]
+    fn names_spelling_addresses_are_those_addresses() {
+        let ip = |text: &str| Ok(Host::Ip(text.parse().unwrap()));
+        assert_eq!(Address::Name("1686110210".into()).host(), ip("100.128.0.2"));
+        assert_eq!(Address::Name("[::1]".into()).host(), ip("::1"));
+        assert_eq!(
+            Address::Name("::ffff:7f00:1".into()).host(),
+            ip("127.0.0.1")
+        );
+        assert_eq!(
+            Address::Ip("::ffff:7f00:1".parse().unwrap()).host(),
+            ip("127.0.0.1")
+        );
+        assert!(Address::Name("100.128.0.2%.allowed.test".into())
+            .host()
+            .is_err());
     }
 }

@@ -1,7 +1,8 @@
 //! Attacks on the sandbox and the server: every launcher (system bubblewrap,
 //! built-in bwrap, Landlock) against escapes through the filesystem, the
 //! kernel, the built-in launcher itself, the processes the sandbox starts
-//! for its own purposes and the server's methods.
+//! for its own purposes, the server's methods, and the network proxy's
+//! reading of destinations.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -11,5 +12,6 @@ mod fs;
 mod helpers;
 mod kernel;
 mod landlock_escape;
+mod proxy;
 mod sandbox_escape;
 mod server;
