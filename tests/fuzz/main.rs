@@ -1,6 +1,7 @@
 //! Property-based fuzzing of every parser that takes outside input, on
 //! stable Rust with proptest: the JSON-RPC envelope and every method's
-//! params, the policy JSON, path URIs, the bwrap, linux-sandbox and
+//! params, the policy JSON, path URIs, the proxy's destinations (host
+//! spellings and allow/deny decisions), the bwrap, linux-sandbox and
 //! `codexbox sandbox` command lines, the fs-helper request stream, and the
 //! agreement of the server with its shipped JSON Schemas.
 //!
@@ -20,6 +21,7 @@
 mod common;
 
 mod cli;
+mod destination;
 mod envelope;
 mod fs_helper;
 mod gen;
