@@ -36,6 +36,9 @@ use crate::sandbox::{glob, inner, run, state};
 pub const ALLOW_NETWORK_FOR_PROXY_FLAG: &str = "--allow-network-for-proxy";
 /// The flag carrying the routes to the inner stage.
 const PROXY_ROUTE_SPEC_FLAG: &str = "--proxy-route-spec";
+/// The flag naming a place where earlier sandboxed commands could have
+/// written (repeatable).
+const PLANTABLE_ROOT_FLAG: &str = "--plantable-root";
 /// Set in the caller's environment by an orchestrating proxy; never passed on.
 const ATTRIBUTION_ENV: &str = "CODEX_NETWORK_PROXY_ATTRIBUTION";
 
@@ -84,6 +87,11 @@ pub struct Args {
     /// proxy variables (bubblewrap backend only).
     #[arg(long, hide = true)]
     pub allow_network_for_proxy: bool,
+    /// Internal: a directory where earlier sandboxed commands could have
+    /// written (repeatable); a grant through a symlink inside one grants
+    /// nothing, as for the cwd, /tmp and $TMPDIR.
+    #[arg(long = "plantable-root", value_name = "DIR", hide = true)]
+    pub plantable_roots: Vec<PathBuf>,
     /// Internal: proxy routes for the inner stage.
     #[arg(long, value_name = "JSON", hide = true)]
     pub proxy_route_spec: Option<String>,
@@ -207,6 +215,14 @@ pub fn helper_args(
     args
 }
 
+/// The `--plantable-root` flags naming `roots`.
+pub fn plantable_args(roots: &[PathBuf]) -> Vec<OsString> {
+    roots
+        .iter()
+        .flat_map(|root| [PLANTABLE_ROOT_FLAG.into(), root.into()])
+        .collect()
+}
+
 /// Entry point of this mode.
 pub fn main(argv: Vec<OsString>) -> i32 {
     let args = match try_parse_args::<Args>(&argv, PREFIX) {
@@ -291,6 +307,49 @@ pub struct Prepared {
     pub resolved: ResolvedPolicy,
 }
 
+/// The policy one run enforces.
+fn resolve_for_run(
+    fs: &FileSystemSandboxPolicy,
+    policy_cwd: &Path,
+    plantable: &[PathBuf],
+) -> ResolvedPolicy {
+    let mut resolved = fs.resolve(policy_cwd, plantable);
+    // The helper and its bundled launcher run outside the sandbox next
+    // time: never writable from inside it.
+    if let Ok(exe) = crate::runtime_paths::self_exe() {
+        resolved.keep_read_only(&[launcher::bundled_path(exe), exe.to_path_buf()]);
+    }
+    resolved
+}
+
+/// One warning line per grant the run drops for a planted symlink.
+fn dropped_grant_warnings(resolved: &ResolvedPolicy) -> Vec<String> {
+    resolved
+        .dropped_grants()
+        .iter()
+        .map(|grant| format!("{PREFIX}: warning: {grant}"))
+        .collect()
+}
+
+/// The warnings a run of the helper with these flags prints about grants
+/// dropped for planted symlinks (the exec-server repeats them in the
+/// errors of a fs helper, whose stderr nobody reads). Empty when the
+/// profile does not parse: the run itself then fails and says why.
+pub fn planted_link_warnings(
+    policy_cwd: &Path,
+    profile_json: &str,
+    plantable: &[PathBuf],
+) -> Vec<String> {
+    let Ok(profile) = PermissionProfile::parse(profile_json) else {
+        return Vec::new();
+    };
+    let (fs, _) = profile.to_runtime();
+    if fs.has_full_disk_write_access() {
+        return Vec::new();
+    }
+    dropped_grant_warnings(&resolve_for_run(&fs, policy_cwd, plantable))
+}
+
 fn prepare(args: &Args) -> Result<Prepared, Failure> {
     let Some(cwd) = &args.sandbox_policy_cwd else {
         return Err(usage(
@@ -314,12 +373,7 @@ fn prepare(args: &Args) -> Result<Prepared, Failure> {
         };
     }
     let (fs, network) = profile.to_runtime();
-    let mut resolved = fs.resolve(&policy_cwd);
-    // The helper and its bundled launcher run outside the sandbox next
-    // time: never writable from inside it.
-    if let Ok(exe) = crate::runtime_paths::self_exe() {
-        resolved.keep_read_only(&[launcher::bundled_path(exe), exe.to_path_buf()]);
-    }
+    let resolved = resolve_for_run(&fs, &policy_cwd, &args.plantable_roots);
     Ok(Prepared {
         profile,
         network,
@@ -399,11 +453,8 @@ fn run_args(args: Args) -> Result<i32, Failure> {
         return Err(fail(inner::exec(&args.command)));
     }
 
-    for p in prepared.resolved.grants_through_links() {
-        eprintln!(
-            "{PREFIX}: warning: {} is reached through a symlink inside a writable root and grants nothing",
-            p.display()
-        );
+    for line in dropped_grant_warnings(&prepared.resolved) {
+        eprintln!("{line}");
     }
 
     // WSL1 cannot create the namespaces bubblewrap needs.

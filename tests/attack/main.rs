@@ -12,6 +12,7 @@ mod fs;
 mod helpers;
 mod kernel;
 mod landlock_escape;
+mod planted_links;
 mod proxy;
 mod sandbox_escape;
 mod server;

@@ -127,7 +127,9 @@ fn permission_profiles_round_trip_and_match_their_schema() {
             prop_assert_eq!(&parsed, &profile);
             let (fs, network) = profile.to_runtime();
             let _ = PermissionProfile::from_runtime(&fs, network);
-            let _ = fs.resolve(Path::new("/nonexistent/fuzz"));
+            let _ = fs
+                .resolve(Path::new("/nonexistent/fuzz"), &[])
+                .dropped_grants();
             let _ = profile.materialize_project_roots(&[Path::new("/srv/app").to_path_buf()]);
             Ok(())
         },
@@ -149,7 +151,7 @@ fn legacy_and_runtime_policies_round_trip_and_match_their_schemas() {
             let _ = profile.to_runtime();
         }
         if let Some(policy) = accepted_round_trips::<FileSystemSandboxPolicy>(&runtime, &split)? {
-            let _ = policy.resolve(Path::new("/srv/app"));
+            let _ = policy.resolve(Path::new("/srv/app"), &[]).dropped_grants();
         }
         Ok(())
     });

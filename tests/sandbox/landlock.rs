@@ -32,7 +32,7 @@ fn landlock_child_entry() {
         }
     };
     let (fs, network) = profile.to_runtime();
-    let resolved = fs.resolve(Path::new(cwd));
+    let resolved = fs.resolve(Path::new(cwd), &[]);
     if let Err(err) = landlock::apply(&resolved, network, PREFIX) {
         eprintln!("{PREFIX}: {err}");
         std::process::exit(1);
@@ -392,6 +392,7 @@ fn plan_protects_git_by_granting_its_siblings() {
         cwd: w.ws.clone(),
         tmpdir: Some(w.tmp.clone()),
         project_roots: Vec::new(),
+        plantable: Vec::new(),
     });
     let plan = landlock::plan(&resolved, 7).expect("plan");
     assert!(plan.restrict_fs);

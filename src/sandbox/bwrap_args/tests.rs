@@ -38,6 +38,7 @@ fn resolve(fs: &FileSystemSandboxPolicy, cwd: &Path) -> ResolvedPolicy {
         cwd: cwd.to_path_buf(),
         tmpdir: None,
         project_roots: Vec::new(),
+        plantable: Vec::new(),
     })
 }
 

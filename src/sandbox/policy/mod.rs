@@ -11,11 +11,15 @@
 //! the most path components among those that contain it, ties going to the
 //! strongest (`deny > write > read`), and no entry means denied. Inside a
 //! writable entry, `.git`, `.agents` and `.codex` stay read-only unless an
-//! explicit write entry names them, except under full-disk write.
+//! explicit write entry names them, except under full-disk write. A grant
+//! reached through a symlink lying inside a place where an earlier sandboxed
+//! command could have written grants nothing (`planted`).
 
-// Dependencies run one way: model <- resolve <- runtime <- legacy <- profile.
+// Dependencies run one way: model <- planted <- resolve <- runtime <- legacy
+// <- profile.
 mod legacy;
 mod model;
+mod planted;
 mod profile;
 mod resolve;
 mod runtime;
@@ -24,6 +28,7 @@ mod tests;
 
 pub use legacy::*;
 pub use model::*;
+pub use planted::*;
 pub use profile::*;
 pub use resolve::*;
 pub use runtime::*;

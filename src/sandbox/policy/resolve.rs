@@ -1,7 +1,9 @@
 //! Resolution of a policy against a cwd into concrete roots: which paths
-//! are readable, writable (with the read-only metadata inside) and denied.
-//! The only part of the model that reads the filesystem (does `.git`
-//! exist, where does a `gitdir:` file point, what does `$TMPDIR` say).
+//! are readable, writable (with the read-only metadata inside) and denied;
+//! a grant reached through a symlink an earlier sandboxed command could
+//! have planted grants nothing (found by `planted`). With `planted`, the
+//! only part of the model that reads the filesystem (does `.git` exist,
+//! where does a `gitdir:` file point, what does `$TMPDIR` say).
 
 use std::collections::BTreeSet;
 use std::num::NonZeroUsize;
@@ -11,6 +13,7 @@ use super::model::{
     depth, normalize, FileSystemAccessMode, FileSystemSandboxKind, PLATFORM_DEFAULT_READ_ROOTS,
     PROTECTED_METADATA_NAMES,
 };
+use super::planted::{DroppedGrant, Places};
 
 /// What resolution needs to know about the run.
 #[derive(Debug, Clone, Default)]
@@ -21,6 +24,10 @@ pub struct ResolveContext {
     pub tmpdir: Option<PathBuf>,
     /// Project roots; empty = the cwd.
     pub project_roots: Vec<PathBuf>,
+    /// Where earlier sandboxed commands could have written, beyond the
+    /// project roots (which always count) and the policy's own writable
+    /// roots: a grant through a symlink inside one grants nothing.
+    pub plantable: Vec<PathBuf>,
 }
 
 /// Default protected subpaths of a writable root: `.git` (and its `gitdir:`
@@ -84,6 +91,9 @@ pub struct ResolvedPolicy {
     pub entries: Vec<(PathBuf, FileSystemAccessMode)>,
     /// Absolute deny glob patterns, sorted.
     pub deny_globs: Vec<String>,
+    /// Places beyond the writable roots where an earlier sandboxed command
+    /// could have planted a symlink (never `/`), sorted.
+    pub plantable: Vec<PathBuf>,
 }
 
 impl ResolvedPolicy {
@@ -140,9 +150,9 @@ impl ResolvedPolicy {
             out.insert(PathBuf::from("/"));
             return out.into_iter().collect();
         }
-        let writable = self.lexical_writable_roots();
+        let places = self.link_places();
         for (path, access) in &self.entries {
-            if access.can_read() && self.can_read(path) && !crosses_planted_link(path, &writable) {
+            if self.grants_read(path, *access) && places.first_planted_link(path).is_none() {
                 out.insert(path.clone());
             }
         }
@@ -154,6 +164,22 @@ impl ResolvedPolicy {
             }
         }
         out.into_iter().collect()
+    }
+
+    fn grants_read(&self, path: &Path, access: FileSystemAccessMode) -> bool {
+        access.can_read() && self.can_read(path)
+    }
+
+    /// Where a symlink on the way to a grant may have been planted: the
+    /// context's places and the policy's own writable roots.
+    fn link_places(&self) -> Places {
+        Places::new(self.plantable.iter().chain(&self.lexical_writable_roots()))
+    }
+
+    /// Places beyond the writable roots where an earlier sandboxed command
+    /// could have written (the launcher is never taken from one either).
+    pub fn plantable_places(&self) -> &[PathBuf] {
+        &self.plantable
     }
 
     /// Every path a write entry grants, lexically (before the symlink rule).
@@ -186,30 +212,43 @@ impl ResolvedPolicy {
         self.entries.dedup();
     }
 
-    /// Grants left out because they pass through a symlink inside a
-    /// writable root ([`crosses_planted_link`]), for the caller to be told.
-    pub fn grants_through_links(&self) -> Vec<PathBuf> {
-        let writable = self.lexical_writable_roots();
-        let mut out: Vec<PathBuf> = self
-            .entries
+    /// Grants left out because a symlink an earlier sandboxed command could
+    /// have planted lies on their way ([`Places::first_planted_link`]), for
+    /// the caller to be told: writable roots, and readable entries when
+    /// reads are restricted (with full read they change nothing). Deny
+    /// entries are never dropped: their masks follow the link.
+    pub fn dropped_grants(&self) -> Vec<DroppedGrant> {
+        let places = self.link_places();
+        let dropped = |path: &PathBuf| {
+            places.first_planted_link(path).map(|link| DroppedGrant {
+                path: path.clone(),
+                link,
+            })
+        };
+        let mut out: Vec<DroppedGrant> = self
+            .lexical_writable_roots()
             .iter()
-            .filter(|(p, a)| a.can_read() && self.can_read(p) && crosses_planted_link(p, &writable))
-            .map(|(p, _)| p.clone())
+            .filter_map(dropped)
             .collect();
-        out.dedup();
+        if !self.full_read {
+            for (path, access) in &self.entries {
+                if self.grants_read(path, *access) && !out.iter().any(|d| &d.path == path) {
+                    out.extend(dropped(path));
+                }
+            }
+        }
         out
     }
 
     /// Writable roots with their read-only subpaths and protected names.
-    /// A root reached through a symlink inside another writable root is left
-    /// out: a sandboxed command could have planted that link (see
-    /// [`crosses_planted_link`]).
+    /// A root reached through a symlink inside another writable root or a
+    /// plantable place is left out: a sandboxed command could have planted
+    /// that link (see [`Places::first_planted_link`]).
     pub fn writable_roots(&self) -> Vec<WritableRoot> {
-        let lexical = self.lexical_writable_roots();
-        lexical
-            .iter()
-            .filter(|root| !crosses_planted_link(root, &lexical))
-            .cloned()
+        let places = self.link_places();
+        self.lexical_writable_roots()
+            .into_iter()
+            .filter(|root| places.first_planted_link(root).is_none())
             .map(|root| {
                 let mut subs = BTreeSet::new();
                 let mut names = Vec::new();
@@ -258,28 +297,4 @@ impl ResolvedPolicy {
     pub fn unreadable_globs(&self) -> &[String] {
         &self.deny_globs
     }
-}
-
-/// Does `path` pass through a symlink lying strictly inside one of
-/// `writable` (in either spelling)? Such a link may have been planted by an
-/// earlier sandboxed run, so a grant reached through it must grant nothing
-/// (the same rule the launcher applies to read-only subpaths: it protects
-/// the link's target but never opens it). Lexical prefixes only; the check
-/// runs on the host before the sandbox starts.
-pub fn crosses_planted_link(path: &Path, writable: &[PathBuf]) -> bool {
-    let spellings: Vec<PathBuf> = writable
-        .iter()
-        .flat_map(|w| [w.clone(), w.canonicalize().unwrap_or_else(|_| w.clone())])
-        .collect();
-    let mut prefix = PathBuf::new();
-    for c in normalize(path).components() {
-        prefix.push(c);
-        let strictly_inside = spellings
-            .iter()
-            .any(|w| prefix.starts_with(w) && prefix != *w);
-        if strictly_inside && prefix.symlink_metadata().is_ok_and(|m| m.is_symlink()) {
-            return true;
-        }
-    }
-    false
 }

@@ -12,6 +12,7 @@ use super::model::{
     is_glob, join_pattern, normalize, FileSystemAccessMode, FileSystemPath, FileSystemSandboxEntry,
     FileSystemSandboxKind, FileSystemSpecialPath, PROTECTED_METADATA_NAMES,
 };
+use super::planted::usable_place;
 use super::resolve::{default_read_only_subpaths, ResolveContext, ResolvedPolicy};
 
 /// The runtime filesystem policy (`--file-system-sandbox-policy JSON`).
@@ -160,15 +161,22 @@ impl FileSystemSandboxPolicy {
         }
     }
 
-    /// Resolves against `cwd` with the helper's `$TMPDIR`.
-    pub fn resolve(&self, cwd: &Path) -> ResolvedPolicy {
+    /// Resolves against `cwd` with the helper's `$TMPDIR`, as one run of the
+    /// helper does: `/tmp`, `$TMPDIR` and `plantable` (what the caller knows
+    /// earlier sandboxed commands could write) count as places where a
+    /// symlink may have been planted, beside the cwd (the project root).
+    pub fn resolve(&self, cwd: &Path, plantable: &[PathBuf]) -> ResolvedPolicy {
         let tmpdir = std::env::var_os("TMPDIR")
             .filter(|v| !v.is_empty())
             .map(PathBuf::from);
+        let mut places = vec![PathBuf::from("/tmp")];
+        places.extend(tmpdir.iter().map(|t| cwd.join(t)));
+        places.extend_from_slice(plantable);
         self.resolve_with(&ResolveContext {
             cwd: cwd.to_path_buf(),
             tmpdir,
             project_roots: Vec::new(),
+            plantable: places,
         })
     }
 
@@ -239,6 +247,13 @@ impl FileSystemSandboxPolicy {
             .collect();
         entries.sort();
         entries.dedup();
+        let mut plantable: Vec<PathBuf> = roots
+            .iter()
+            .chain(&ctx.plantable)
+            .filter_map(|p| usable_place(p))
+            .collect();
+        plantable.sort();
+        plantable.dedup();
         ResolvedPolicy {
             kind: self.kind,
             full_write: self.has_full_disk_write_access(),
@@ -248,6 +263,7 @@ impl FileSystemSandboxPolicy {
             cwd,
             entries,
             deny_globs,
+            plantable,
         }
     }
 }

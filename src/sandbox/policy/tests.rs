@@ -95,7 +95,7 @@ fn unknown_special_kinds_are_preserved_and_ignored() {
         entries: vec![e],
         ..Default::default()
     };
-    assert!(policy.resolve(Path::new("/w")).entries.is_empty());
+    assert!(policy.resolve(Path::new("/w"), &[]).entries.is_empty());
 }
 
 #[test]
@@ -233,20 +233,106 @@ fn a_grant_through_a_link_inside_a_writable_root_is_dropped() {
             FileSystemSandboxEntry::path(ws.join("src"), Read),
         ],
     };
-    let r = fs.resolve(&ws);
+    let r = fs.resolve_with(&ctx(Path::new("/elsewhere")));
     let roots: Vec<PathBuf> = r.writable_roots().into_iter().map(|w| w.root).collect();
     assert_eq!(roots, vec![ws.clone()]);
     assert!(!r.readable_roots().contains(&ws.join("cache/sub")));
     assert!(r.readable_roots().contains(&ws.join("src")));
+    let dropped: Vec<(PathBuf, PathBuf)> = r
+        .dropped_grants()
+        .into_iter()
+        .map(|d| (d.path, d.link.link))
+        .collect();
     assert_eq!(
-        r.grants_through_links(),
-        vec![ws.join("cache"), ws.join("cache/sub")]
+        dropped,
+        vec![
+            (ws.join("cache"), ws.join("cache")),
+            (ws.join("cache/sub"), ws.join("cache")),
+        ]
     );
-    assert!(crosses_planted_link(
-        &ws.join("cache"),
-        std::slice::from_ref(&ws)
-    ));
-    assert!(!crosses_planted_link(&ws, std::slice::from_ref(&ws)));
+}
+
+/// The issue the places exist for: only `ws/out` is writable, but `ws` is
+/// the project root, so an earlier command could have planted the link.
+#[test]
+fn a_grant_through_a_link_inside_a_project_root_or_place_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let ws = root.join("ws");
+    let tmp = root.join("tmp");
+    std::fs::create_dir_all(root.join("outside")).unwrap();
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::os::unix::fs::symlink(root.join("outside"), ws.join("out")).unwrap();
+    std::os::unix::fs::symlink(root.join("outside"), tmp.join("cache")).unwrap();
+    let fs = FileSystemSandboxPolicy {
+        entries: vec![
+            FileSystemSandboxEntry::special(FileSystemSpecialPath::Root, Read),
+            FileSystemSandboxEntry::path(ws.join("out"), Write),
+            FileSystemSandboxEntry::path(tmp.join("cache"), Write),
+        ],
+        ..FileSystemSandboxPolicy::read_only()
+    };
+    let elsewhere = fs.resolve_with(&ctx(Path::new("/elsewhere")));
+    assert_eq!(
+        elsewhere.writable_roots().len(),
+        2,
+        "no place holds the links"
+    );
+    let r = fs.resolve_with(&ResolveContext {
+        plantable: vec![tmp.clone(), PathBuf::from("/")],
+        ..ctx(&ws)
+    });
+    assert!(r.writable_roots().is_empty());
+    assert_eq!(r.plantable_places(), [tmp.clone(), ws.clone()]);
+    let text: Vec<String> = r.dropped_grants().iter().map(|d| d.to_string()).collect();
+    assert_eq!(
+        text[0],
+        format!(
+            "{0}/cache grants nothing: it is reached through the symlink {0}/cache inside {0}, where an earlier sandboxed command could have planted it",
+            tmp.display()
+        )
+    );
+    assert!(text[1].starts_with(&format!("{}/out grants nothing", ws.display())));
+}
+
+#[test]
+fn the_walk_resolves_like_the_kernel() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let ws = root.join("ws");
+    let out = root.join("outside");
+    std::fs::create_dir_all(out.join("b")).unwrap();
+    std::fs::create_dir_all(ws.join("real/b")).unwrap();
+    let link = |target: &Path, at: &Path| std::os::unix::fs::symlink(target, at).unwrap();
+    link(&out, &ws.join("a")); // an intermediate component
+    link(Path::new("../outside"), &ws.join("rel")); // relative, with `..`
+    link(&root.join("hop"), &ws.join("chain")); // to a link outside the place
+    link(&out, &root.join("hop"));
+    link(&ws, &root.join("alias")); // the user's own alias of the place
+    link(Path::new("real"), &ws.join("inner")); // inside the place
+    let places = Places::new(std::slice::from_ref(&ws));
+    let found = |p: &Path| places.first_planted_link(p).map(|l| l.link);
+    assert_eq!(found(&ws.join("a/b")), Some(ws.join("a")));
+    assert_eq!(found(&ws.join("rel")), Some(ws.join("rel")));
+    assert_eq!(found(&ws.join("chain/b")), Some(ws.join("chain")));
+    assert_eq!(found(&root.join("alias/a/b")), Some(ws.join("a")));
+    assert_eq!(found(&root.join("alias/inner/b")), Some(ws.join("inner")));
+    assert_eq!(found(&root.join("hop/b")), None, "outside every place");
+    assert_eq!(found(&root.join("alias/real/b")), None, "the place itself");
+    assert_eq!(found(&ws.join("missing/x")), None);
+    assert_eq!(
+        places.first_planted_link(&ws.join("a")).map(|l| l.place),
+        Some(ws.clone())
+    );
+    // Through the place's other spelling.
+    let by_alias = Places::new(&[root.join("alias")]);
+    assert_eq!(
+        by_alias.first_planted_link(&ws.join("a")).map(|l| l.place),
+        Some(root.join("alias"))
+    );
+    assert_eq!(usable_place(Path::new("/x/..")), None);
+    assert_eq!(usable_place(Path::new("rel")), None);
 }
 
 #[test]
@@ -288,6 +374,7 @@ fn ctx(cwd: &Path) -> ResolveContext {
         cwd: cwd.to_path_buf(),
         tmpdir: None,
         project_roots: Vec::new(),
+        plantable: Vec::new(),
     }
 }
 
@@ -348,7 +435,7 @@ fn full_disk_write_detection() {
         ..Default::default()
     };
     assert!(fs.has_full_disk_write_access());
-    let r = fs.resolve(Path::new("/"));
+    let r = fs.resolve(Path::new("/"), &[]);
     assert_eq!(r.access(Path::new("/w/.git/config")), Write);
     fs.entries.push(FileSystemSandboxEntry::path("/etc", Read));
     assert!(!fs.has_full_disk_write_access(), "read carve-out narrows");
@@ -398,6 +485,7 @@ fn workspace_resolution_protects_git_gitdir_and_cwd_codex() {
         cwd: repo.clone(),
         tmpdir: None,
         project_roots: Vec::new(),
+        plantable: Vec::new(),
     });
     let w = r
         .writable_roots()
@@ -431,6 +519,7 @@ fn tmpdir_and_relative_globs_resolve_against_cwd() {
         cwd: PathBuf::from("/w"),
         tmpdir: Some(PathBuf::from("/t/x/../y")),
         project_roots: Vec::new(),
+        plantable: Vec::new(),
     });
     assert_eq!(r.entries, vec![(PathBuf::from("/t/y"), Write)]);
     assert_eq!(r.unreadable_globs(), ["/w/**/*.env".to_owned()]);
