@@ -13,6 +13,9 @@
 //! A connection with open file handles in a sandbox holds a helper of its
 //! own ([`HelperPool::lease`]), taken from the idle set or started, and
 //! hands it back when its last handle there is closed.
+//!
+//! A helper whose sandbox drops a grant for a planted symlink says so on a
+//! stderr nobody reads: its failed answers carry the same warning lines.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -30,7 +33,7 @@ use crate::mode::FS_HELPER_ARG1;
 use crate::protocol::fs::method;
 use crate::protocol::RpcError;
 use crate::runtime_paths::ExecServerRuntimePaths;
-use crate::sandbox::cli::helper_args;
+use crate::sandbox::cli::{helper_args, plantable_args, planted_link_warnings};
 
 /// Busy helpers per distinct sandbox.
 pub const MAX_HELPERS_PER_KEY: usize = 4;
@@ -59,6 +62,8 @@ pub struct HelperKey {
     pub cwd: PathBuf,
     /// `--use-legacy-landlock`.
     pub use_legacy_landlock: bool,
+    /// `--plantable-root`s.
+    pub plantable: Vec<PathBuf>,
 }
 
 /// One live helper process.
@@ -69,6 +74,9 @@ struct Helper {
     stdout: BufReader<ChildStdout>,
     stderr: Arc<Mutex<Vec<u8>>>,
     stderr_task: tokio::task::JoinHandle<()>,
+    /// What the sandbox warned about dropped grants, added to every error
+    /// answer (empty: nothing to add).
+    warnings: String,
     next_id: u64,
     idle_since: Instant,
 }
@@ -425,7 +433,11 @@ impl Helper {
             }
             HelperResponse::Error(err) => Err(RpcError::new(
                 crate::fs::FsError::from_code(err.code, String::new()).helper_code(),
-                err.message,
+                if self.warnings.is_empty() {
+                    err.message
+                } else {
+                    format!("{} ({})", err.message, self.warnings)
+                },
             )),
         })
     }
@@ -473,6 +485,7 @@ fn spawn_helper(paths: &ExecServerRuntimePaths, key: &HelperKey) -> Result<Helpe
         &key.profile_json,
         key.use_legacy_landlock,
     ));
+    command.args(plantable_args(&key.plantable));
     command
         .arg("--")
         .arg(&paths.codex_self_exe)
@@ -484,6 +497,8 @@ fn spawn_helper(paths: &ExecServerRuntimePaths, key: &HelperKey) -> Result<Helpe
             command.env(name, value);
         }
     }
+    // What the helper is about to find (and print where nobody reads it).
+    let warnings = planted_link_warnings(&key.cwd, &key.profile_json, &key.plantable).join("; ");
     let mut command = tokio::process::Command::from(command);
     command
         .stdin(Stdio::piped())
@@ -516,6 +531,7 @@ fn spawn_helper(paths: &ExecServerRuntimePaths, key: &HelperKey) -> Result<Helpe
         }
     });
     Ok(Helper {
+        warnings,
         child: Some(child),
         stdin: Some(stdin),
         stdout: BufReader::new(stdout),

@@ -255,11 +255,13 @@ fn placement(
         .map_err(|err| RpcError::invalid_request(err.to_string()))?;
     let mut profile = resolved.helper_profile(&paths.exe_dirs());
     guard.apply(&mut profile);
+    let plantable = guard.plantable(&profile, &resolved.workspace_roots);
     let profile_json = profile.to_json();
     Ok(Placement::Helper(HelperKey {
         profile_json,
         cwd,
         use_legacy_landlock: resolved.use_legacy_landlock,
+        plantable,
     }))
 }
 

@@ -5,6 +5,7 @@
 //! stdin ends, for stdio), then kills every managed process tree. [`run`]
 //! and [`run_main`] do both and print the bound URL (the CLI behaviour).
 
+pub mod applied_roots;
 pub mod cli;
 pub mod config;
 pub mod connection;

@@ -7,27 +7,31 @@
 //!
 //! [`SandboxGuard`] is what the server adds to every sandbox it
 //! materializes (processes and fs-helpers): deny entries for its own
-//! secrets (the token file, the Unix socket) and `tmpdir` resolved from the
-//! server's environment, never from the request's `env`.
+//! secrets (the token file, the Unix socket), `tmpdir` resolved from the
+//! server's environment, never from the request's `env`, and the places
+//! where earlier sandboxed commands could have planted a symlink (the
+//! request's workspace roots, the server's `$TMPDIR`, the writable roots of
+//! every sandbox it applied: [`super::applied_roots`]).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use super::applied_roots::AppliedRoots;
 use crate::mode::LINUX_SANDBOX_ARG0;
 use crate::process::LaunchSpec;
 use crate::protocol::sandbox::{FileSystemSandboxContext, SandboxContextError};
 use crate::protocol::RpcError;
 use crate::runtime_paths::ExecServerRuntimePaths;
-use crate::sandbox::cli::{helper_args, ALLOW_NETWORK_FOR_PROXY_FLAG};
+use crate::sandbox::cli::{helper_args, plantable_args, ALLOW_NETWORK_FOR_PROXY_FLAG};
 use crate::sandbox::policy::{
-    FileSystemAccessMode, FileSystemPath, FileSystemSandboxEntry, FileSystemSpecialPath,
-    ManagedFileSystemPermissions, PermissionProfile,
+    usable_place, FileSystemAccessMode, FileSystemPath, FileSystemSandboxEntry,
+    FileSystemSpecialPath, ManagedFileSystemPermissions, PermissionProfile,
 };
 
 /// What the server adds to every sandbox it materializes.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub struct SandboxGuard {
     /// Paths no sandbox may reach (the token file, the Unix socket), each
     /// as given and canonical.
@@ -35,6 +39,8 @@ pub struct SandboxGuard {
     /// The server's `$TMPDIR` when it is absolute and not `/`: what a
     /// `tmpdir` entry means. `None`: `tmpdir` entries grant nothing.
     pub tmpdir: Option<PathBuf>,
+    /// The writable roots of the sandboxes applied so far.
+    pub applied: AppliedRoots,
 }
 
 impl SandboxGuard {
@@ -43,6 +49,7 @@ impl SandboxGuard {
         let mut guard = Self {
             denied: Vec::new(),
             tmpdir: std::env::var_os("TMPDIR").and_then(|t| usable_tmpdir(Path::new(&t))),
+            applied: AppliedRoots::default(),
         };
         for path in denied {
             guard.deny(path);
@@ -97,15 +104,30 @@ impl SandboxGuard {
         }
         *entries = out;
     }
+
+    /// The places where a symlink on the way to a grant of `profile` (as
+    /// [`SandboxGuard::apply`] left it) may have been planted: the
+    /// request's `workspace_roots`, the server's `$TMPDIR` and the writable
+    /// roots of every sandbox applied so far, this one's included (which it
+    /// remembers). Sorted, for a stable helper key.
+    pub fn plantable(
+        &self,
+        profile: &PermissionProfile,
+        workspace_roots: &[PathBuf],
+    ) -> Vec<PathBuf> {
+        let mut places = self.applied.remember(profile);
+        places.extend(workspace_roots.iter().filter_map(|p| usable_place(p)));
+        places.extend(self.tmpdir.iter().cloned());
+        places.sort();
+        places.dedup();
+        places
+    }
 }
 
-/// `$TMPDIR` as a `tmpdir` entry may use it: absolute, normalized, not `/`.
+/// `$TMPDIR` as a `tmpdir` entry may use it: absolute, normalized, not `/`
+/// (what may count as a place an earlier command could write, too).
 fn usable_tmpdir(tmpdir: &Path) -> Option<PathBuf> {
-    if !tmpdir.is_absolute() {
-        return None;
-    }
-    let normalized = crate::sandbox::policy::normalize(tmpdir);
-    (normalized != Path::new("/")).then_some(normalized)
+    usable_place(tmpdir)
 }
 
 fn context_error(err: SandboxContextError) -> RpcError {
@@ -143,6 +165,7 @@ pub fn prepare(
     let policy_cwd = resolved.cwd.clone().unwrap_or_else(|| spec.cwd.clone());
     let mut profile = resolved.process_profile(&paths.exe_dirs());
     guard.apply(&mut profile);
+    let plantable = guard.plantable(&profile, &resolved.workspace_roots);
     let mut argv: Vec<OsString> = vec![paths.linux_sandbox_exe().as_os_str().to_owned()];
     // The proxy flag suppresses the Landlock backend (it cannot route).
     argv.extend(helper_args(
@@ -151,6 +174,7 @@ pub fn prepare(
         &profile.to_json(),
         resolved.use_legacy_landlock && !enforce_managed_network,
     ));
+    argv.extend(plantable_args(&plantable));
     if enforce_managed_network {
         argv.push(ALLOW_NETWORK_FOR_PROXY_FLAG.into());
     }
@@ -171,6 +195,7 @@ mod tests {
         let guard = SandboxGuard {
             denied: vec![PathBuf::from("/run/token")],
             tmpdir: usable_tmpdir(Path::new("/var/tmp/x/../y")),
+            applied: AppliedRoots::default(),
         };
         let special = |value| FileSystemSandboxEntry::special(value, FileSystemAccessMode::Write);
         let mut profile = PermissionProfile::Managed {

@@ -5,9 +5,10 @@
 //! however the link is spelled (the grant itself, an intermediate
 //! component, a relative target with `..`, a link to a link, a link reached
 //! through the user's own alias) and whether the grant writes or reads.
-//! Through `codexbox sandbox` and `codexbox linux-sandbox` (each launcher
-//! and Landlock). The host tree is checked afterwards; the warning naming
-//! the grant and the link is checked too.
+//! Through `codexbox sandbox`, `codexbox linux-sandbox` (each launcher and
+//! Landlock) and the exec-server (`process/start` and `fs/writeFile`, with
+//! the system and the built-in bubblewrap). The host tree is checked
+//! afterwards; the warning naming the grant and the link is checked too.
 //!
 //! Under Landlock a workspace root with protected metadata cannot get new
 //! top-level entries (see docs/sandbox.md), so there the earlier run plants
@@ -16,6 +17,9 @@
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
+use serde_json::{json, Value};
+
+use crate::common::client::{unb64, Raw, Server};
 use crate::common::redteam::*;
 
 /// Where the earlier run can create entries under this launcher.
@@ -386,3 +390,168 @@ fn read_grant_through_a_planted_link(l: Launcher) {
 }
 
 against!(read_grant_through_a_planted_link: system, builtin, landlock);
+
+// Through the exec-server.
+
+/// The launcher a server's sandboxes use: a process gets it from its
+/// request's environment, a fs helper from the server's `PATH` (without a
+/// system bubblewrap there, the built-in one).
+fn server_for(l: Launcher) -> Server {
+    match l {
+        Launcher::Builtin => {
+            Server::start_listen("ws://127.0.0.1:0", &[], &[("PATH", "/nonexistent")])
+        }
+        _ => Server::start(&[]),
+    }
+}
+
+fn request_env(l: Launcher) -> Value {
+    let launcher = if l == Launcher::Builtin {
+        "builtin"
+    } else {
+        "system"
+    };
+    json!({"PATH": "/usr/bin:/bin", "CODEXBOX_BWRAP": launcher})
+}
+
+fn path_entry(path: &Path, access: &str) -> Value {
+    json!({"path": {"type": "path", "path": path.to_string_lossy()}, "access": access})
+}
+
+fn special_entry(kind: &str, access: &str) -> Value {
+    json!({"path": {"type": "special", "value": {"kind": kind}}, "access": access})
+}
+
+fn managed_json(entries: Vec<Value>) -> Value {
+    json!({"type": "managed", "file_system": {"type": "restricted", "entries": entries}, "network": "restricted"})
+}
+
+fn context(permissions: Value, cwd: &Path, roots: &[&Path]) -> Value {
+    json!({
+        "permissions": permissions,
+        "cwd": cwd.to_string_lossy(),
+        "workspaceRoots": roots.iter().map(|r| r.to_string_lossy()).collect::<Vec<_>>(),
+        "windowsSandboxLevel": "disabled",
+    })
+}
+
+/// Runs `script` as a sandboxed process; returns (exit code, output).
+async fn process(
+    ws: &mut Raw,
+    l: Launcher,
+    id: &str,
+    cwd: &Path,
+    sandbox: Value,
+    script: &str,
+) -> (i64, String) {
+    ws.call(
+        "process/start",
+        json!({"processId": id, "argv": ["sh", "-c", script], "cwd": cwd,
+               "env": request_env(l), "tty": false, "sandbox": sandbox}),
+    )
+    .await;
+    let read = ws.read_until_closed(id, 0).await;
+    let output: String = read["chunks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| String::from_utf8_lossy(&unb64(c["chunk"].as_str().unwrap_or(""))).into_owned())
+        .collect();
+    (read["exitCode"].as_i64().unwrap_or(-1), output)
+}
+
+/// The earlier workspace-write process plants `ws/out`; later requests
+/// granting only `ws/out` must not write outside: a process (told why on
+/// its stderr) and `fs/writeFile` (told why in the error), whether the
+/// later request names the workspace as a root or only the server
+/// remembers that an earlier sandbox could write it.
+async fn server_attack(l: Launcher) {
+    let t = tree();
+    t.put("other/keep", "");
+    let other = t.root.join("other");
+    let server = server_for(l);
+    let mut ws = Raw::connect(&server.url).await;
+    ws.handshake().await;
+    let write_ws = managed_json(vec![
+        special_entry("root", "read"),
+        special_entry("project_roots", "write"),
+    ]);
+    let o = t.outside.display();
+    let (code, output) = process(
+        &mut ws,
+        l,
+        "plant",
+        &t.ws,
+        context(write_ws, &t.ws, &[&t.ws]),
+        &format!("ln -s {o} out && echo planted"),
+    )
+    .await;
+    assert!(output.contains("planted"), "control: {code} {output}");
+
+    let grant = t.ws.join("out");
+    let narrow = managed_json(vec![
+        special_entry("root", "read"),
+        path_entry(&grant, "write"),
+        path_entry(&t.ws.join("real"), "write"),
+    ]);
+    let warning = format!(
+        "codex-linux-sandbox: warning: {0} grants nothing: it is reached through the symlink {0} inside ",
+        grant.display()
+    );
+    // Named as the workspace root, and known to the server only.
+    let contexts = [
+        context(narrow.clone(), &t.ws, &[&t.ws]),
+        context(narrow, &other, &[&other]),
+    ];
+    for (i, sandbox) in contexts.into_iter().enumerate() {
+        let script = format!(
+            "echo pwned > {0}/new && echo ESCAPE:new; echo pwned >> {0}/f && echo ESCAPE:append; \
+             echo ok > {1}/new{i} && echo ok:real",
+            grant.display(),
+            t.ws.join("real").display()
+        );
+        let (_, output) = process(
+            &mut ws,
+            l,
+            &format!("later{i}"),
+            &t.ws,
+            sandbox.clone(),
+            &script,
+        )
+        .await;
+        assert!(!output.contains("ESCAPE"), "{output}");
+        assert!(output.contains("ok:real"), "control: {output}");
+        assert!(output.contains(&warning), "no warning in {output}");
+
+        let (code, message) = ws
+            .call_err(
+                "fs/writeFile",
+                json!({"path": grant.join(format!("fs{i}")), "dataBase64": "cHduZWQ=", "sandbox": sandbox}),
+            )
+            .await;
+        assert!(message.contains(&warning), "{code} {message}");
+        let control = ws
+            .call(
+                "fs/writeFile",
+                json!({"path": t.ws.join("real").join(format!("fs{i}")), "dataBase64": "b2s=", "sandbox": sandbox}),
+            )
+            .await;
+        assert_eq!(control, json!({}));
+    }
+    assert_outside_untouched(&t);
+    assert_eq!(t.read("ws/real/fs1").as_deref(), Some("ok"));
+}
+
+#[tokio::test]
+async fn server_attack_system() {
+    if available(Launcher::System) {
+        server_attack(Launcher::System).await;
+    }
+}
+
+#[tokio::test]
+async fn server_attack_builtin() {
+    if available(Launcher::Builtin) {
+        server_attack(Launcher::Builtin).await;
+    }
+}
