@@ -572,8 +572,8 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
     let state_dir = state::state_dir().map_err(fail)?;
     state::tidy(&state_dir);
     let writable_roots = prepared.resolved.writable_roots();
-    let writable: Vec<PathBuf> = writable_roots.iter().map(|w| w.root.clone()).collect();
-    let choice = launcher::select_excluding(&prepared.policy_cwd, &writable, Some(&state_dir))
+    let untrusted = prepared.resolved.untrusted_dirs();
+    let choice = launcher::select_excluding(&prepared.policy_cwd, &untrusted, Some(&state_dir))
         .map_err(fail)?;
     let exe = crate::runtime_paths::self_exe()
         .map_err(|e| fail(format!("cannot locate this executable: {e}")))?;
@@ -582,7 +582,7 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
     let globs = prepared.resolved.unreadable_globs();
     let mut glob_matches = BTreeSet::new();
     if !globs.is_empty() {
-        let scanner = glob::Scanner::detect(&prepared.policy_cwd);
+        let scanner = glob::Scanner::detect(&prepared.policy_cwd, &untrusted);
         let depth = prepared.resolved.glob_scan_max_depth.map(|d| d.get());
         let expansion = glob::expand(globs, depth, &scanner)
             .map_err(|e| fail(format!("error building bubblewrap command: {e}")))?;

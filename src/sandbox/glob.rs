@@ -61,10 +61,11 @@ pub enum Scanner {
 
 impl Scanner {
     /// ripgrep from PATH, looked up as the system bwrap is (absolute
-    /// entries only, never one under `cwd`), else the built-in walker.
-    pub fn detect(cwd: &Path) -> Scanner {
+    /// entries only, never one under `cwd` or `untrusted`: it runs outside
+    /// the sandbox), else the built-in walker.
+    pub fn detect(cwd: &Path, untrusted: &[PathBuf]) -> Scanner {
         let path = std::env::var_os("PATH").unwrap_or_default();
-        match crate::sandbox::launcher::find_in_search_path("rg", &path, cwd) {
+        match crate::sandbox::launcher::find_trusted_in_search_path("rg", &path, cwd, untrusted) {
             Some(real) => Scanner::Ripgrep(real),
             None => Scanner::BuiltIn,
         }
@@ -543,7 +544,7 @@ mod tests {
         let d = dir.path().canonicalize().unwrap();
         let pat = vec![format!("{}/**/*.env", d.display())];
         let mut scanners = vec![Scanner::BuiltIn];
-        if let Scanner::Ripgrep(rg) = Scanner::detect(Path::new("/")) {
+        if let Scanner::Ripgrep(rg) = Scanner::detect(Path::new("/"), &[]) {
             scanners.push(Scanner::Ripgrep(rg));
         }
         for scanner in scanners {
@@ -571,7 +572,7 @@ mod tests {
         std::fs::write(d.join("a/.ssh/sub/x"), "k").unwrap();
         let pat = vec![format!("{}/**/.ssh", d.display())];
         let mut scanners = vec![Scanner::BuiltIn];
-        if let Scanner::Ripgrep(rg) = Scanner::detect(Path::new("/")) {
+        if let Scanner::Ripgrep(rg) = Scanner::detect(Path::new("/"), &[]) {
             scanners.push(Scanner::Ripgrep(rg));
         }
         for scanner in scanners {

@@ -220,7 +220,7 @@ pub fn plan(resolved: &ResolvedPolicy, kernel_abi: u32) -> Result<Plan, Landlock
     // Deny globs become the paths matching at start, as with bubblewrap.
     let globs = resolved.unreadable_globs();
     if !globs.is_empty() {
-        let scanner = Scanner::detect(&resolved.cwd);
+        let scanner = Scanner::detect(&resolved.cwd, &resolved.untrusted_dirs());
         let depth = resolved.glob_scan_max_depth.map(|d| d.get());
         for pattern in globs {
             let expansion = glob::expand(std::slice::from_ref(pattern), depth, &scanner)?;

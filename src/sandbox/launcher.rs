@@ -110,8 +110,9 @@ pub fn select(cwd: &Path, cache_dir: Option<&Path>) -> Result<LauncherChoice, La
 }
 
 /// [`select`], also skipping a system bwrap under any of `untrusted` (the
-/// run's writable roots: a sandboxed command could have planted it there,
-/// and the launcher runs outside the sandbox).
+/// run's writable roots and the places earlier sandboxed commands could
+/// write: a sandboxed command could have planted it there, and the
+/// launcher runs outside the sandbox).
 pub fn select_excluding(
     cwd: &Path,
     untrusted: &[PathBuf],

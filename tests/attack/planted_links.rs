@@ -4,7 +4,8 @@
 //! directory outside; the later run must not reach the outside through it,
 //! however the link is spelled (the grant itself, an intermediate
 //! component, a relative target with `..`, a link to a link, a link reached
-//! through the user's own alias) and whether the grant writes or reads.
+//! through the user's own alias) and whether the grant writes or reads;
+//! nor may a `bwrap` or `rg` planted on `PATH` there run outside the sandbox.
 //! Through `codexbox sandbox`, `codexbox linux-sandbox` (each launcher and
 //! Landlock) and the exec-server (`process/start` and `fs/writeFile`, with
 //! the system and the built-in bubblewrap). The host tree is checked
@@ -390,6 +391,60 @@ fn read_grant_through_a_planted_link(l: Launcher) {
 }
 
 against!(read_grant_through_a_planted_link: system, builtin, landlock);
+
+/// What runs outside the sandbox is never taken from a place an earlier
+/// sandboxed command could write: an earlier run with `/tmp` writable
+/// plants a `bwrap` (the launcher) and an `rg` (the deny-glob scanner)
+/// that write outside and then do their job, in a directory a later run,
+/// with deny globs and nothing writable, has first on its `PATH`.
+fn tools_planted_on_path_never_run_outside(l: Launcher) {
+    let t = tree();
+    t.put("ws/sub/a.secret", "S3CRET");
+    let Some(rg) = which("rg") else {
+        crate::common::host::host_has("ripgrep", Err("no rg on PATH".into()));
+        return;
+    };
+    // Only the system launcher looks for one on PATH.
+    let bwrap = which("bwrap").unwrap_or_else(|| "/bin/false".into());
+    let dir = tempfile::Builder::new()
+        .prefix("codexbox-planted-")
+        .tempdir_in("/tmp")
+        .expect("tempdir in /tmp");
+    let bin = dir.path().join("bin");
+    let f = t.outside.join("f");
+    let fake = |real: &Path| {
+        format!(
+            "printf '#!/bin/sh\\necho pwned >> {}\\nexec {} \"$@\"\\n'",
+            f.display(),
+            real.display()
+        )
+    };
+    let earlier = workspace(&[special("slash_tmp", "write")], "restricted");
+    plant(
+        l,
+        &t.ws,
+        &earlier,
+        &[],
+        &format!(
+            "mkdir {b} && {} > {b}/bwrap && {} > {b}/rg && chmod +x {b}/bwrap {b}/rg",
+            fake(&bwrap),
+            fake(&rg),
+            b = bin.display()
+        ),
+    );
+    let profile = narrow(&[glob("**/*.secret", "deny")]);
+    let path = format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display());
+    let script = format!(
+        "{PRELUDE}\
+         try secret grep -q S3CRET sub/a.secret\n\
+         must ran test -f sub/keep\n"
+    );
+    let run = sh_env(l, &t.ws, &profile, &[("PATH", Path::new(&path))], &script);
+    assert_markers(&run, &["secret"], &["ran"]);
+    assert_outside_untouched(&t);
+}
+
+against!(tools_planted_on_path_never_run_outside: system, builtin, landlock);
 
 // Through the exec-server.
 

@@ -176,10 +176,14 @@ impl ResolvedPolicy {
         Places::new(self.plantable.iter().chain(&self.lexical_writable_roots()))
     }
 
-    /// Places beyond the writable roots where an earlier sandboxed command
-    /// could have written (the launcher is never taken from one either).
-    pub fn plantable_places(&self) -> &[PathBuf] {
-        &self.plantable
+    /// Directories a sandboxed command could have written, this run's or an
+    /// earlier one's: the writable roots (dropped ones included) and the
+    /// plantable places. Nothing that runs outside the sandbox (the
+    /// launcher, ripgrep) is taken from one.
+    pub fn untrusted_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs = self.lexical_writable_roots();
+        dirs.extend(self.plantable.iter().cloned());
+        dirs
     }
 
     /// Every path a write entry grants, lexically (before the symlink rule).

@@ -284,7 +284,11 @@ fn a_grant_through_a_link_inside_a_project_root_or_place_is_dropped() {
         ..ctx(&ws)
     });
     assert!(r.writable_roots().is_empty());
-    assert_eq!(r.plantable_places(), [tmp.clone(), ws.clone()]);
+    assert_eq!(r.plantable, [tmp.clone(), ws.clone()]);
+    assert_eq!(
+        r.untrusted_dirs(),
+        [tmp.join("cache"), ws.join("out"), tmp.clone(), ws.clone()]
+    );
     let text: Vec<String> = r.dropped_grants().iter().map(|d| d.to_string()).collect();
     assert_eq!(
         text[0],
