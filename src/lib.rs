@@ -44,6 +44,7 @@ pub mod client;
 pub mod connect;
 pub mod fs;
 pub mod fs_helper;
+pub mod listener_token;
 pub mod logging;
 pub mod mode;
 pub mod net;

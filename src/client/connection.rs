@@ -1,5 +1,6 @@
 //! One live WebSocket connection to an exec-server: dialing (TCP or Unix
-//! socket, optional bearer token), a writer task that alone owns the sink, and
+//! socket, optional bearer token: without one, a loopback `ws://` address
+//! gets the token a codexbox listener published for it), a writer task that alone owns the sink, and
 //! a reader task that routes responses to their waiting callers by id and
 //! notifications to a bounded channel.
 //!
@@ -81,6 +82,16 @@ impl Endpoint {
             Err(invalid("expected ws://HOST:PORT or unix:///PATH"))
         }
     }
+}
+
+/// The token a codexbox listener of ours published for the loopback
+/// address `url` dials ([`crate::listener_token`]), if any.
+async fn published_token(url: &str) -> Option<String> {
+    let addr = crate::listener_token::loopback_address(url)?;
+    tokio::task::spawn_blocking(move || crate::listener_token::find(addr))
+        .await
+        .ok()
+        .flatten()
 }
 
 /// Routing state shared by the caller side and the reader task.
@@ -169,7 +180,12 @@ impl Connection {
                         })?;
                 // Small request/response frames must not wait for Nagle.
                 let _ = stream.set_nodelay(true);
-                Self::upgrade(stream, url, url, auth_token, notify_tx).await
+                let published = match auth_token {
+                    Some(_) => None,
+                    None => published_token(url).await,
+                };
+                let token = auth_token.or(published.as_deref());
+                Self::upgrade(stream, url, url, token, notify_tx).await
             }
             Endpoint::Relay(relay) => {
                 let stream = crate::relay::harness::open(relay.0.clone())

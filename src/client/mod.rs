@@ -117,7 +117,10 @@ impl ClientError {
 pub struct ConnectOptions {
     /// `ws://HOST:PORT[/path]` or `unix:///path/to.sock`.
     pub url: String,
-    /// Sent as `Authorization: Bearer <token>` on the upgrade.
+    /// Sent as `Authorization: Bearer <token>` on the upgrade. Without
+    /// one, a literal loopback `ws://IP:PORT` gets the token a codexbox
+    /// listener of this user published for that address (`codexbox
+    /// connect`'s; see [`crate::listener_token`]), if there is one.
     pub auth_token: Option<String>,
     /// Capacity of the notification channel.
     pub notification_capacity: usize,

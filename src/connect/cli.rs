@@ -1,6 +1,8 @@
 //! Command line of `codexbox connect`: the registry, environment and token
 //! (flags or the reference client's `CODEX_EXEC_SERVER_NOISE_*` variables),
-//! the local listen address, and the dialect offered to the executor.
+//! the local listen address, the dialect offered to the executor, and the
+//! local listener's own token: generated and published for codexbox's
+//! clients ([`crate::listener_token`]) unless `--insecure-no-auth`.
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -10,6 +12,7 @@ use std::sync::Arc;
 use clap::Parser;
 
 use crate::client::remote::harness_config;
+use crate::listener_token::{self, ListenerTokenError, Published};
 use crate::logging::{self, LogFormat};
 use crate::relay::credentials::{
     NOISE_ACCOUNT_ID_ENV, NOISE_AUTH_TOKEN_ENV, NOISE_ENVIRONMENT_ID_ENV, NOISE_REGISTRY_URL_ENV,
@@ -44,6 +47,11 @@ struct Args {
     /// Relay dialect offered to the executor.
     #[arg(long, value_enum, default_value_t = DialectChoice::Reliable)]
     relay_dialect: DialectChoice,
+    /// Serve without a token, for clients that cannot send one: every local
+    /// process (another user's, a sandboxed command with network access)
+    /// can then use the executor with your registry credentials.
+    #[arg(long)]
+    insecure_no_auth: bool,
     /// Log line format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -102,20 +110,56 @@ pub fn main(argv: Vec<OsString>) -> i32 {
     let Some(runtime) = crate::startup::runtime(name, crate::startup::Threads::PerCpu) else {
         return 1;
     };
-    runtime.block_on(async {
-        let listener = match tokio::net::TcpListener::bind(listen).await {
-            Ok(listener) => listener,
+    let bound = std::net::TcpListener::bind(listen)
+        .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
+        .and_then(|listener| listener.local_addr().map(|addr| (listener, addr)));
+    let (listener, addr) = match bound {
+        Ok(bound) => bound,
+        Err(err) => {
+            eprintln!("{name}: cannot listen on {listen}: {err}");
+            return 1;
+        }
+    };
+    let (token, published) = if args.insecure_no_auth {
+        eprintln!(
+            "{name}: warning: serving {addr} without a token (--insecure-no-auth): every local process can use the executor with your registry credentials"
+        );
+        (None, None)
+    } else {
+        match publish_token(addr) {
+            Ok((token, published)) => (Some(token), Some(published)),
             Err(err) => {
-                eprintln!("{name}: cannot listen on {listen}: {err}");
+                eprintln!("{name}: {err}; (--insecure-no-auth serves without a token)");
                 return 1;
             }
-        };
-        let url = match listener.local_addr() {
-            Ok(addr) => format!("ws://{addr}"),
-            Err(_) => format!("ws://{listen}"),
-        };
-        crate::startup::announce(&url);
-        super::serve(listener, Arc::new(config), crate::server::shutdown_signal()).await;
-        0
-    })
+        }
+    };
+    let served = runtime.block_on(async {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        crate::startup::announce(&format!("ws://{addr}"));
+        let shutdown = crate::server::shutdown_signal();
+        super::serve(listener, Arc::new(config), token, shutdown).await;
+        Ok::<(), std::io::Error>(())
+    });
+    // The token goes with the listener.
+    drop(published);
+    match served {
+        Ok(()) => 0,
+        Err(err) => {
+            eprintln!("{name}: cannot listen on {addr}: {err}");
+            1
+        }
+    }
+}
+
+/// A fresh token for the listener at `addr`, published where codexbox's
+/// clients look for it.
+fn publish_token(addr: SocketAddr) -> Result<(String, Published), ListenerTokenError> {
+    let token = listener_token::generate()?;
+    let published = listener_token::publish(addr, &token)?;
+    tracing::info!(
+        path = %published.path().display(),
+        "clients send the token in this file as `Authorization: Bearer TOKEN`"
+    );
+    Ok((token, published))
 }

@@ -1,9 +1,11 @@
 //! `codexbox connect`: a local bridge to a remote executor, like
 //! `kubectl port-forward`. It listens on a local WebSocket (behind the
-//! exec-server's HTTP gate: `/readyz`, browser origins refused), prints its
-//! `ws://IP:PORT` line, and carries each local connection over its own
-//! virtual stream ([`crate::relay::harness`]), so any client of the local
-//! protocol can use a relayed executor. With the reliable dialect a lost
+//! exec-server's HTTP gate: `/readyz`, browser origins refused, and the
+//! bearer token the command line published, see [`crate::listener_token`]),
+//! prints its `ws://IP:PORT` line, and carries each local connection over
+//! its own virtual stream ([`crate::relay::harness`]), so any client of the
+//! local protocol holding the token can use a relayed executor with the
+//! caller's registry credentials. With the reliable dialect a lost
 //! rendezvous connection is repaired underneath; the local client sees
 //! nothing.
 
@@ -26,13 +28,18 @@ use crate::server::transport::websocket::accept_upgrade;
 /// Largest local message (the relay carries up to 64 MiB).
 const MAX_LOCAL_MESSAGE: usize = 128 << 20;
 
-/// Serves local connections on `listener` until `shutdown` completes.
+/// Serves local connections on `listener` until `shutdown` completes;
+/// only upgrades carrying `Authorization: Bearer TOKEN` when `token` is set.
 pub async fn serve(
     listener: TcpListener,
     config: Arc<HarnessConfig>,
+    token: Option<String>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    let policy = Arc::new(AccessPolicy::default());
+    let policy = Arc::new(AccessPolicy {
+        token,
+        ..AccessPolicy::default()
+    });
     let accept = async {
         loop {
             let (stream, peer) = crate::accept::next_tcp(&listener).await;

@@ -25,7 +25,8 @@ use clap::{Parser, ValueEnum};
 use crate::sandbox::bwrap_args::{self, BwrapInputs, InnerCommand};
 use crate::sandbox::launcher;
 use crate::sandbox::policy::{
-    FileSystemSandboxPolicy, NetworkSandboxPolicy, PermissionProfile, ResolvedPolicy, SandboxPolicy,
+    FileSystemAccessMode, FileSystemSandboxKind, FileSystemSandboxPolicy, NetworkSandboxPolicy,
+    PermissionProfile, ResolvedPolicy, SandboxPolicy,
 };
 use crate::sandbox::proxy_routing::{self, HostRouting, RouteSpec};
 use crate::sandbox::route_bridges;
@@ -518,10 +519,27 @@ fn inner_stage(args: &Args) -> Result<i32, Failure> {
     Err(fail(inner::exec(&args.command)))
 }
 
+/// The policy Landlock enforces: the request's, with the private state
+/// directory denied as the bubblewrap backend hides it (it holds the
+/// tokens of this user's local listeners, see `listener_token`).
+fn landlock_policy(prepared: &Prepared) -> ResolvedPolicy {
+    let mut resolved = prepared.resolved.clone();
+    if let Ok(state_dir) = state::state_dir() {
+        if resolved.kind == FileSystemSandboxKind::Restricted && resolved.can_read(&state_dir) {
+            resolved
+                .entries
+                .push((state_dir, FileSystemAccessMode::Deny));
+            resolved.entries.sort();
+        }
+    }
+    resolved
+}
+
 fn landlock_backend(args: &Args, prepared: &Prepared) -> Result<i32, Failure> {
+    let resolved = landlock_policy(prepared);
     if args.explain {
         let abi = crate::sandbox::probe::host().landlock_abi.unwrap_or(0);
-        let plan = crate::sandbox::landlock::plan(&prepared.resolved, abi).map_err(fail)?;
+        let plan = crate::sandbox::landlock::plan(&resolved, abi).map_err(fail)?;
         let mut text = format!(
             "backend: landlock (ABI {abi})\nprofile: {}\nnetwork: {}\nread: {}\nwrite: {}\n",
             prepared.profile.to_json(),
@@ -543,7 +561,7 @@ fn landlock_backend(args: &Args, prepared: &Prepared) -> Result<i32, Failure> {
     // Nothing of the caller's but stdio reaches the command (the bwrap
     // path does the same before starting the launcher).
     run::cloexec_inherited_fds();
-    crate::sandbox::landlock::apply(&prepared.resolved, prepared.network, PREFIX).map_err(fail)?;
+    crate::sandbox::landlock::apply(&resolved, prepared.network, PREFIX).map_err(fail)?;
     Err(fail(inner::exec(&args.command)))
 }
 

@@ -2,7 +2,8 @@
 //! built-in bwrap, Landlock) against escapes through the filesystem, the
 //! kernel, the built-in launcher itself, the processes the sandbox starts
 //! for its own purposes, the server's methods, and the network proxy's
-//! reading of destinations.
+//! reading of destinations; and other local processes against codexbox's
+//! local listeners.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -12,6 +13,7 @@ mod fs;
 mod helpers;
 mod kernel;
 mod landlock_escape;
+mod listeners;
 mod planted_links;
 mod proxy;
 mod sandbox_escape;

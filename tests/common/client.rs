@@ -333,10 +333,24 @@ pub struct Raw {
 
 impl Raw {
     pub async fn connect(url: &str) -> Raw {
+        Self::connect_authorized(url, None).await
+    }
+
+    /// Connects sending `Authorization: Bearer TOKEN` when `token` is set.
+    pub async fn connect_authorized(url: &str, token: Option<&str>) -> Raw {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
         let config = WebSocketConfig::default()
             .max_message_size(Some(512 << 20))
             .max_frame_size(Some(512 << 20));
-        let connect = tokio_tungstenite::connect_async_with_config(url, Some(config), true);
+        let mut request = match url.into_client_request() {
+            Ok(request) => request,
+            Err(err) => panic!("invalid URL {url}: {err}"),
+        };
+        if let Some(token) = token {
+            let value = format!("Bearer {token}").parse().expect("header value");
+            request.headers_mut().insert("authorization", value);
+        }
+        let connect = tokio_tungstenite::connect_async_with_config(request, Some(config), true);
         let (ws, _) = match tokio::time::timeout(WAIT, connect).await {
             Ok(Ok(ws)) => ws,
             Ok(Err(err)) => panic!("connect {url}: {err}"),

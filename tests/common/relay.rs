@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::client::{collect_stderr, stderr_text, wait_exit, BIN, WAIT};
+use super::client::{collect_stderr, stderr_text, wait_exit, Raw, BIN, WAIT};
 
 /// A child process with its stderr collected, killed on drop.
 pub struct Proc {
@@ -216,6 +216,20 @@ pub struct Bridge {
     pub proc: Proc,
     /// `ws://IP:PORT`.
     pub url: String,
+}
+
+impl Bridge {
+    /// The token the bridge published for its address, as codexbox's own
+    /// clients find it (`None` with `--insecure-no-auth`).
+    pub fn token(&self) -> Option<String> {
+        let addr = codexbox::listener_token::loopback_address(&self.url).expect("loopback URL");
+        codexbox::listener_token::find(addr)
+    }
+
+    /// A raw WebSocket client of the bridge, with its token.
+    pub async fn client(&self) -> Raw {
+        Raw::connect_authorized(&self.url, self.token().as_deref()).await
+    }
 }
 
 impl Bridge {

@@ -5,7 +5,7 @@
 //! double knows the reliable dialect; each checks every frame it gets has
 //! the reference's shape.
 
-use crate::common::client::{output_of, sh, Raw, Server};
+use crate::common::client::{output_of, sh, Server};
 use crate::common::reference_relay::{assert_reference_shape, ReferenceExecutor, ReferenceHarness};
 use crate::common::relay::{Bridge, Executor, Rendezvous};
 use serde_json::json;
@@ -56,7 +56,7 @@ async fn codexbox_connect_falls_back_to_the_reference_dialect() {
     let rendezvous = Rendezvous::start(&[]);
     let executor = ReferenceExecutor::start(&rendezvous.url, "env-old", &local.url).await;
     let bridge = Bridge::start(&rendezvous.url, "env-old", &[], &[]);
-    let mut client = Raw::connect(&bridge.url).await;
+    let mut client = bridge.client().await;
     client.handshake().await;
     client.call("process/start", sh("p1", "seq 1 30000")).await;
     let events = client.events_until_closed("p1").await;

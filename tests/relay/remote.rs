@@ -18,7 +18,7 @@ async fn processes_and_files_work_through_the_relay() {
     let rendezvous = Rendezvous::start(&[]);
     let _executor = Executor::start(&rendezvous.url, "env-a", &[], &[]);
     let bridge = Bridge::start(&rendezvous.url, "env-a", &[], &[]);
-    let mut client = Raw::connect(&bridge.url).await;
+    let mut client = bridge.client().await;
     client.handshake().await;
 
     client
@@ -111,7 +111,7 @@ async fn the_rendezvous_never_relays_plaintext() {
     proxy.set_target(rendezvous.addr());
     let _executor = Executor::start(&rendezvous.url, "env-p", &[], &[]);
     let bridge = Bridge::start(&rendezvous.url, "env-p", &[], &[]);
-    let mut client = Raw::connect(&bridge.url).await;
+    let mut client = bridge.client().await;
     client.handshake().await;
     // The marker is built by the command, so only its output carries it whole.
     client
@@ -165,7 +165,7 @@ async fn output_survives_connection_cuts_byte_exact_with_the_reliable_relay() {
     proxy.set_target(rendezvous.addr());
     let mut executor = Executor::start(&rendezvous.url, "env-cut", &[], &[]);
     let bridge = Bridge::start(&rendezvous.url, "env-cut", &[], &[]);
-    let mut client = Raw::connect(&bridge.url).await;
+    let mut client = bridge.client().await;
     client.handshake().await;
 
     client
@@ -240,13 +240,14 @@ async fn two_executors_serve_several_harnesses_at_once() {
     let bridge_b = Bridge::start(&rendezvous.url, "env-b", &[], &[]);
     let mut tasks = Vec::new();
     for i in 0..6 {
-        let (url, dir) = if i % 2 == 0 {
-            (bridge_a.url.clone(), dir_a.path().to_owned())
+        let (bridge, dir) = if i % 2 == 0 {
+            (&bridge_a, dir_a.path().to_owned())
         } else {
-            (bridge_b.url.clone(), dir_b.path().to_owned())
+            (&bridge_b, dir_b.path().to_owned())
         };
+        let (url, token) = (bridge.url.clone(), bridge.token());
         tasks.push(tokio::spawn(async move {
-            let mut client = Raw::connect(&url).await;
+            let mut client = Raw::connect_authorized(&url, token.as_deref()).await;
             client.handshake().await;
             let info = client.call("environment/info", json!({})).await;
             let cwd = info["cwd"].as_str().unwrap_or("");
@@ -285,19 +286,22 @@ async fn executors_register_again_after_a_restart_of_either_side() {
     let mut rendezvous = Rendezvous::start_on(&addr, &[]);
     let mut executor = Executor::start(&rendezvous.url, "env-r", &[], &[]);
     let bridge = Bridge::start(&rendezvous.url, "env-r", &[], &[]);
-    let run = |url: String, id: &'static str| async move {
-        let mut client = Raw::connect(&url).await;
-        client.handshake().await;
-        client.call("process/start", sh(id, "echo up")).await;
-        let events = client.events_until_closed(id).await;
-        assert_eq!(output_of(&events), "up\n");
+    let run = |bridge: &Bridge, id: &'static str| {
+        let (url, token) = (bridge.url.clone(), bridge.token());
+        async move {
+            let mut client = Raw::connect_authorized(&url, token.as_deref()).await;
+            client.handshake().await;
+            client.call("process/start", sh(id, "echo up")).await;
+            let events = client.events_until_closed(id).await;
+            assert_eq!(output_of(&events), "up\n");
+        }
     };
-    run(bridge.url.clone(), "first").await;
+    run(&bridge, "first").await;
 
     // The executor restarts: a new key, a new registration, same environment.
     executor.proc.kill();
     let executor = Executor::start(&rendezvous.url, "env-r", &[], &[]);
-    run(bridge.url.clone(), "second").await;
+    run(&bridge, "second").await;
 
     // The rendezvous restarts on the same address: it forgot everything and
     // its new signing key refuses the executor's URL (401), so the executor
@@ -307,7 +311,7 @@ async fn executors_register_again_after_a_restart_of_either_side() {
     let mut executor = executor;
     executor.proc.wait_stderr("registering again", 1);
     executor.proc.wait_stderr(EXECUTOR_CONNECTED, 2);
-    run(bridge.url.clone(), "third").await;
+    run(&bridge, "third").await;
     drop(rendezvous);
 }
 
@@ -334,7 +338,7 @@ async fn the_reference_dialect_recovers_through_session_resume_and_reports_trunc
         "echo ready; while [ ! -e {go} ]; do sleep 0.01; done",
         go = go.display()
     );
-    let mut client = Raw::connect(&bridge.url).await;
+    let mut client = bridge.client().await;
     let session = client.handshake().await;
     let small = dir.path().join("small-done");
     let big = dir.path().join("big-done");
@@ -378,7 +382,7 @@ async fn the_reference_dialect_recovers_through_session_resume_and_reports_trunc
     }
     // The executor is back on the rendezvous before the client reconnects.
     executor.proc.wait_stderr(EXECUTOR_CONNECTED, 2);
-    let mut client = Raw::connect(&bridge.url).await;
+    let mut client = bridge.client().await;
     assert_eq!(client.handshake_resume(Some(&session)).await, session);
     for (id, count, truncated) in [("small", 10_000, false), ("big", 400_000, true)] {
         let read = client.read_until_closed(id, 1).await;
@@ -412,7 +416,7 @@ async fn the_remaining_methods_work_through_the_relay() {
     let rendezvous = Rendezvous::start(&[]);
     let _executor = Executor::start(&rendezvous.url, "env-m", &[], &[]);
     let bridge = Bridge::start(&rendezvous.url, "env-m", &[], &[]);
-    let mut client = Raw::connect(&bridge.url).await;
+    let mut client = bridge.client().await;
     client.handshake().await;
     let status = client.call("environment/status", json!({})).await;
     assert_eq!(status["status"], "ready");
@@ -519,7 +523,7 @@ async fn the_rendezvous_logs_json_lines_without_secrets() {
     let rendezvous = Rendezvous::start(&["--log-format", "json"]);
     let mut executor = Executor::start(&rendezvous.url, "env-j", &[], &[]);
     let bridge = Bridge::start(&rendezvous.url, "env-j", &[], &[]);
-    let mut client = Raw::connect(&bridge.url).await;
+    let mut client = bridge.client().await;
     client.handshake().await;
     executor.proc.wait_stderr("relay stream opened", 1);
     let log = rendezvous.proc.stderr();

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures_util::SinkExt;
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::common::client::{sh, Raw};
+use crate::common::client::sh;
 use crate::common::reference_relay::{next_frame, ReferenceHarness};
 use crate::common::relay::{Bridge, Executor, Rendezvous, EXECUTOR_CONNECTED};
 use codexbox::relay::executor::{dial, DialError};
@@ -63,7 +63,7 @@ async fn handshake(
 /// A bridge client still gets work done: the services kept serving.
 async fn still_serving(rendezvous: &Rendezvous, env: &str) {
     let bridge = Bridge::start(&rendezvous.url, env, &[], &[]);
-    let mut client = Raw::connect(&bridge.url).await;
+    let mut client = bridge.client().await;
     client.handshake().await;
     client.call("process/start", sh("ok", "echo alive")).await;
     let events = client.events_until_closed("ok").await;

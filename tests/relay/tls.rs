@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::common::client::{output_of, sh, Raw};
+use crate::common::client::{output_of, sh};
 use crate::common::relay::{Bridge, Executor, Rendezvous};
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::ServerConfig;
@@ -75,7 +75,7 @@ async fn remote_mode_works_over_https_and_wss_and_checks_the_certificate() {
 
     let _executor = Executor::start(&public, "env-tls", &[], &trust);
     let bridge = Bridge::start(&public, "env-tls", &[], &trust);
-    let mut client = Raw::connect(&bridge.url).await;
+    let mut client = bridge.client().await;
     client.handshake().await;
     client.call("process/start", sh("p", "echo over-tls")).await;
     let events = client.events_until_closed("p").await;
@@ -88,7 +88,7 @@ async fn remote_mode_works_over_https_and_wss_and_checks_the_certificate() {
     ];
     let _executor = Executor::start(&public, "env-tls-ca", &[], &extra_ca);
     let bridge = Bridge::start(&public, "env-tls-ca", &[], &extra_ca);
-    let mut client = Raw::connect(&bridge.url).await;
+    let mut client = bridge.client().await;
     client.handshake().await;
     client.call("process/start", sh("p", "echo extra-ca")).await;
     let events = client.events_until_closed("p").await;

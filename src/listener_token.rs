@@ -1,0 +1,241 @@
+//! The tokens of codexbox's own loopback listeners, and how codexbox's
+//! clients find them without the user copying anything.
+//!
+//! A listener that must not serve every local process (`codexbox connect`)
+//! [`generate`]s a random token at start and [`publish`]es it in the
+//! private runtime directory ([`crate::sandbox::state::state_dir`]: owned
+//! by the user, mode 0700, hidden inside every bubblewrap sandbox), as
+//! `listeners/IP:PORT`, mode 0600, holding an exclusive `flock` for as long
+//! as it serves. A client given no token [`find`]s the one published for
+//! the exact loopback address it dials, and uses it only while that lock
+//! is held (a listener killed without cleaning up leaves a file nobody
+//! uses, removed by the next [`publish`]). Another user cannot enter the
+//! directory; a sandboxed command does not see it.
+//!
+//! Every file is opened without following a symlink and refused unless it
+//! is a regular file of ours that nobody else may read.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use nix::fcntl::{Flock, FlockArg};
+
+use crate::sandbox::state;
+
+/// The directory under the runtime directory holding published tokens.
+const LISTENERS_DIR: &str = "listeners";
+/// Random bytes in a token (base64url: 43 characters).
+const TOKEN_BYTES: usize = 32;
+/// Largest token file read.
+const MAX_TOKEN_FILE_BYTES: u64 = 4096;
+/// Most stale entries one [`publish`] looks at.
+const PRUNE_BATCH: usize = 256;
+
+/// Why a token could not be made or published.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenerTokenError {
+    #[error("cannot generate a token: {0}")]
+    Random(#[source] getrandom::Error),
+    #[error(transparent)]
+    RuntimeDir(#[from] state::StateError),
+    #[error("{} is not a private directory (a directory of ours, mode 0700)", .0.display())]
+    NotPrivate(PathBuf),
+    #[error("cannot publish the token in {}: {source}", .path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A fresh random token (32 bytes, base64url without padding).
+pub fn generate() -> Result<String, ListenerTokenError> {
+    let mut bytes = [0u8; TOKEN_BYTES];
+    getrandom::fill(&mut bytes).map_err(ListenerTokenError::Random)?;
+    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+}
+
+/// The loopback address a `ws://IP:PORT[/…]` URL dials, if it names one
+/// literally (the only addresses tokens are published for).
+pub fn loopback_address(url: &str) -> Option<SocketAddr> {
+    let rest = url.strip_prefix("ws://")?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    authority
+        .parse::<SocketAddr>()
+        .ok()
+        .filter(|addr| addr.ip().is_loopback())
+}
+
+/// A published token: the file stays, locked, until this is dropped.
+#[derive(Debug)]
+pub struct Published {
+    path: PathBuf,
+    /// The open file holding the exclusive lock that marks it live.
+    file: Flock<File>,
+}
+
+impl Published {
+    /// Where the token is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for Published {
+    fn drop(&mut self) {
+        // Only our own file: a later listener on the same address may have
+        // replaced it.
+        if same_file(&self.path, &self.file) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Writes `token` for the listener at `addr` (blocking; small files in the
+/// runtime directory).
+pub fn publish(addr: SocketAddr, token: &str) -> Result<Published, ListenerTokenError> {
+    let dir = listeners_dir(true)?;
+    prune(&dir);
+    let path = dir.join(addr.to_string());
+    let temporary = dir.join(format!(".{addr}.{}", std::process::id()));
+    let write_error = |source| ListenerTokenError::Write {
+        path: path.clone(),
+        source,
+    };
+    let _ = std::fs::remove_file(&temporary);
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&temporary)
+        .map_err(write_error)?;
+    // Locked before it has its name, so no reader or pruner ever sees it
+    // unlocked while we live.
+    let mut file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(file) => file,
+        Err((_, errno)) => {
+            let _ = std::fs::remove_file(&temporary);
+            return Err(write_error(errno.into()));
+        }
+    };
+    let written = file
+        .write_all(format!("{token}\n").as_bytes())
+        .and_then(|()| std::fs::rename(&temporary, &path));
+    if let Err(source) = written {
+        let _ = std::fs::remove_file(&temporary);
+        return Err(write_error(source));
+    }
+    Ok(Published { path, file })
+}
+
+/// The token a live codexbox listener of ours published for `addr`.
+/// Blocking (one small file).
+pub fn find(addr: SocketAddr) -> Option<String> {
+    let path = listeners_dir(false).ok()?.join(addr.to_string());
+    // A shared lock we can take means no listener holds its exclusive one:
+    // the file is left over from one that is gone.
+    let file = match Flock::lock(open_private(&path)?, FlockArg::LockSharedNonblock) {
+        Ok(_left_over) => return None,
+        Err((file, nix::errno::Errno::EWOULDBLOCK)) => file,
+        Err(_) => return None,
+    };
+    let mut text = String::new();
+    file.take(MAX_TOKEN_FILE_BYTES)
+        .read_to_string(&mut text)
+        .ok()?;
+    let token = text.trim();
+    (!token.is_empty()).then(|| token.to_owned())
+}
+
+/// `listeners/` under the runtime directory, created when `create`.
+fn listeners_dir(create: bool) -> Result<PathBuf, ListenerTokenError> {
+    let dir = state::state_dir()?.join(LISTENERS_DIR);
+    if create {
+        let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+    }
+    if state::is_private_dir(&dir) {
+        Ok(dir)
+    } else {
+        Err(ListenerTokenError::NotPrivate(dir))
+    }
+}
+
+/// Opens `path` to read when it is a regular file of ours that only we may
+/// read or write, never through a symlink and never blocking.
+fn open_private(path: &Path) -> Option<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    let ours = meta.uid() == nix::unistd::geteuid().as_raw();
+    (meta.file_type().is_file() && ours && meta.mode() & 0o077 == 0).then_some(file)
+}
+
+/// Whether `path` still names the file open as `file`.
+fn same_file(path: &Path, file: &File) -> bool {
+    let Ok(open) = nix::sys::stat::fstat(file.as_fd()) else {
+        return false;
+    };
+    path.symlink_metadata()
+        .is_ok_and(|named| named.dev() == open.st_dev && named.ino() == open.st_ino)
+}
+
+/// Removes tokens whose listener is gone (nobody holds their lock).
+fn prune(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten().take(PRUNE_BATCH) {
+        let path = entry.path();
+        // Temporary names belong to a listener still publishing.
+        if entry.file_name().as_encoded_bytes().starts_with(b".") {
+            continue;
+        }
+        let Some(file) = open_private(&path) else {
+            continue;
+        };
+        if let Ok(stale) = Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            if same_file(&path, &stale) {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_literal_loopback_websocket_urls_have_an_address() {
+        let v4: SocketAddr = "127.0.0.1:4000".parse().unwrap();
+        assert_eq!(loopback_address("ws://127.0.0.1:4000"), Some(v4));
+        assert_eq!(loopback_address("ws://127.0.0.1:4000/x?y"), Some(v4));
+        assert_eq!(
+            loopback_address("ws://[::1]:4000"),
+            Some("[::1]:4000".parse().unwrap())
+        );
+        assert_eq!(loopback_address("ws://10.0.0.1:4000"), None);
+        assert_eq!(loopback_address("ws://localhost:4000"), None);
+        assert_eq!(loopback_address("unix:///run/x.sock"), None);
+        assert_eq!(loopback_address("wss://127.0.0.1:4000"), None);
+    }
+
+    #[test]
+    fn tokens_are_long_random_and_header_safe() {
+        let (a, b) = (generate().unwrap(), generate().unwrap());
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 43);
+        assert!(a
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'));
+    }
+}
