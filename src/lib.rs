@@ -60,3 +60,4 @@ pub mod startup;
 pub mod stdout;
 pub mod sync;
 pub mod sys;
+pub mod terminal_text;

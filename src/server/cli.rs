@@ -142,7 +142,8 @@ pub fn main(argv: Vec<OsString>) -> i32 {
     match outcome {
         Ok(()) => 0,
         Err(err) => {
-            eprintln!("{name}: {err}");
+            // Remote mode's errors may quote the registry.
+            eprintln!("{name}: {}", crate::terminal_text::Escaped(&err));
             1
         }
     }

@@ -259,7 +259,7 @@ impl Output {
     /// A line of our own on stderr.
     async fn notice(&mut self, text: &str) {
         let end = if self.raw { "\r\n" } else { "\n" };
-        let line = format!("codexbox: {text}{end}");
+        let line = format!("codexbox: {}{end}", crate::terminal_text::Escaped(text));
         let _ = write_all(&mut self.stderr, line.as_bytes()).await;
     }
 }

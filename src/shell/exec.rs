@@ -194,7 +194,7 @@ async fn run(args: Args) -> Result<i32, ShellError> {
     if args.detach {
         let session = client.session_id().await.unwrap_or_default();
         let line = super::attach_args(&session, &process_id, args.tty, args.stdin, 0);
-        crate::startup::announce(&line);
+        crate::startup::announce(&crate::terminal_text::escape(&line));
         return Ok(0);
     }
     let attachment = Attachment {

@@ -22,6 +22,7 @@ use std::time::Duration;
 use crate::client::remote::RECOVERY_WINDOW;
 use crate::client::{ClientError, ConnectOptions};
 use crate::protocol::path::WirePath;
+use crate::terminal_text::Escaped;
 use attachment::{Attachment, Outcome};
 
 /// Exit code when the connection is lost or cannot be made (as ssh does).
@@ -102,12 +103,13 @@ where
     outcome
 }
 
-/// The exit code of a front end's result, printing its error.
+/// The exit code of a front end's result, printing its error (escaped:
+/// it may carry the server's words).
 fn finish(name: &str, outcome: Result<i32, ShellError>) -> i32 {
     match outcome {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("{name}: {err}");
+            eprintln!("{name}: {}", Escaped(&err.to_string()));
             err.exit_code()
         }
     }
@@ -143,7 +145,8 @@ pub fn remote_path(server_cwd: Option<&str>, text: &str) -> Result<PathBuf, Shel
     Ok(clean)
 }
 
-/// The `codexbox attach` command that continues an attachment after `after_seq`.
+/// The `codexbox attach` command that continues an attachment after
+/// `after_seq` (escaped: the session id is the server's).
 pub fn attach_hint(session: &str, attachment: &Attachment, after_seq: u64) -> String {
     let args = attach_args(
         session,
@@ -152,7 +155,7 @@ pub fn attach_hint(session: &str, attachment: &Attachment, after_seq: u64) -> St
         attachment.stdin,
         after_seq,
     );
-    format!("codexbox attach {args}")
+    format!("codexbox attach {}", Escaped(&args))
 }
 
 /// The `attach` flags that pick up process `process_id` of `session` after
@@ -201,7 +204,8 @@ fn report(name: &str, session: &str, attachment: &Attachment, outcome: Outcome) 
         }
         Outcome::Lost { message, after_seq } => {
             eprintln!(
-                "{name}: lost the connection: {message}\n{name}: the process may go on for the server's session grace period; to continue: {}",
+                "{name}: lost the connection: {}\n{name}: the process may go on for the server's session grace period; to continue: {}",
+                Escaped(&message),
                 attach_hint(session, attachment, after_seq)
             );
             EXIT_CONNECTION

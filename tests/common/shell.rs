@@ -180,6 +180,43 @@ pub fn wait_measured(child: &Child, what: &str) -> (i32, u64) {
     (code, peak_kib)
 }
 
+/// Runs a prepared command with stderr on a terminal `cols` columns wide
+/// (stdin and stdout on `/dev/null`) and returns its exit code and every
+/// byte it wrote to the terminal, escape sequences included.
+// The child is reaped by waitpid in `wait_measured`, which clippy cannot see.
+#[allow(clippy::zombie_processes)]
+pub fn stderr_on_terminal(mut command: Command, cols: u16, what: &str) -> (i32, Vec<u8>) {
+    let size = nix::pty::Winsize {
+        ws_row: 24,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let pty = nix::pty::openpty(Some(&size), None).expect("openpty");
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::from(pty.slave)));
+    let child = command.spawn().expect("spawn on a terminal");
+    // Our copy of the terminal's other side goes with `command`.
+    drop(command);
+    let mut master = std::fs::File::from(pty.master);
+    let reader = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        let mut chunk = [0u8; 4096];
+        // EIO once the last holder of the terminal's other side is gone.
+        while let Ok(n) = master.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            seen.extend_from_slice(&chunk[..n]);
+        }
+        seen
+    });
+    let (code, _) = wait_measured(&child, what);
+    (code, reader.join().expect("terminal reader"))
+}
+
 /// A private directory that no named profile makes writable: not under
 /// `/tmp` or `$TMPDIR` (which `:workspace` grants), wherever the checkout
 /// and its target directory are.

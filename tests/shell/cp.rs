@@ -392,42 +392,20 @@ fn a_permission_error_in_the_middle_is_reported_and_the_rest_copied() {
 }
 
 #[test]
-// The child is reaped by waitpid in `wait_measured`, which clippy cannot see.
-#[allow(clippy::zombie_processes)]
 fn the_progress_line_shows_only_on_a_terminal() {
     let (_dir, root) = open_dir();
     std::fs::write(root.join("f"), vec![7u8; 3 << 20]).expect("write");
     let server = Server::start(&[]);
-    let pty = nix::pty::openpty(None, None).expect("openpty");
-    let mut command = crate::common::shell::command(&[
+    let command = crate::common::shell::command(&[
         "cp",
         "--url",
         &server.url,
         local(&root.join("f")),
         &remote(&root.join("g")),
     ]);
-    command
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::from(std::fs::File::from(pty.slave)));
-    let child = command.spawn().expect("spawn cp");
-    drop(command);
-    let mut master = std::fs::File::from(pty.master);
-    let reader = std::thread::spawn(move || {
-        let mut seen = Vec::new();
-        let mut chunk = [0u8; 4096];
-        // EIO once the last holder of the terminal's other side is gone.
-        while let Ok(n) = master.read(&mut chunk) {
-            if n == 0 {
-                break;
-            }
-            seen.extend_from_slice(&chunk[..n]);
-        }
-        String::from_utf8_lossy(&seen).into_owned()
-    });
-    let (code, _) = crate::common::shell::wait_measured(&child, "cp on a terminal");
+    let (code, seen) = crate::common::shell::stderr_on_terminal(command, 80, "cp on a terminal");
     assert_eq!(code, 0);
-    let shown = reader.join().expect("reader");
+    let shown = String::from_utf8_lossy(&seen);
     assert!(shown.contains("ETA") && shown.contains('\r'), "{shown:?}");
     assert!(shown.contains("copied 1 file(s), 3.0 MiB"), "{shown:?}");
     assert!(same_contents(&root.join("f"), &root.join("g")));

@@ -8,4 +8,5 @@ mod cp;
 mod exec;
 mod image;
 mod manifests;
+mod remote_text;
 mod tty;

@@ -25,6 +25,7 @@ use super::{finish, remote_path, ShellError};
 use crate::client::{ClientError, ExecServerClient};
 use crate::protocol::envelope::code::NOT_FOUND;
 use crate::protocol::fs::{GetMetadataResponse, OpenMode};
+use crate::terminal_text::Escaped;
 use progress::Progress;
 use tree::{join, text, Item, Kind, Problem, Side};
 
@@ -208,9 +209,14 @@ struct Copy<'a> {
 }
 
 impl Copy<'_> {
+    /// Prints a problem; its path and message may come from the server.
     fn report(&mut self, problem: &Problem) {
         self.progress.clear();
-        eprintln!("{NAME}: {}: {}", problem.path, problem.message);
+        eprintln!(
+            "{NAME}: {}: {}",
+            Escaped(&problem.path),
+            Escaped(&problem.message)
+        );
         self.problems += 1;
     }
 
@@ -258,8 +264,12 @@ impl Copy<'_> {
             }
             let from = join(source, &item.relative);
             let to = join(destination, &item.relative);
-            let label = item.relative.display().to_string();
-            self.progress.start_file(&label);
+            // Named from the source's own name, so a single file has one.
+            let label = join(
+                Path::new(source.file_name().unwrap_or_default()),
+                &item.relative,
+            );
+            self.progress.start_file(&label.display().to_string());
             let outcome = match self.direction {
                 Direction::Upload => self.upload(&item.kind, &from, &to).await,
                 Direction::Download => self.download(&item.kind, &from, &to).await,
