@@ -230,6 +230,34 @@ mod tests {
     }
 
     #[test]
+    fn only_private_regular_files_of_ours_are_read() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let private = dir.path().join("private");
+        std::fs::write(&private, "t\n").unwrap();
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(open_private(&private).is_some());
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&private, &link).unwrap();
+        assert!(open_private(&link).is_none(), "followed a symlink");
+        let shared = dir.path().join("shared");
+        std::fs::write(&shared, "t\n").unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o640)).unwrap();
+        assert!(
+            open_private(&shared).is_none(),
+            "read a group-readable file"
+        );
+        assert!(open_private(dir.path()).is_none(), "read a directory");
+        if nix::unistd::geteuid().is_root() {
+            let planted = dir.path().join("planted");
+            std::fs::write(&planted, "t\n").unwrap();
+            std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o600)).unwrap();
+            std::os::unix::fs::chown(&planted, Some(65534), Some(65534)).unwrap();
+            assert!(open_private(&planted).is_none(), "read another user's file");
+        }
+    }
+
+    #[test]
     fn tokens_are_long_random_and_header_safe() {
         let (a, b) = (generate().unwrap(), generate().unwrap());
         assert_ne!(a, b);

@@ -110,6 +110,16 @@ impl ClientError {
             _ => None,
         }
     }
+
+    /// Whether the server refused the upgrade for want of a (right) token.
+    pub fn is_unauthorized(&self) -> bool {
+        matches!(
+            self,
+            Self::Handshake { source, .. }
+                if matches!(&**source, tokio_tungstenite::tungstenite::Error::Http(response)
+                    if response.status() == 401)
+        )
+    }
 }
 
 /// How to reach the server.

@@ -110,6 +110,9 @@ fn finish(name: &str, outcome: Result<i32, ShellError>) -> i32 {
         Ok(code) => code,
         Err(err) => {
             eprintln!("{name}: {}", Escaped(&err.to_string()));
+            if matches!(&err, ShellError::Client(client) if client.is_unauthorized()) {
+                eprintln!("{name}: the server wants a bearer token: --token-file FILE or CODEXBOX_AUTH_TOKEN (a `codexbox connect` of this user on a loopback address is found without either)");
+            }
             err.exit_code()
         }
     }

@@ -82,6 +82,11 @@ fn assert_refused(run: &Run, what: &str) {
         "{what}: the listener was not reached and refused: {}",
         run.stderr
     );
+    assert!(
+        run.stderr.contains("the server wants a bearer token"),
+        "{what}: no hint: {}",
+        run.stderr
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -233,12 +238,16 @@ fn the_token_is_private_and_goes_with_the_listener() {
     assert_eq!(meta.mode() & 0o777, 0o600, "{}", file.display());
     let dir = std::fs::symlink_metadata(file.parent().expect("dir")).expect("dir");
     assert_eq!(dir.mode() & 0o777, 0o700);
+    let token = bridge.token().expect("a live token");
     assert_eq!(
         std::fs::read_to_string(&file)
             .ok()
             .map(|t| t.trim().to_owned()),
-        bridge.token()
+        Some(token.clone())
     );
+    // Published, never printed or logged (its path is logged at info).
+    bridge.proc.wait_stderr(&file.display().to_string(), 1);
+    assert!(!bridge.proc.stderr().contains(&token));
 
     // A clean stop removes it.
     let pid = nix::unistd::Pid::from_raw(i32::try_from(bridge.proc.child.id()).expect("pid"));
