@@ -36,6 +36,13 @@ struct Args {
     /// TCP connections served at once.
     #[arg(long, value_name = "N", default_value_t = 4096)]
     max_connections: usize,
+    /// Of those, connections still sending their request (default: a
+    /// quarter of --max-connections); the oldest gives way to a newcomer.
+    #[arg(long, value_name = "N")]
+    max_pending_connections: Option<usize>,
+    /// Time a client has to send its whole request (head and body).
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    request_timeout_secs: u64,
     /// Streams one environment may have at once.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     max_streams: usize,
@@ -67,8 +74,22 @@ fn build_config(args: &Args) -> Result<RendezvousConfig, String> {
             "refusing to listen on non-loopback address {listen} without --tokens; pass --insecure-no-auth to allow it"
         ));
     }
-    if args.max_connections == 0 || args.max_streams == 0 || args.max_streams_per_socket == 0 {
+    let max_pending = args
+        .max_pending_connections
+        .unwrap_or(args.max_connections / 4)
+        .max(1);
+    if args.max_connections == 0
+        || args.max_streams == 0
+        || args.max_streams_per_socket == 0
+        || args.max_pending_connections == Some(0)
+    {
         return Err("the --max-* limits must be greater than zero".into());
+    }
+    if max_pending > args.max_connections {
+        return Err("--max-pending-connections cannot exceed --max-connections".into());
+    }
+    if args.request_timeout_secs == 0 {
+        return Err("--request-timeout-secs must be greater than zero".into());
     }
     if args.max_frame_bytes < 64 * 1024 {
         return Err(
@@ -80,6 +101,8 @@ fn build_config(args: &Args) -> Result<RendezvousConfig, String> {
     config.tokens_file = args.tokens.clone();
     config.url_ttl = Duration::from_secs(args.url_ttl_secs.max(1));
     config.max_connections = args.max_connections;
+    config.max_pending_connections = max_pending;
+    config.request_timeout = Duration::from_secs(args.request_timeout_secs);
     config.max_frame_bytes = args.max_frame_bytes;
     config.limits.streams_per_environment = args.max_streams;
     config.limits.streams_per_harness_socket = args.max_streams_per_socket;

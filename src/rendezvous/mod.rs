@@ -8,6 +8,7 @@
 //! and harnesses (409 `environment_offline` until then → retry) recover.
 //! It routes ciphertext by `stream_id` and never sees plaintext.
 
+pub mod admission;
 pub mod auth;
 pub mod cli;
 pub mod hub;
@@ -28,6 +29,7 @@ use tokio_tungstenite::WebSocketStream;
 
 use crate::relay::registry_api::RegistryCall;
 use crate::server::transport::http::{self, RequestHead};
+use admission::{Admission, Slot};
 use hub::{Hub, HubLimits};
 use registry::{unix_now, Answer, RegistryState};
 use signing::Role;
@@ -35,6 +37,8 @@ use socket::SocketRole;
 
 /// Largest registry request body.
 const MAX_BODY_BYTES: usize = 64 * 1024;
+/// How long the 408 answer to a request past its deadline may take to send.
+const LATE_ANSWER_GRACE: Duration = Duration::from_secs(1);
 
 /// Settings of the rendezvous.
 #[derive(Debug, Clone)]
@@ -46,6 +50,11 @@ pub struct RendezvousConfig {
     pub url_ttl: Duration,
     /// TCP connections served at once (HTTP and WebSocket).
     pub max_connections: usize,
+    /// Of those, connections whose request is not yet read and authorized
+    /// (see [`admission`]).
+    pub max_pending_connections: usize,
+    /// Time a client has to send its whole request, head and body.
+    pub request_timeout: Duration,
     /// Largest relay WebSocket message.
     pub max_frame_bytes: usize,
     pub limits: HubLimits,
@@ -60,6 +69,8 @@ impl RendezvousConfig {
             tokens_file: None,
             url_ttl: Duration::from_secs(300),
             max_connections: 4096,
+            max_pending_connections: 1024,
+            request_timeout: Duration::from_secs(10),
             max_frame_bytes: crate::relay::MAX_WEBSOCKET_MESSAGE_BYTES,
             limits: HubLimits {
                 streams_per_environment: 1024,
@@ -163,18 +174,13 @@ impl Rendezvous {
         } = self;
         let config = Arc::new(config);
         let reload = tokio::spawn(reload_on_sighup(state.clone(), config.tokens_file.clone()));
-        let slots = Arc::new(tokio::sync::Semaphore::new(config.max_connections.max(1)));
+        let admission = Admission::new(config.max_connections, config.max_pending_connections);
         let accept = async {
             loop {
-                let Ok(permit) = slots.clone().acquire_owned().await else {
-                    return;
-                };
                 let (stream, peer) = crate::accept::next_tcp(&listener).await;
+                let slot = admission.admit().await;
                 let (state, config) = (state.clone(), config.clone());
-                tokio::spawn(async move {
-                    serve_connection(stream, peer, state, config).await;
-                    drop(permit);
-                });
+                tokio::spawn(serve_connection(stream, peer, slot, state, config));
             }
         };
         tokio::select! {
@@ -211,38 +217,88 @@ async fn respond<S: AsyncWrite + Unpin>(stream: &mut S, answer: &Answer) {
     let _ = stream.shutdown().await;
 }
 
+/// Where the request phase of a connection led.
+enum Outcome {
+    /// Answered (or given up on): the connection closes.
+    Done,
+    /// The upgrade was accepted (101 sent): serve the relay socket.
+    Relay {
+        leftover: Vec<u8>,
+        environment_id: String,
+        role: SocketRole,
+    },
+}
+
+/// Serves one connection: its request under the request deadline and as a
+/// pending connection (a newer one may displace it), then, for an accepted
+/// upgrade, the relay socket on an established slot.
 async fn serve_connection<S>(
     mut stream: S,
     peer: SocketAddr,
+    mut slot: Slot,
     state: Arc<RegistryState>,
     config: Arc<RendezvousConfig>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (head, leftover) =
-        match tokio::time::timeout(http::HEAD_TIMEOUT, http::read_head(&mut stream)).await {
-            Ok(Ok(read)) => read,
-            Ok(Err(http::HeadError::Malformed | http::HeadError::TooLarge)) => {
-                return respond(
-                    &mut stream,
-                    &Answer::error(400, "Bad Request", "invalid_request", "malformed request"),
-                )
-                .await
+    let request = serve_request(&mut stream, peer, &state);
+    let outcome = tokio::select! {
+        _ = slot.displaced() => {
+            tracing::debug!(%peer, "closed a pending connection to make room for a newer one");
+            return;
+        }
+        outcome = tokio::time::timeout(config.request_timeout, request) => outcome,
+    };
+    match outcome {
+        Err(_) => {
+            tracing::info!(%peer, "closed a connection whose request did not arrive in time");
+            let late = Answer::error(
+                408,
+                "Request Timeout",
+                "request_timeout",
+                "the request did not arrive in time",
+            );
+            let _ = tokio::time::timeout(LATE_ANSWER_GRACE, respond(&mut stream, &late)).await;
+        }
+        Ok(Outcome::Done) => {}
+        Ok(Outcome::Relay {
+            leftover,
+            environment_id,
+            role,
+        }) => {
+            if slot.establish() {
+                relay(stream, leftover, environment_id, role, state, &config).await;
             }
-            _ => return,
-        };
+        }
+    }
+}
+
+/// Reads and answers one request. A registry call is authorized from its
+/// head before its body is read.
+async fn serve_request<S>(stream: &mut S, peer: SocketAddr, state: &RegistryState) -> Outcome
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let (head, leftover) = match http::read_head(stream).await {
+        Ok(read) => read,
+        Err(http::HeadError::Malformed | http::HeadError::TooLarge) => {
+            let malformed =
+                Answer::error(400, "Bad Request", "invalid_request", "malformed request");
+            respond(stream, &malformed).await;
+            return Outcome::Done;
+        }
+        Err(http::HeadError::Closed | http::HeadError::Io(_)) => return Outcome::Done,
+    };
     // Browsers never need this service: refuse anything a page could send.
     if head.header("origin").is_some() {
-        return respond(
-            &mut stream,
-            &Answer::error(
-                403,
-                "Forbidden",
-                "forbidden",
-                "cross-origin requests are refused",
-            ),
-        )
-        .await;
+        let cross_origin = Answer::error(
+            403,
+            "Forbidden",
+            "forbidden",
+            "cross-origin requests are refused",
+        );
+        respond(stream, &cross_origin).await;
+        return Outcome::Done;
     }
     let (path, query) = head
         .path
@@ -253,59 +309,83 @@ async fn serve_connection<S>(
             "{{\"status\":\"ready\",\"streams\":{}}}",
             state.hub.stream_count()
         );
-        return respond(
-            &mut stream,
-            &Answer {
-                status: 200,
-                reason: "OK",
-                body,
-            },
-        )
-        .await;
+        let ready = Answer {
+            status: 200,
+            reason: "OK",
+            body,
+        };
+        respond(stream, &ready).await;
+        return Outcome::Done;
     }
     if path == "/relay" || path.ends_with("/relay") {
-        return upgrade(stream, &head, leftover, query, state, &config).await;
+        return upgrade(stream, &head, leftover, query, state).await;
     }
-    let Some((environment_id, call)) = RegistryCall::parse_path(path) else {
-        return respond(
-            &mut stream,
-            &Answer::error(404, "Not Found", "not_found", "no such endpoint"),
-        )
-        .await;
-    };
-    if head.method != "POST" {
-        return respond(
-            &mut stream,
-            &Answer::error(405, "Method Not Allowed", "method_not_allowed", "use POST"),
-        )
-        .await;
-    }
-    let Some(body) = http::read_body(&mut stream, &head, leftover, MAX_BODY_BYTES).await else {
-        return respond(
-            &mut stream,
-            &Answer::error(
-                413,
-                "Payload Too Large",
-                "invalid_request",
-                "the body must have a Content-Length of at most 64 KiB",
-            ),
-        )
-        .await;
-    };
-    let answer = state.handle(&environment_id, call, head.header("authorization"), &body);
-    tracing::info!(%peer, environment = %environment_id, call = call.name(), status = answer.status, "registry call");
-    respond(&mut stream, &answer).await;
+    registry_call(stream, &head, leftover, path, peer, state).await;
+    Outcome::Done
 }
 
+/// Answers a registry call, unless the peer goes away mid-body.
+async fn registry_call<S>(
+    stream: &mut S,
+    head: &RequestHead,
+    leftover: Vec<u8>,
+    path: &str,
+    peer: SocketAddr,
+    state: &RegistryState,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let Some((environment_id, call)) = RegistryCall::parse_path(path) else {
+        let unknown = Answer::error(404, "Not Found", "not_found", "no such endpoint");
+        return respond(stream, &unknown).await;
+    };
+    let answer = if head.method != "POST" {
+        Answer::error(405, "Method Not Allowed", "method_not_allowed", "use POST")
+    } else {
+        match state.admit(&environment_id, call, head.header("authorization")) {
+            Ok(admitted) => match http::read_body(stream, head, leftover, MAX_BODY_BYTES).await {
+                Ok(body) => state.answer(&admitted, &body),
+                Err(err) => match body_refusal(&err) {
+                    Some(refusal) => refusal,
+                    None => return,
+                },
+            },
+            Err(refusal) => refusal,
+        }
+    };
+    tracing::info!(%peer, environment = %environment_id, call = call.name(), status = answer.status, "registry call");
+    respond(stream, &answer).await;
+}
+
+/// The answer to a body that could not be read; `None` when the peer left.
+fn body_refusal(err: &http::BodyError) -> Option<Answer> {
+    match err {
+        http::BodyError::LengthRequired => Some(Answer::error(
+            411,
+            "Length Required",
+            "invalid_request",
+            "the body needs a Content-Length",
+        )),
+        http::BodyError::TooLarge { max } => Some(Answer::error(
+            413,
+            "Payload Too Large",
+            "invalid_request",
+            &format!("the body must be at most {max} bytes"),
+        )),
+        http::BodyError::Closed | http::BodyError::Io(_) => None,
+    }
+}
+
+/// Checks a relay URL and accepts the upgrade (101).
 async fn upgrade<S>(
-    mut stream: S,
+    stream: &mut S,
     head: &RequestHead,
     leftover: Vec<u8>,
     query: &str,
-    state: Arc<RegistryState>,
-    config: &RendezvousConfig,
-) where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    state: &RegistryState,
+) -> Outcome
+where
+    S: AsyncRead + AsyncWrite + Unpin,
 {
     let grant = match state.signer.verify_url(query, unix_now()) {
         Ok(grant) => grant,
@@ -315,44 +395,38 @@ async fn upgrade<S>(
                 signing::SignatureError::Missing => (400, "Bad Request"),
                 _ => (401, "Unauthorized"),
             };
-            return respond(
-                &mut stream,
-                &Answer::error(status.0, status.1, "invalid_url", &err.to_string()),
-            )
-            .await;
+            let refusal = Answer::error(status.0, status.1, "invalid_url", &err.to_string());
+            respond(stream, &refusal).await;
+            return Outcome::Done;
         }
     };
     let current = state.hub.registration(&grant.environment_id);
     if current.map(|r| r.id) != Some(grant.registration_id.clone()) {
-        return respond(
-            &mut stream,
-            &Answer::error(
-                401,
-                "Unauthorized",
-                "stale_registration",
-                "the URL belongs to a previous registration",
-            ),
-        )
-        .await;
+        let stale = Answer::error(
+            401,
+            "Unauthorized",
+            "stale_registration",
+            "the URL belongs to a previous registration",
+        );
+        respond(stream, &stale).await;
+        return Outcome::Done;
     }
     let Some(accept) = http::websocket_accept(head) else {
-        return respond(
-            &mut stream,
-            &Answer::error(
-                426,
-                "Upgrade Required",
-                "upgrade_required",
-                "expected a WebSocket upgrade",
-            ),
-        )
-        .await;
+        let not_upgrade = Answer::error(
+            426,
+            "Upgrade Required",
+            "upgrade_required",
+            "expected a WebSocket upgrade",
+        );
+        respond(stream, &not_upgrade).await;
+        return Outcome::Done;
     };
     if stream
         .write_all(http::switching_protocols(&accept).as_bytes())
         .await
         .is_err()
     {
-        return;
+        return Outcome::Done;
     }
     let role = match grant.role {
         Role::Environment => SocketRole::Executor,
@@ -360,6 +434,24 @@ async fn upgrade<S>(
             harness_key: grant.harness_key.unwrap_or_default(),
         },
     };
+    Outcome::Relay {
+        leftover,
+        environment_id: grant.environment_id,
+        role,
+    }
+}
+
+/// Serves an upgraded relay socket.
+async fn relay<S>(
+    stream: S,
+    leftover: Vec<u8>,
+    environment_id: String,
+    role: SocketRole,
+    state: Arc<RegistryState>,
+    config: &RendezvousConfig,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     // Executor sockets carry every stream; harness sockets one or a few.
     let buffer = match role {
         SocketRole::Executor => 128 * 1024,
@@ -373,7 +465,7 @@ async fn upgrade<S>(
     let ws =
         WebSocketStream::from_partially_read(stream, leftover, WsRole::Server, Some(ws_config))
             .await;
-    socket::serve(ws, state.hub.clone(), grant.environment_id, role).await;
+    socket::serve(ws, state.hub.clone(), environment_id, role).await;
 }
 
 #[cfg(test)]

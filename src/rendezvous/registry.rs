@@ -87,47 +87,66 @@ fn fingerprint(key: &crate::relay::noise::DecodedPublicKey) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key.fingerprint())
 }
 
-impl RegistryState {
-    fn authorize(
-        &self,
-        authorization: Option<&str>,
-        environment_id: &str,
-        grant: Grant,
-    ) -> Result<(), Answer> {
-        let tokens = self.tokens.read().unwrap_or_else(|e| e.into_inner());
-        let Some(table) = tokens.as_ref() else {
-            return Ok(());
-        };
-        table
-            .check(authorization, environment_id, grant)
-            .map_err(|refusal| match refusal {
-                Refusal::Unauthenticated => Answer::error(
-                    401,
-                    "Unauthorized",
-                    "unauthorized",
-                    "missing or unknown bearer token",
-                ),
-                Refusal::Forbidden => Answer::error(
-                    403,
-                    "Forbidden",
-                    "forbidden",
-                    "this token may not do that for this environment",
-                ),
-            })
-    }
+/// A registry call whose caller was authorized from the request head: only
+/// such a call gets its body read and answered.
+#[derive(Debug)]
+pub struct AdmittedCall {
+    environment_id: String,
+    call: RegistryCall,
+}
 
-    /// Answers one registry call.
-    pub fn handle(
+impl AdmittedCall {
+    /// The environment the call is about.
+    pub fn environment_id(&self) -> &str {
+        &self.environment_id
+    }
+}
+
+impl RegistryState {
+    /// Decides from the head alone whether a call may go on to send its
+    /// body: the caller's token.
+    pub fn admit(
         &self,
         environment_id: &str,
         call: RegistryCall,
         authorization: Option<&str>,
-        body: &[u8],
-    ) -> Answer {
-        let outcome = match call {
-            RegistryCall::Register => self.register(environment_id, authorization, body),
-            RegistryCall::Connect => self.connect(environment_id, authorization, body),
-            RegistryCall::Validate => self.validate(environment_id, authorization, body),
+    ) -> Result<AdmittedCall, Answer> {
+        let grant = match call {
+            RegistryCall::Register | RegistryCall::Validate => Grant::Executor,
+            RegistryCall::Connect => Grant::Harness,
+        };
+        let tokens = self.tokens.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(table) = tokens.as_ref() {
+            table
+                .check(authorization, environment_id, grant)
+                .map_err(|refusal| match refusal {
+                    Refusal::Unauthenticated => Answer::error(
+                        401,
+                        "Unauthorized",
+                        "unauthorized",
+                        "missing or unknown bearer token",
+                    ),
+                    Refusal::Forbidden => Answer::error(
+                        403,
+                        "Forbidden",
+                        "forbidden",
+                        "this token may not do that for this environment",
+                    ),
+                })?;
+        }
+        Ok(AdmittedCall {
+            environment_id: environment_id.to_owned(),
+            call,
+        })
+    }
+
+    /// Answers an admitted call with its body.
+    pub fn answer(&self, admitted: &AdmittedCall, body: &[u8]) -> Answer {
+        let environment_id = admitted.environment_id.as_str();
+        let outcome = match admitted.call {
+            RegistryCall::Register => self.register(environment_id, body),
+            RegistryCall::Connect => self.connect(environment_id, body),
+            RegistryCall::Validate => self.validate(environment_id, body),
         };
         outcome.unwrap_or_else(|answer| answer)
     }
@@ -136,13 +155,7 @@ impl RegistryState {
         unix_now().saturating_add(self.url_ttl.as_secs())
     }
 
-    fn register(
-        &self,
-        environment_id: &str,
-        authorization: Option<&str>,
-        body: &[u8],
-    ) -> Result<Answer, Answer> {
-        self.authorize(authorization, environment_id, Grant::Executor)?;
+    fn register(&self, environment_id: &str, body: &[u8]) -> Result<Answer, Answer> {
         let request: RegisterRequest = parse(body)?;
         if request.security_profile != SECURITY_PROFILE {
             return Err(Answer::error(
@@ -181,13 +194,7 @@ impl RegistryState {
         }))
     }
 
-    fn connect(
-        &self,
-        environment_id: &str,
-        authorization: Option<&str>,
-        body: &[u8],
-    ) -> Result<Answer, Answer> {
-        self.authorize(authorization, environment_id, Grant::Harness)?;
+    fn connect(&self, environment_id: &str, body: &[u8]) -> Result<Answer, Answer> {
         let request: ConnectRequest = parse(body)?;
         let harness_key = request.harness_public_key.decode().map_err(invalid_key)?;
         // An unknown environment is "offline" too: after a restart the
@@ -228,13 +235,7 @@ impl RegistryState {
         }))
     }
 
-    fn validate(
-        &self,
-        environment_id: &str,
-        authorization: Option<&str>,
-        body: &[u8],
-    ) -> Result<Answer, Answer> {
-        self.authorize(authorization, environment_id, Grant::Executor)?;
+    fn validate(&self, environment_id: &str, body: &[u8]) -> Result<Answer, Answer> {
         let request: ValidateRequest = parse(body)?;
         let current = self.hub.registration(environment_id);
         let valid = current.is_some_and(|r| r.id == request.executor_registration_id)

@@ -1,9 +1,9 @@
-//! Attacks on the sandbox and the server: every launcher (system bubblewrap,
-//! built-in bwrap, Landlock) against escapes through the filesystem, the
-//! kernel, the built-in launcher itself, the processes the sandbox starts
-//! for its own purposes, the server's methods, and the network proxy's
-//! reading of destinations; and other local processes against codexbox's
-//! local listeners.
+//! Attacks on every boundary codexbox keeps, one file per boundary: the
+//! sandbox under every launcher (system bubblewrap, built-in bwrap,
+//! Landlock) through the filesystem, the kernel, the built-in launcher and
+//! the processes the sandbox starts for its own purposes; the server's
+//! methods; the network proxy's reading of destinations; the local
+//! listeners; and the rendezvous against denial of service.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -16,5 +16,6 @@ mod landlock_escape;
 mod listeners;
 mod planted_links;
 mod proxy;
+mod rendezvous;
 mod sandbox_escape;
 mod server;

@@ -124,14 +124,37 @@ impl ReferenceHarness {
         registry: &str,
         environment: &str,
     ) -> Result<ReferenceHarness, String> {
+        Self::try_connect_with(registry, environment, AuthHeaders::default()).await
+    }
+
+    /// Like [`connect`](Self::connect), calling the registry with `auth`.
+    pub async fn connect_with(
+        registry: &str,
+        environment: &str,
+        auth: AuthHeaders,
+    ) -> ReferenceHarness {
+        match Self::try_connect_with(registry, environment, auth).await {
+            Ok(harness) => harness,
+            Err(reason) => panic!("no stream: {reason}"),
+        }
+    }
+
+    /// Like [`try_connect`](Self::try_connect), calling the registry with
+    /// `auth`; a refused upgrade is `Err` too.
+    pub async fn try_connect_with(
+        registry: &str,
+        environment: &str,
+        auth: AuthHeaders,
+    ) -> Result<ReferenceHarness, String> {
         let identity = NoiseIdentity::generate().expect("identity");
-        let registry =
-            RegistryClient::new(registry, environment, AuthHeaders::default()).expect("registry");
+        let registry = RegistryClient::new(registry, environment, auth).expect("registry");
         let bundle = registry
             .connect(&identity.public_key().encode())
             .await
             .expect("connect bundle");
-        let mut ws = dial(&bundle.url).await.expect("dial rendezvous");
+        let mut ws = dial(&bundle.url)
+            .await
+            .map_err(|err| format!("upgrade refused: {err}"))?;
         let stream_id = uuid::Uuid::new_v4().to_string();
         let p = prologue(
             &bundle.environment_id,

@@ -1,7 +1,9 @@
 //! The small HTTP layer in front of the WebSocket: reads the request head,
 //! answers `GET /readyz`, refuses browser origins (403) and missing or wrong
 //! bearer tokens (401), and accepts the upgrade (101) — all before any byte
-//! is handed to the WebSocket codec.
+//! is handed to the WebSocket codec. It also reads bounded request bodies
+//! for the rendezvous's registry API. Heads and bodies are bounded in size
+//! here; callers bound the time a whole request may take.
 
 use std::time::Duration;
 
@@ -172,29 +174,44 @@ pub fn websocket_accept(head: &RequestHead) -> Option<String> {
     is_upgrade.then(|| tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes()))
 }
 
+/// Why a request body could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    #[error("the request needs a valid Content-Length")]
+    LengthRequired,
+    #[error("the body exceeds {max} bytes")]
+    TooLarge { max: usize },
+    #[error("connection closed before the whole body")]
+    Closed,
+    #[error("reading the body: {0}")]
+    Io(#[from] std::io::Error),
+}
+
 /// Reads a request body of `Content-Length` bytes (at most `max`), starting
-/// with `leftover` (bytes read past the head). `None` when the length is
-/// missing, invalid or too large, or the peer stops early.
+/// with `leftover` (bytes read past the head). It has no deadline of its
+/// own: a caller bounds the whole request (head and body) with one, so a
+/// body trickled a byte at a time cannot hold the connection either.
 pub async fn read_body<S: AsyncRead + Unpin>(
     stream: &mut S,
     head: &RequestHead,
     mut leftover: Vec<u8>,
     max: usize,
-) -> Option<Vec<u8>> {
-    let length: usize = head.header("content-length")?.trim().parse().ok()?;
+) -> Result<Vec<u8>, BodyError> {
+    let length: usize = head
+        .header("content-length")
+        .and_then(|value| value.trim().parse().ok())
+        .ok_or(BodyError::LengthRequired)?;
     if length > max {
-        return None;
+        return Err(BodyError::TooLarge { max });
     }
     let mut chunk = [0u8; 4096];
     while leftover.len() < length {
-        let n = stream.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        leftover.extend_from_slice(chunk.get(..n)?);
+        let n = stream.read(&mut chunk).await?;
+        let read = chunk.get(..n).filter(|read| !read.is_empty());
+        leftover.extend_from_slice(read.ok_or(BodyError::Closed)?);
     }
     leftover.truncate(length);
-    Some(leftover)
+    Ok(leftover)
 }
 
 /// The bytes of a response carrying a JSON body, closing the connection.

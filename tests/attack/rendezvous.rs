@@ -1,0 +1,173 @@
+//! Denial of service against `codexbox rendezvous`, through the real binary
+//! while a real executor serves: requests that never finish (a body that
+//! never comes, a head or body trickled a byte at a time) against the
+//! connection slots. Each attack is paired with the legitimate work that
+//! must still get through.
+
+use std::io::Write;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::common::client::WAIT;
+use crate::common::reference_relay::ReferenceHarness;
+use crate::common::relay::{Executor, Rendezvous};
+use codexbox::relay::registry_client::AuthHeaders;
+
+/// A token file with the given lines, kept while the test runs.
+fn token_file(lines: &str) -> tempfile::NamedTempFile {
+    let mut file = tempfile::NamedTempFile::new().expect("token file");
+    file.write_all(lines.as_bytes()).expect("write tokens");
+    file
+}
+
+fn path_of(file: &tempfile::NamedTempFile) -> String {
+    file.path().to_string_lossy().into_owned()
+}
+
+/// Opens a TCP connection to the rendezvous and writes `bytes` on it.
+async fn send_raw(rendezvous: &Rendezvous, bytes: &[u8]) -> TcpStream {
+    let mut stream = TcpStream::connect(rendezvous.addr())
+        .await
+        .expect("connect");
+    stream.write_all(bytes).await.expect("write");
+    stream
+}
+
+/// What the rendezvous answered on `stream`: `Some(status)`, or `None` when
+/// it closed the connection without an answer. Panics when nothing happens
+/// within the bounded wait.
+async fn answer_of(stream: &mut TcpStream) -> Option<u16> {
+    let mut received = Vec::new();
+    let mut chunk = [0u8; 1024];
+    loop {
+        let read = tokio::time::timeout(WAIT, stream.read(&mut chunk)).await;
+        let n = match read {
+            Ok(Ok(n)) => n,
+            Ok(Err(_)) => 0,
+            Err(_) => panic!(
+                "no answer and no close within {WAIT:?}; received {:?}",
+                String::from_utf8_lossy(&received)
+            ),
+        };
+        if n == 0 || received.windows(4).any(|w| w == b"\r\n\r\n") {
+            let text = String::from_utf8_lossy(&received);
+            return text
+                .strip_prefix("HTTP/1.1 ")
+                .and_then(|rest| rest.get(..3))
+                .and_then(|code| code.parse().ok());
+        }
+        received.extend_from_slice(chunk.get(..n).unwrap_or_default());
+    }
+}
+
+/// The whole answer to `GET /readyz`: status and JSON body.
+async fn readyz(rendezvous: &Rendezvous) -> (u16, serde_json::Value) {
+    let mut stream = send_raw(rendezvous, b"GET /readyz HTTP/1.1\r\nHost: r\r\n\r\n").await;
+    let mut text = Vec::new();
+    tokio::time::timeout(WAIT, stream.read_to_end(&mut text))
+        .await
+        .expect("readyz answered in time")
+        .expect("read readyz");
+    let text = String::from_utf8_lossy(&text).into_owned();
+    let status = text
+        .get(9..12)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    (status, serde_json::from_str(body).unwrap_or_default())
+}
+
+/// A harness with `token` opens a stream and gets an answer through it.
+async fn harness_gets_through(rendezvous: &Rendezvous, env: &str, token: Option<&str>) {
+    let auth = token.map(AuthHeaders::bearer).unwrap_or_default();
+    let mut harness = ReferenceHarness::connect_with(&rendezvous.url, env, auth).await;
+    let result = harness
+        .call("initialize", serde_json::json!({"clientName": "legit"}))
+        .await;
+    assert!(result["sessionId"].is_string(), "{result}");
+}
+
+const SLOW_BODY_UNAUTHENTICATED: &[u8] =
+    b"POST /cloud/environment/e1/register HTTP/1.1\r\nHost: r\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_that_never_finish_cannot_hold_the_connection_slots() {
+    let tokens = token_file("exec-tok e1 executor\nharn-tok e1 harness\n");
+    let rendezvous = Rendezvous::start(&["--max-connections", "8", "--tokens", &path_of(&tokens)]);
+
+    // Without a token the body is never waited for: 401 right after the head.
+    for _ in 0..8 {
+        let mut stream = send_raw(&rendezvous, SLOW_BODY_UNAUTHENTICATED).await;
+        assert_eq!(answer_of(&mut stream).await, Some(401));
+    }
+
+    // Holders of every slot: heads that never end, and bodies (with a valid
+    // token) that never come. None of them is ever completed.
+    let mut holders = Vec::new();
+    for i in 0..16 {
+        let bytes: &[u8] = if i % 2 == 0 {
+            b"POST /cloud/environment/e1/register HTTP/1.1\r\nHost: r\r\nX-Slow: "
+        } else {
+            b"POST /cloud/environment/e1/register HTTP/1.1\r\nHost: r\r\nAuthorization: Bearer exec-tok\r\nContent-Length: 100\r\n\r\n{"
+        };
+        holders.push(send_raw(&rendezvous, bytes).await);
+    }
+
+    // A real executor still registers and connects, /readyz answers, and a
+    // harness gets its work done.
+    let _executor = Executor::start(&rendezvous.url, "e1", &[], &[("CODEX_API_KEY", "exec-tok")]);
+    let (status, body) = readyz(&rendezvous).await;
+    assert_eq!(status, 200, "{body}");
+    harness_gets_through(&rendezvous, "e1", Some("harn-tok")).await;
+    // The held connections were closed to make room, without an answer.
+    for stream in holders.iter_mut().take(8) {
+        assert_eq!(answer_of(stream).await, None);
+    }
+}
+
+/// Writes one byte of `bytes` every 100 ms until the rendezvous closes the
+/// connection; returns whether it did (bounded).
+async fn trickle_until_closed(rendezvous: &Rendezvous, bytes: &[u8]) -> bool {
+    let stream = TcpStream::connect(rendezvous.addr())
+        .await
+        .expect("connect");
+    let (mut reader, mut writer) = stream.into_split();
+    let bytes = bytes.to_vec();
+    let trickle = tokio::spawn(async move {
+        for byte in bytes.iter().cycle() {
+            if writer.write_all(&[*byte]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let mut sink = Vec::new();
+    let closed = tokio::time::timeout(WAIT * 3, reader.read_to_end(&mut sink))
+        .await
+        .is_ok();
+    trickle.abort();
+    closed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_trickled_a_byte_at_a_time_is_cut_at_the_deadline() {
+    let rendezvous = Rendezvous::start(&["--request-timeout-secs", "2"]);
+    let _executor = Executor::start(&rendezvous.url, "e-slow", &[], &[]);
+    // Every byte arrives well within any per-read timeout; the whole request never does.
+    assert!(
+        trickle_until_closed(&rendezvous, b"GET /readyz HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa").await,
+        "a trickled head is cut"
+    );
+    let mut body =
+        b"POST /cloud/environment/e-slow/register HTTP/1.1\r\nContent-Length: 60000\r\n\r\n"
+            .to_vec();
+    body.extend(vec![b' '; 60000]);
+    assert!(
+        trickle_until_closed(&rendezvous, &body).await,
+        "a trickled body is cut"
+    );
+    assert_eq!(readyz(&rendezvous).await.0, 200);
+    harness_gets_through(&rendezvous, "e-slow", None).await;
+}
