@@ -49,6 +49,14 @@ struct Args {
     /// Streams one harness WebSocket may claim at once.
     #[arg(long, value_name = "N", default_value_t = 16)]
     max_streams_per_socket: usize,
+    /// Streams, and harness WebSockets, one harness token may hold in one
+    /// environment at once (with --tokens).
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    max_streams_per_token: usize,
+    /// How long a claimed stream may wait for the executor to answer its
+    /// handshake, and a harness WebSocket may hold no stream.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    claim_ttl_secs: u64,
     /// Largest relay WebSocket message (bytes).
     #[arg(long, value_name = "BYTES", default_value_t = crate::relay::MAX_WEBSOCKET_MESSAGE_BYTES)]
     max_frame_bytes: usize,
@@ -81,6 +89,7 @@ fn build_config(args: &Args) -> Result<RendezvousConfig, String> {
     if args.max_connections == 0
         || args.max_streams == 0
         || args.max_streams_per_socket == 0
+        || args.max_streams_per_token == 0
         || args.max_pending_connections == Some(0)
     {
         return Err("the --max-* limits must be greater than zero".into());
@@ -88,8 +97,8 @@ fn build_config(args: &Args) -> Result<RendezvousConfig, String> {
     if max_pending > args.max_connections {
         return Err("--max-pending-connections cannot exceed --max-connections".into());
     }
-    if args.request_timeout_secs == 0 {
-        return Err("--request-timeout-secs must be greater than zero".into());
+    if args.request_timeout_secs == 0 || args.claim_ttl_secs == 0 {
+        return Err("--request-timeout-secs and --claim-ttl-secs must be greater than zero".into());
     }
     if args.max_frame_bytes < 64 * 1024 {
         return Err(
@@ -106,6 +115,8 @@ fn build_config(args: &Args) -> Result<RendezvousConfig, String> {
     config.max_frame_bytes = args.max_frame_bytes;
     config.limits.streams_per_environment = args.max_streams;
     config.limits.streams_per_harness_socket = args.max_streams_per_socket;
+    config.limits.streams_per_token = args.max_streams_per_token;
+    config.limits.claim_ttl = Duration::from_secs(args.claim_ttl_secs);
     config.limits.resume_hold = Duration::from_secs(args.resume_hold_secs);
     Ok(config)
 }

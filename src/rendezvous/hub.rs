@@ -1,15 +1,17 @@
 //! The rendezvous's routing state: per environment its registration, its
-//! executor socket and the streams harness sockets have claimed, and the
-//! decisions for each frame (forward, answer with a reset, drop) and for
-//! each lost socket. Pure bookkeeping under one lock: it never awaits and
+//! executor socket, its harness sockets and the streams they have claimed,
+//! and the decisions for each frame (forward, answer with a reset, drop),
+//! for each lost socket and for what waited too long (unused claims, idle
+//! harness sockets). Streams and sockets are bounded per environment, per
+//! harness socket and per harness token. Pure bookkeeping under one lock: it never awaits and
 //! never looks inside a frame beyond `stream_id`, the body kind and the
 //! handshake feature bits, so it never sees plaintext. The sockets
 //! themselves are served by [`super::socket`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, Notify};
 use tokio_tungstenite::tungstenite::Bytes;
@@ -30,6 +32,8 @@ pub const RESET_OFFLINE: &str = "environment_offline";
 pub const RESET_STREAM_LIMIT: &str = "stream_limit";
 /// Reset reason for a frame of a stream this socket never claimed.
 pub const RESET_UNKNOWN_STREAM: &str = "unknown_stream";
+/// Reset reason for a claimed stream whose handshake was not answered in time.
+pub const RESET_CLAIM_EXPIRED: &str = "claim_expired";
 
 /// Limits the hub enforces.
 #[derive(Debug, Clone, Copy)]
@@ -38,8 +42,33 @@ pub struct HubLimits {
     pub streams_per_environment: usize,
     /// Streams one harness socket may claim at once.
     pub streams_per_harness_socket: usize,
+    /// Streams, and harness sockets, one harness token may hold in one
+    /// environment at once (without a token file nobody has a token, and
+    /// this limit does not apply).
+    pub streams_per_token: usize,
     /// How long a reliable stream waits for a lost side to come back.
     pub resume_hold: Duration,
+    /// How long a claimed stream may wait for the executor's answer to its
+    /// handshake, and a harness socket may hold no stream.
+    pub claim_ttl: Duration,
+}
+
+impl HubLimits {
+    /// How often [`Hub::sweep`] should run: a quarter of the shortest
+    /// expiry time, between 100 ms and 1 s.
+    pub fn sweep_interval(&self) -> Duration {
+        (self.claim_ttl / 4).clamp(Duration::from_millis(100), Duration::from_secs(1))
+    }
+}
+
+/// Who a harness socket is, from its signed URL.
+#[derive(Debug, Clone)]
+pub struct HarnessId {
+    /// Fingerprint of the harness key.
+    pub key: String,
+    /// The caller id of the token that asked for the URL; `None` without a
+    /// token file.
+    pub caller: Option<String>,
 }
 
 /// Where a socket's writer takes its messages from.
@@ -67,12 +96,27 @@ struct Route {
     harness: Option<Link>,
     /// Fingerprint of the harness key (from its signed URL).
     harness_key: String,
+    /// The token that claimed it (see [`HarnessId::caller`]).
+    caller: Option<String>,
     /// The harness offered the reliable dialect on its handshake.
     offered: bool,
     /// The executor accepted it: the stream survives a lost socket.
     reliable: bool,
+    /// The executor answered the handshake: the claim was used.
+    confirmed: bool,
+    /// When it was claimed; an unconfirmed claim expires after the claim TTL.
+    claimed_at: Instant,
     /// Bumped whenever the harness side is lost, so a stale expiry does nothing.
     hold_epoch: u64,
+}
+
+/// A connected harness socket.
+#[derive(Debug)]
+struct HarnessSocket {
+    link: Link,
+    caller: Option<String>,
+    /// Since when it holds no stream (`None` while it holds one).
+    idle_since: Option<Instant>,
 }
 
 #[derive(Debug, Default)]
@@ -82,6 +126,29 @@ struct Environment {
     /// Bumped on every executor connect.
     executor_epoch: u64,
     streams: HashMap<String, Route>,
+    harness_sockets: HashMap<u64, HarnessSocket>,
+}
+
+impl Environment {
+    /// Whether `caller` may hold one more stream (`sockets`: one more
+    /// socket). Without a caller (no token file) there is no such limit.
+    fn caller_has_room(&self, caller: Option<&str>, limit: usize, sockets: bool) -> bool {
+        let Some(caller) = caller else {
+            return true;
+        };
+        let held = if sockets {
+            self.harness_sockets
+                .values()
+                .filter(|s| s.caller.as_deref() == Some(caller))
+                .count()
+        } else {
+            self.streams
+                .values()
+                .filter(|r| r.caller.as_deref() == Some(caller))
+                .count()
+        };
+        held < limit
+    }
 }
 
 /// A message to put on a socket, decided under the lock, sent after it.
@@ -170,6 +237,36 @@ impl Hub {
             .is_some_and(|env| env.executor.is_some())
     }
 
+    /// Whether a harness socket of `caller` may open on the environment
+    /// (checked before the upgrade is accepted).
+    pub fn harness_may_connect(&self, environment_id: &str, caller: Option<&str>) -> bool {
+        lock(&self.environments)
+            .get(environment_id)
+            .is_some_and(|env| env.caller_has_room(caller, self.limits.streams_per_token, true))
+    }
+
+    /// A harness socket connected. False when the environment is gone or
+    /// its token already holds as many sockets as it may: the socket closes.
+    pub fn harness_connected(&self, environment_id: &str, link: Link, who: &HarnessId) -> bool {
+        let mut environments = lock(&self.environments);
+        let Some(env) = environments.get_mut(environment_id) else {
+            return false;
+        };
+        let caller = who.caller.as_deref();
+        if !env.caller_has_room(caller, self.limits.streams_per_token, true) {
+            return false;
+        }
+        env.harness_sockets.insert(
+            link.socket,
+            HarnessSocket {
+                link,
+                caller: who.caller.clone(),
+                idle_since: Some(Instant::now()),
+            },
+        );
+        true
+    }
+
     /// Streams currently routed (all environments), for `/readyz`-style stats.
     pub fn stream_count(&self) -> usize {
         lock(&self.environments)
@@ -253,6 +350,7 @@ impl Hub {
         };
         match frame.body {
             Some(BodyKind::Handshake) => {
+                route.confirmed = true;
                 route.reliable = route.offered && frame.ack_bits & FEATURE_RELIABLE != 0;
             }
             Some(BodyKind::Reset) => {
@@ -265,12 +363,12 @@ impl Hub {
         route.harness.clone().map_or(Action::Drop, Action::Forward)
     }
 
-    /// A frame from harness socket `link` holding a URL for `harness_key`.
+    /// A frame from harness socket `link`, whose URL names `who`.
     pub fn from_harness(
         &self,
         environment_id: &str,
         link: &Link,
-        harness_key: &str,
+        who: &HarnessId,
         frame: &FrameHeader,
     ) -> Action {
         let limits = self.limits;
@@ -295,7 +393,7 @@ impl Hub {
         };
         let holder = env.streams.get(stream_id).map(|route| {
             let held_here = route.harness.as_ref().map(|h| h.socket == link.socket);
-            (held_here, route.harness_key == harness_key)
+            (held_here, route.harness_key == who.key)
         });
         match holder {
             Some((Some(true), _)) => {}
@@ -318,8 +416,10 @@ impl Hub {
                 if env.executor.is_none() {
                     return Action::Reply(reset(stream_id, RESET_OFFLINE));
                 }
+                let caller = who.caller.as_deref();
                 if env.streams.len() >= limits.streams_per_environment
                     || claimed_here(&env.streams) >= limits.streams_per_harness_socket
+                    || !env.caller_has_room(caller, limits.streams_per_token, false)
                 {
                     return Action::Reply(reset(stream_id, RESET_STREAM_LIMIT));
                 }
@@ -327,9 +427,12 @@ impl Hub {
                     stream_id.to_owned(),
                     Route {
                         harness: Some(link.clone()),
-                        harness_key: harness_key.to_owned(),
+                        harness_key: who.key.clone(),
+                        caller: who.caller.clone(),
                         offered: false,
                         reliable: false,
+                        confirmed: false,
+                        claimed_at: Instant::now(),
                         hold_epoch: 0,
                     },
                 );
@@ -369,6 +472,7 @@ impl Hub {
         let Some(env) = environments.get_mut(environment_id) else {
             return (Vec::new(), Vec::new());
         };
+        env.harness_sockets.remove(&socket);
         let mut deliveries = Vec::new();
         let mut holds = Vec::new();
         let executor = env.executor.clone();
@@ -396,6 +500,44 @@ impl Hub {
             false
         });
         (deliveries, holds)
+    }
+
+    /// Expires what waited too long (see [`HubLimits::claim_ttl`]): claimed
+    /// streams whose handshake the executor never answered are reset towards
+    /// both sides, and harness sockets without a stream are told to close.
+    pub fn sweep(&self, now: Instant) -> Vec<Delivery> {
+        let ttl = self.limits.claim_ttl;
+        let waited_too_long = |since: Instant| now.saturating_duration_since(since) >= ttl;
+        let mut deliveries = Vec::new();
+        let mut environments = lock(&self.environments);
+        for env in environments.values_mut() {
+            let executor = env.executor.clone();
+            env.streams.retain(|stream_id, route| {
+                let unused = !route.confirmed && waited_too_long(route.claimed_at);
+                if unused {
+                    for to in route.harness.iter().chain(executor.iter()) {
+                        deliveries.push(Delivery {
+                            to: to.clone(),
+                            bytes: reset(stream_id, RESET_CLAIM_EXPIRED),
+                        });
+                    }
+                }
+                !unused
+            });
+            let busy: HashSet<u64> = env
+                .streams
+                .values()
+                .filter_map(|route| route.harness.as_ref().map(|h| h.socket))
+                .collect();
+            for (id, socket) in &mut env.harness_sockets {
+                if busy.contains(id) {
+                    socket.idle_since = None;
+                } else if waited_too_long(*socket.idle_since.get_or_insert(now)) {
+                    socket.link.closer.notify_one();
+                }
+            }
+        }
+        deliveries
     }
 
     /// A held stream's harness did not return in time.
@@ -435,8 +577,17 @@ mod tests {
         Hub::new(HubLimits {
             streams_per_environment: 3,
             streams_per_harness_socket: 2,
+            streams_per_token: 2,
             resume_hold: Duration::from_secs(1),
+            claim_ttl: Duration::from_secs(5),
         })
+    }
+
+    fn who(key: &str) -> HarnessId {
+        HarnessId {
+            key: key.into(),
+            caller: None,
+        }
     }
 
     fn link(hub: &Hub) -> (Link, mpsc::Receiver<Bytes>) {
@@ -474,7 +625,12 @@ mod tests {
         let (exec, _) = link(&hub);
         let (harn, _) = link(&hub);
         hub.executor_connected("e", exec.clone());
-        let a = hub.from_harness("e", &harn, "k", &h(RelayMessageFrame::resume("s1", 0)));
+        let a = hub.from_harness(
+            "e",
+            &harn,
+            &who("k"),
+            &h(RelayMessageFrame::resume("s1", 0)),
+        );
         assert_eq!(socket_of(&a), Some(exec.socket));
         let back = hub.from_executor("e", exec.socket, &h(RelayMessageFrame::heartbeat("s1")));
         assert_eq!(socket_of(&back), Some(harn.socket));
@@ -484,7 +640,7 @@ mod tests {
         // Data for a stream nobody claimed is refused.
         let data = RelayMessageFrame::data("s9", 0, 0, 1, vec![1]);
         assert_eq!(
-            reply_reason(&hub.from_harness("e", &harn, "k", &h(data))).as_deref(),
+            reply_reason(&hub.from_harness("e", &harn, &who("k"), &h(data))).as_deref(),
             Some(RESET_UNKNOWN_STREAM)
         );
     }
@@ -496,8 +652,18 @@ mod tests {
         let (first, _) = link(&hub);
         let (second, _) = link(&hub);
         hub.executor_connected("e", exec);
-        hub.from_harness("e", &first, "k", &h(RelayMessageFrame::resume("s1", 0)));
-        let stolen = hub.from_harness("e", &second, "k", &h(RelayMessageFrame::resume("s1", 0)));
+        hub.from_harness(
+            "e",
+            &first,
+            &who("k"),
+            &h(RelayMessageFrame::resume("s1", 0)),
+        );
+        let stolen = hub.from_harness(
+            "e",
+            &second,
+            &who("k"),
+            &h(RelayMessageFrame::resume("s1", 0)),
+        );
         assert_eq!(reply_reason(&stolen).as_deref(), Some(RESET_STREAM_IN_USE));
     }
 
@@ -505,7 +671,12 @@ mod tests {
     fn offline_environment_and_limits_answer_with_resets() {
         let hub = hub();
         let (harn, _) = link(&hub);
-        let offline = hub.from_harness("e", &harn, "k", &h(RelayMessageFrame::resume("s1", 0)));
+        let offline = hub.from_harness(
+            "e",
+            &harn,
+            &who("k"),
+            &h(RelayMessageFrame::resume("s1", 0)),
+        );
         assert_eq!(reply_reason(&offline).as_deref(), Some(RESET_OFFLINE));
         let (exec, _) = link(&hub);
         hub.executor_connected("e", exec);
@@ -513,12 +684,12 @@ mod tests {
             assert!(socket_of(&hub.from_harness(
                 "e",
                 &harn,
-                "k",
+                &who("k"),
                 &h(RelayMessageFrame::resume(s, 0))
             ))
             .is_some());
         }
-        let third = hub.from_harness("e", &harn, "k", &h(RelayMessageFrame::resume("c", 0)));
+        let third = hub.from_harness("e", &harn, &who("k"), &h(RelayMessageFrame::resume("c", 0)));
         assert_eq!(reply_reason(&third).as_deref(), Some(RESET_STREAM_LIMIT));
     }
 
@@ -532,13 +703,13 @@ mod tests {
         hub.from_harness(
             "e",
             &harn,
-            "k",
+            &who("k"),
             &h(RelayMessageFrame::handshake("s-ref", vec![1], 0)),
         );
         hub.from_harness(
             "e",
             &harn,
-            "k",
+            &who("k"),
             &h(RelayMessageFrame::handshake(
                 "s-rel",
                 vec![1],
@@ -563,14 +734,19 @@ mod tests {
         let wrong_key = hub.from_harness(
             "e",
             &again,
-            "other",
+            &who("other"),
             &h(RelayMessageFrame::resume("s-rel", 3)),
         );
         assert_eq!(
             reply_reason(&wrong_key).as_deref(),
             Some(RESET_STREAM_IN_USE)
         );
-        let resumed = hub.from_harness("e", &again, "k", &h(RelayMessageFrame::resume("s-rel", 3)));
+        let resumed = hub.from_harness(
+            "e",
+            &again,
+            &who("k"),
+            &h(RelayMessageFrame::resume("s-rel", 3)),
+        );
         assert_eq!(socket_of(&resumed), Some(exec.socket));
         assert!(hub.expire_harness_hold(&holds[0]).is_empty(), "stale hold");
         // The executor goes: the reliable stream waits for it.
@@ -581,6 +757,57 @@ mod tests {
         assert_eq!(resets.len(), 1);
         assert_eq!(resets[0].to.socket, again.socket);
         assert_eq!(hub.stream_count(), 0);
+    }
+
+    #[test]
+    fn a_token_holds_its_share_and_its_unused_claims_expire() {
+        use futures_util::FutureExt;
+        let hub = hub();
+        let (exec, _) = link(&hub);
+        hub.executor_connected("e", exec.clone());
+        let greedy = HarnessId {
+            key: "k".into(),
+            caller: Some("greedy".into()),
+        };
+        let other = HarnessId {
+            key: "k2".into(),
+            caller: Some("other".into()),
+        };
+        let (a, _) = link(&hub);
+        let (b, _) = link(&hub);
+        let (c, _) = link(&hub);
+        assert!(hub.harness_connected("e", a.clone(), &greedy));
+        assert!(hub.harness_connected("e", b.clone(), &greedy));
+        assert!(!hub.harness_may_connect("e", Some("greedy")));
+        assert!(
+            !hub.harness_connected("e", c.clone(), &greedy),
+            "a third socket"
+        );
+        assert!(hub.harness_connected("e", c.clone(), &other));
+        for s in ["s1", "s2"] {
+            let claim = hub.from_harness("e", &a, &greedy, &h(RelayMessageFrame::resume(s, 0)));
+            assert_eq!(socket_of(&claim), Some(exec.socket));
+        }
+        let third = hub.from_harness("e", &b, &greedy, &h(RelayMessageFrame::resume("s3", 0)));
+        assert_eq!(reply_reason(&third).as_deref(), Some(RESET_STREAM_LIMIT));
+        let others = hub.from_harness("e", &c, &other, &h(RelayMessageFrame::resume("o1", 0)));
+        assert_eq!(socket_of(&others), Some(exec.socket));
+
+        // s1's handshake is answered: the claim was used. s2 and o1 expire.
+        hub.from_executor(
+            "e",
+            exec.socket,
+            &h(RelayMessageFrame::handshake("s1", vec![2], 0)),
+        );
+        assert!(hub.sweep(Instant::now()).is_empty());
+        let resets = hub.sweep(Instant::now() + Duration::from_secs(5));
+        let mut to: Vec<u64> = resets.iter().map(|d| d.to.socket).collect();
+        to.sort_unstable();
+        assert_eq!(to, vec![exec.socket, exec.socket, a.socket, c.socket]);
+        assert_eq!(hub.stream_count(), 1);
+        // b never held a stream: it is told to close; a still holds s1.
+        assert!(b.closer.notified().now_or_never().is_some());
+        assert!(a.closer.notified().now_or_never().is_none());
     }
 
     #[test]

@@ -30,7 +30,7 @@ use tokio_tungstenite::WebSocketStream;
 use crate::relay::registry_api::RegistryCall;
 use crate::server::transport::http::{self, RequestHead};
 use admission::{Admission, Slot};
-use hub::{Hub, HubLimits};
+use hub::{HarnessId, Hub, HubLimits};
 use registry::{unix_now, Answer, RegistryState};
 use signing::Role;
 use socket::SocketRole;
@@ -75,7 +75,9 @@ impl RendezvousConfig {
             limits: HubLimits {
                 streams_per_environment: 1024,
                 streams_per_harness_socket: 16,
+                streams_per_token: 256,
                 resume_hold: Duration::from_secs(30),
+                claim_ttl: Duration::from_secs(30),
             },
         }
     }
@@ -174,6 +176,7 @@ impl Rendezvous {
         } = self;
         let config = Arc::new(config);
         let reload = tokio::spawn(reload_on_sighup(state.clone(), config.tokens_file.clone()));
+        let sweeper = tokio::spawn(sweep_periodically(state.hub.clone()));
         let admission = Admission::new(config.max_connections, config.max_pending_connections);
         let accept = async {
             loop {
@@ -188,6 +191,20 @@ impl Rendezvous {
             _ = shutdown => {}
         }
         reload.abort();
+        sweeper.abort();
+    }
+}
+
+/// Expires unused claims and idle harness sockets ([`Hub::sweep`]).
+async fn sweep_periodically(hub: Arc<Hub>) {
+    let mut tick = tokio::time::interval(hub.limits().sweep_interval());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tick.tick().await;
+        let resets = hub.sweep(std::time::Instant::now());
+        if !resets.is_empty() {
+            tokio::spawn(socket::deliver(resets));
+        }
     }
 }
 
@@ -411,6 +428,28 @@ where
         respond(stream, &stale).await;
         return Outcome::Done;
     }
+    let role = match grant.role {
+        Role::Environment => SocketRole::Executor,
+        Role::Harness => SocketRole::Harness(HarnessId {
+            key: grant.harness_key.unwrap_or_default(),
+            caller: grant.caller,
+        }),
+    };
+    if let SocketRole::Harness(who) = &role {
+        if !state
+            .hub
+            .harness_may_connect(&grant.environment_id, who.caller.as_deref())
+        {
+            let crowded = Answer::error(
+                429,
+                "Too Many Requests",
+                "too_many_sockets",
+                "this token holds as many relay sockets as it may",
+            );
+            respond(stream, &crowded).await;
+            return Outcome::Done;
+        }
+    }
     let Some(accept) = http::websocket_accept(head) else {
         let not_upgrade = Answer::error(
             426,
@@ -428,12 +467,6 @@ where
     {
         return Outcome::Done;
     }
-    let role = match grant.role {
-        Role::Environment => SocketRole::Executor,
-        Role::Harness => SocketRole::Harness {
-            harness_key: grant.harness_key.unwrap_or_default(),
-        },
-    };
     Outcome::Relay {
         leftover,
         environment_id: grant.environment_id,
@@ -455,7 +488,7 @@ async fn relay<S>(
     // Executor sockets carry every stream; harness sockets one or a few.
     let buffer = match role {
         SocketRole::Executor => 128 * 1024,
-        SocketRole::Harness { .. } => 16 * 1024,
+        SocketRole::Harness(_) => 16 * 1024,
     };
     let ws_config = WebSocketConfig::default()
         .max_message_size(Some(config.max_frame_bytes))

@@ -13,11 +13,12 @@ use serde::Serialize;
 
 use super::auth::{Grant, Refusal, TokenTable};
 use super::hub::{Hub, Registration};
-use super::signing::{Role, Signer};
+use super::signing::{Role, Signer, UrlGrant};
 use crate::relay::registry_api::{
     ConnectRequest, ConnectResponse, ErrorBody, RegisterRequest, RegisterResponse, RegistryCall,
     ValidateRequest, ValidateResponse, ENVIRONMENT_OFFLINE, SECURITY_PROFILE,
 };
+use crate::server::transport::http::bearer_token;
 
 /// What the registry needs.
 #[derive(Debug)]
@@ -93,6 +94,8 @@ fn fingerprint(key: &crate::relay::noise::DecodedPublicKey) -> String {
 pub struct AdmittedCall {
     environment_id: String,
     call: RegistryCall,
+    /// The caller's [`Signer::caller_id`] (with a token file only).
+    caller: Option<String>,
 }
 
 impl AdmittedCall {
@@ -116,7 +119,11 @@ impl RegistryState {
             RegistryCall::Connect => Grant::Harness,
         };
         let tokens = self.tokens.read().unwrap_or_else(|e| e.into_inner());
+        let mut caller = None;
         if let Some(table) = tokens.as_ref() {
+            caller = authorization
+                .and_then(bearer_token)
+                .map(|token| self.signer.caller_id(token));
             table
                 .check(authorization, environment_id, grant)
                 .map_err(|refusal| match refusal {
@@ -137,6 +144,7 @@ impl RegistryState {
         Ok(AdmittedCall {
             environment_id: environment_id.to_owned(),
             call,
+            caller,
         })
     }
 
@@ -145,7 +153,7 @@ impl RegistryState {
         let environment_id = admitted.environment_id.as_str();
         let outcome = match admitted.call {
             RegistryCall::Register => self.register(environment_id, body),
-            RegistryCall::Connect => self.connect(environment_id, body),
+            RegistryCall::Connect => self.connect(environment_id, admitted.caller.as_deref(), body),
             RegistryCall::Validate => self.validate(environment_id, body),
         };
         outcome.unwrap_or_else(|answer| answer)
@@ -178,14 +186,14 @@ impl RegistryState {
             },
         );
         tracing::info!(environment = %environment_id, registration = %registration_id, "executor registered");
-        let url = self.signer.url(
-            &self.ws_base,
-            Role::Environment,
-            environment_id,
-            &registration_id,
-            None,
-            self.expiry(),
-        );
+        let grant = UrlGrant {
+            role: Role::Environment,
+            environment_id: environment_id.to_owned(),
+            registration_id: registration_id.clone(),
+            harness_key: None,
+            caller: None,
+        };
+        let url = self.signer.url(&self.ws_base, &grant, self.expiry());
         Ok(Answer::ok(&RegisterResponse {
             environment_id: environment_id.to_owned(),
             url,
@@ -194,7 +202,12 @@ impl RegistryState {
         }))
     }
 
-    fn connect(&self, environment_id: &str, body: &[u8]) -> Result<Answer, Answer> {
+    fn connect(
+        &self,
+        environment_id: &str,
+        caller: Option<&str>,
+        body: &[u8],
+    ) -> Result<Answer, Answer> {
         let request: ConnectRequest = parse(body)?;
         let harness_key = request.harness_public_key.decode().map_err(invalid_key)?;
         // An unknown environment is "offline" too: after a restart the
@@ -214,14 +227,14 @@ impl RegistryState {
             })?;
         let fingerprint = fingerprint(&harness_key);
         let expires_at = self.expiry();
-        let url = self.signer.url(
-            &self.ws_base,
-            Role::Harness,
-            environment_id,
-            &registration.id,
-            Some(&fingerprint),
-            expires_at,
-        );
+        let grant = UrlGrant {
+            role: Role::Harness,
+            environment_id: environment_id.to_owned(),
+            registration_id: registration.id.clone(),
+            harness_key: Some(fingerprint.clone()),
+            caller: caller.map(str::to_owned),
+        };
+        let url = self.signer.url(&self.ws_base, &grant, expires_at);
         let authorization =
             self.signer
                 .authorization(environment_id, &registration.id, &fingerprint, expires_at);

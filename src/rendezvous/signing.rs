@@ -1,6 +1,6 @@
 //! Short-lived signatures issued by the registry and checked by the
 //! rendezvous: WebSocket URLs (role, environment, registration, harness key,
-//! expiry) and harness key authorizations (bound to the harness key, the
+//! caller, expiry) and harness key authorizations (bound to the harness key, the
 //! environment and the executor registration). HMAC-SHA256 under a key made
 //! at start-up, so a restart invalidates every URL (executors re-register
 //! on the 401, harnesses fetch a new bundle).
@@ -29,7 +29,7 @@ impl Role {
     }
 }
 
-/// What a verified rendezvous URL grants.
+/// What a rendezvous URL grants (signed into it, and read back from it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UrlGrant {
     pub role: Role,
@@ -37,6 +37,9 @@ pub struct UrlGrant {
     pub registration_id: String,
     /// Fingerprint of the harness key (harness URLs only), base64url.
     pub harness_key: Option<String>,
+    /// Who asked for it: the [`Signer::caller_id`] of the bearer token of
+    /// the registry call (harness URLs, with a token file only).
+    pub caller: Option<String>,
 }
 
 /// Why a URL or authorization was refused.
@@ -128,28 +131,39 @@ impl Signer {
             .map_err(|_| SignatureError::Forged)
     }
 
-    /// `{base}/relay?role=…&env=…&reg=…[&hk=…]&exp=…&sig=…`.
-    pub fn url(
-        &self,
-        ws_base: &str,
-        role: Role,
-        environment_id: &str,
-        registration_id: &str,
-        harness_key: Option<&str>,
-        expires_at: u64,
-    ) -> String {
+    /// An opaque, stable name for a bearer token, so limits can be kept per
+    /// token without the token itself appearing in URLs or logs.
+    pub fn caller_id(&self, token: &str) -> String {
+        let digest = self.mac(&["caller", token]).finalize().into_bytes();
+        b64url().encode(digest.get(..16).unwrap_or_default())
+    }
+
+    /// `{base}/relay?role=…&env=…&reg=…[&hk=…][&cl=…]&exp=…&sig=…`.
+    pub fn url(&self, ws_base: &str, grant: &UrlGrant, expires_at: u64) -> String {
         let exp = expires_at.to_string();
-        let hk = harness_key.unwrap_or("");
-        let sig = self.sign(&[role.as_str(), environment_id, registration_id, hk, &exp]);
+        let hk = grant.harness_key.as_deref().unwrap_or("");
+        let cl = grant.caller.as_deref().unwrap_or("");
+        let sig = self.sign(&[
+            grant.role.as_str(),
+            &grant.environment_id,
+            &grant.registration_id,
+            hk,
+            cl,
+            &exp,
+        ]);
         let mut url = format!(
             "{ws_base}/relay?role={}&env={}&reg={}",
-            role.as_str(),
-            percent_encode(environment_id),
-            percent_encode(registration_id)
+            grant.role.as_str(),
+            percent_encode(&grant.environment_id),
+            percent_encode(&grant.registration_id)
         );
-        if let Some(hk) = harness_key {
+        if let Some(hk) = &grant.harness_key {
             url.push_str("&hk=");
             url.push_str(hk);
+        }
+        if let Some(cl) = &grant.caller {
+            url.push_str("&cl=");
+            url.push_str(cl);
         }
         url.push_str(&format!("&exp={exp}&sig={sig}"));
         url
@@ -174,11 +188,19 @@ impl Signer {
         else {
             return Err(SignatureError::Missing);
         };
-        let hk = get("hk");
+        let (hk, cl) = (get("hk"), get("cl"));
         if role == Role::Harness && hk.is_none() {
             return Err(SignatureError::Missing);
         }
-        self.verify(&[role.as_str(), env, reg, hk.unwrap_or(""), exp], sig)?;
+        let signed = [
+            role.as_str(),
+            env,
+            reg,
+            hk.unwrap_or(""),
+            cl.unwrap_or(""),
+            exp,
+        ];
+        self.verify(&signed, sig)?;
         let expires_at: u64 = exp.parse().map_err(|_| SignatureError::Forged)?;
         if expires_at <= now {
             return Err(SignatureError::Expired);
@@ -188,6 +210,7 @@ impl Signer {
             environment_id: env.to_owned(),
             registration_id: reg.to_owned(),
             harness_key: hk.map(str::to_owned),
+            caller: cl.map(str::to_owned),
         })
     }
 
@@ -258,26 +281,43 @@ mod tests {
     #[test]
     fn signed_urls_verify_until_they_expire() {
         let s = signer();
-        let url = s.url(
-            "ws://h:1",
-            Role::Harness,
-            "env 1",
-            "reg-1",
-            Some("KEY"),
-            100,
-        );
-        assert!(url
-            .starts_with("ws://h:1/relay?role=harness&env=env%201&reg=reg-1&hk=KEY&exp=100&sig="));
-        let grant = s.verify_url(query(&url), 99).unwrap();
-        assert_eq!(grant.environment_id, "env 1");
-        assert_eq!(grant.harness_key.as_deref(), Some("KEY"));
+        let grant = UrlGrant {
+            role: Role::Harness,
+            environment_id: "env 1".into(),
+            registration_id: "reg-1".into(),
+            harness_key: Some("KEY".into()),
+            caller: Some("CALLER".into()),
+        };
+        let url = s.url("ws://h:1", &grant, 100);
+        assert!(url.starts_with(
+            "ws://h:1/relay?role=harness&env=env%201&reg=reg-1&hk=KEY&cl=CALLER&exp=100&sig="
+        ));
+        assert_eq!(s.verify_url(query(&url), 99), Ok(grant));
         assert_eq!(s.verify_url(query(&url), 100), Err(SignatureError::Expired));
+        // The caller is signed: it can be neither changed nor dropped.
+        let other_caller = url.replace("cl=CALLER", "cl=OTHER");
+        assert_eq!(
+            s.verify_url(query(&other_caller), 1),
+            Err(SignatureError::Forged)
+        );
+        let no_caller = url.replace("&cl=CALLER", "");
+        assert_eq!(
+            s.verify_url(query(&no_caller), 1),
+            Err(SignatureError::Forged)
+        );
     }
 
     #[test]
     fn forged_or_altered_urls_are_refused() {
         let s = signer();
-        let url = s.url("ws://h", Role::Environment, "env", "reg", None, 100);
+        let grant = UrlGrant {
+            role: Role::Environment,
+            environment_id: "env".into(),
+            registration_id: "reg".into(),
+            harness_key: None,
+            caller: None,
+        };
+        let url = s.url("ws://h", &grant, 100);
         let altered = url.replace("env=env", "env=other");
         assert_eq!(
             s.verify_url(query(&altered), 1),
@@ -323,6 +363,15 @@ mod tests {
         assert!(s
             .verify_authorization("garbage", "env", "reg", "key-a", 1)
             .is_err());
+    }
+
+    #[test]
+    fn caller_ids_are_stable_per_token_and_per_key() {
+        let s = signer();
+        assert_eq!(s.caller_id("tok"), s.caller_id("tok"));
+        assert_ne!(s.caller_id("tok"), s.caller_id("tok2"));
+        assert_ne!(s.caller_id("tok"), signer().caller_id("tok"));
+        assert!(!s.caller_id("tok").contains("tok"));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio_tungstenite::tungstenite::{Bytes, Message};
 use tokio_tungstenite::WebSocketStream;
 
-use super::hub::{Action, Delivery, Hub, Link};
+use super::hub::{Action, Delivery, HarnessId, Hub, Link};
 use crate::relay::frame::FrameHeader;
 
 /// Messages queued per socket before senders wait.
@@ -32,10 +32,8 @@ const MAX_MALFORMED: u32 = 8;
 #[derive(Debug, Clone)]
 pub enum SocketRole {
     Executor,
-    /// A harness whose URL named this key fingerprint.
-    Harness {
-        harness_key: String,
-    },
+    /// A harness, as its URL names it.
+    Harness(HarnessId),
 }
 
 /// Sends what the hub decided, each with the forwarding deadline.
@@ -77,8 +75,15 @@ pub async fn serve<S>(
         queue,
         PING_INTERVAL,
     ));
-    if matches!(role, SocketRole::Executor) {
-        hub.executor_connected(&environment_id, link.clone());
+    match &role {
+        SocketRole::Executor => hub.executor_connected(&environment_id, link.clone()),
+        SocketRole::Harness(who) => {
+            if !hub.harness_connected(&environment_id, link.clone(), who) {
+                tracing::info!(environment = %environment_id, "closing a harness socket: its token holds as many as it may");
+                writer.abort();
+                return;
+            }
+        }
     }
     tracing::info!(environment = %environment_id, socket = link.socket, role = role_name(&role), "relay socket connected");
     let mut malformed = 0u32;
@@ -110,9 +115,7 @@ pub async fn serve<S>(
         };
         let action = match &role {
             SocketRole::Executor => hub.from_executor(&environment_id, link.socket, &frame),
-            SocketRole::Harness { harness_key } => {
-                hub.from_harness(&environment_id, &link, harness_key, &frame)
-            }
+            SocketRole::Harness(who) => hub.from_harness(&environment_id, &link, who, &frame),
         };
         match action {
             Action::Forward(to) => forward(&to, bytes).await,
@@ -133,7 +136,7 @@ pub async fn serve<S>(
                 });
             }
         }
-        SocketRole::Harness { .. } => {
+        SocketRole::Harness(_) => {
             let (resets, holds) = hub.harness_gone(&environment_id, link.socket);
             deliver(resets).await;
             for hold in holds {
@@ -152,6 +155,6 @@ pub async fn serve<S>(
 fn role_name(role: &SocketRole) -> &'static str {
     match role {
         SocketRole::Executor => "environment",
-        SocketRole::Harness { .. } => "harness",
+        SocketRole::Harness(_) => "harness",
     }
 }

@@ -1,19 +1,26 @@
 //! Denial of service against `codexbox rendezvous`, through the real binary
 //! while a real executor serves: requests that never finish (a body that
 //! never comes, a head or body trickled a byte at a time) against the
-//! connection slots. Each attack is paired with the legitimate work that
-//! must still get through.
+//! connection slots; one harness token claiming every stream or opening
+//! socket after socket. Each attack is paired with the legitimate work
+//! that must still get through.
 
 use std::io::Write;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use futures_util::SinkExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
 
 use crate::common::client::WAIT;
-use crate::common::reference_relay::ReferenceHarness;
+use crate::common::reference_relay::{next_frame, ReferenceHarness};
 use crate::common::relay::{Executor, Rendezvous};
-use codexbox::relay::registry_client::AuthHeaders;
+use codexbox::relay::executor::{dial, DialError, RelaySocket};
+use codexbox::relay::frame::{Body, RelayMessageFrame};
+use codexbox::relay::noise::NoiseIdentity;
+use codexbox::relay::registry_api::ConnectResponse;
+use codexbox::relay::registry_client::{AuthHeaders, RegistryClient};
 
 /// A token file with the given lines, kept while the test runs.
 fn token_file(lines: &str) -> tempfile::NamedTempFile {
@@ -77,6 +84,36 @@ async fn readyz(rendezvous: &Rendezvous) -> (u16, serde_json::Value) {
         .unwrap_or(0);
     let body = text.split_once("\r\n\r\n").map_or("", |(_, body)| body);
     (status, serde_json::from_str(body).unwrap_or_default())
+}
+
+fn registry(rendezvous: &Rendezvous, env: &str, token: Option<&str>) -> RegistryClient {
+    let auth = token.map(AuthHeaders::bearer).unwrap_or_default();
+    RegistryClient::new(&rendezvous.url, env, auth).expect("registry client")
+}
+
+/// A fresh harness bundle for `token`.
+async fn bundle(rendezvous: &Rendezvous, env: &str, token: Option<&str>) -> ConnectResponse {
+    let identity = NoiseIdentity::generate().expect("identity");
+    registry(rendezvous, env, token)
+        .connect(&identity.public_key().encode())
+        .await
+        .expect("bundle")
+}
+
+async fn send_frame(ws: &mut RelaySocket, frame: RelayMessageFrame) {
+    ws.send(Message::binary(frame.to_bytes()))
+        .await
+        .expect("send frame");
+}
+
+/// The reason of the next reset on `ws` (other frames are skipped).
+async fn next_reset(ws: &mut RelaySocket) -> Option<(String, String)> {
+    loop {
+        let frame = next_frame(ws).await?;
+        if let Some(Body::Reset(reset)) = frame.body {
+            return Some((frame.stream_id, reset.reason));
+        }
+    }
 }
 
 /// A harness with `token` opens a stream and gets an answer through it.
@@ -170,4 +207,74 @@ async fn a_request_trickled_a_byte_at_a_time_is_cut_at_the_deadline() {
     );
     assert_eq!(readyz(&rendezvous).await.0, 200);
     harness_gets_through(&rendezvous, "e-slow", None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_harness_token_cannot_claim_every_stream_and_its_unused_claims_expire() {
+    let tokens = token_file("exec-tok e2 executor\ngreedy-tok e2 harness\nother-tok e2 harness\n");
+    let rendezvous = Rendezvous::start(&[
+        "--tokens",
+        &path_of(&tokens),
+        "--max-streams",
+        "8",
+        "--max-streams-per-token",
+        "4",
+        "--claim-ttl-secs",
+        "3",
+    ]);
+    let _executor = Executor::start(&rendezvous.url, "e2", &[], &[("CODEX_API_KEY", "exec-tok")]);
+
+    // One socket of the greedy token claims 16 streams with `resume` alone:
+    // past its share every claim is refused.
+    let greedy = bundle(&rendezvous, "e2", Some("greedy-tok")).await;
+    let mut ws = dial(&greedy.url).await.expect("dial");
+    for i in 0..16 {
+        send_frame(&mut ws, RelayMessageFrame::resume(&format!("claim-{i}"), 0)).await;
+    }
+    let mut refused = 0;
+    while refused < 12 {
+        let (stream, reason) = next_reset(&mut ws).await.expect("a reset");
+        assert_eq!(reason, "stream_limit", "{stream}");
+        refused += 1;
+    }
+    // More sockets of the same token are refused at the upgrade.
+    let mut sockets = Vec::new();
+    let refused_socket = loop {
+        let url = bundle(&rendezvous, "e2", Some("greedy-tok")).await.url;
+        match dial(&url).await {
+            Ok(ws) => sockets.push(ws),
+            Err(err) => break err,
+        }
+        assert!(sockets.len() < 8, "every socket of the token was accepted");
+    };
+    assert!(
+        matches!(refused_socket, DialError::Rejected(429)),
+        "{refused_socket}"
+    );
+
+    // Another harness still opens a stream and works through it.
+    harness_gets_through(&rendezvous, "e2", Some("other-tok")).await;
+
+    // The claims were never used: they expire and are reset, and the token
+    // may open a real stream again.
+    let mut expired = 0;
+    while expired < 4 {
+        let (_, reason) = next_reset(&mut ws).await.expect("an expired claim");
+        assert_eq!(reason, "claim_expired");
+        expired += 1;
+    }
+    drop(sockets);
+    drop(ws);
+    let deadline = Instant::now() + WAIT * 3;
+    loop {
+        let auth = AuthHeaders::bearer("greedy-tok");
+        match ReferenceHarness::try_connect_with(&rendezvous.url, "e2", auth).await {
+            Ok(_) => break,
+            Err(reason) => assert!(
+                Instant::now() < deadline,
+                "the greedy token never got a stream again: {reason}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
