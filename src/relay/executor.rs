@@ -5,10 +5,13 @@
 //! demultiplexed by `stream_id`. Each stream is a normal JSON-RPC
 //! connection on the shared session registry
 //! ([`crate::server::transport::relay`]), so sessions resume across
-//! streams. The handshake rules and limits are the reference's (§3.4 of the
-//! notes): 128 streams, 32 validations in flight, 8 failed handshakes per
-//! socket, authorizations of at most 4096 bytes, each harness key checked
-//! with the registry's `validate` before msg2 is sent.
+//! streams. The handshake rules and limits are the reference's: 128
+//! streams, 32 validations in flight, authorizations of at most 4096 bytes,
+//! each harness key checked with the registry's `validate` before msg2 is
+//! sent. One difference: a failed handshake resets its stream and nothing
+//! else. The reference also closes its socket after 8 failures, which lets
+//! any harness cut every other harness's streams; the budget belongs where
+//! harness sockets can be told apart, at the rendezvous.
 //!
 //! Reliable streams (negotiated on the handshake) outlive the socket: they
 //! pause until the next one and then resume on it.
@@ -42,8 +45,6 @@ use crate::sync::lock;
 pub const MAX_ACTIVE_STREAMS: usize = 128;
 /// Harness key validations in flight per socket.
 pub const MAX_PENDING_VALIDATIONS: usize = 32;
-/// Failed handshakes before the socket is closed.
-pub const MAX_FAILED_HANDSHAKES: u32 = 8;
 /// Largest harness key authorization.
 pub const MAX_AUTHORIZATION_BYTES: usize = 4096;
 /// Interval of pings on the rendezvous socket.
@@ -244,16 +245,12 @@ async fn serve_socket(executor: &Arc<Executor>, ws: RelaySocket, generation: u64
         .send_replace(Some((generation, outbox.clone())));
     let (validated_tx, mut validated_rx) = mpsc::channel::<Validated>(MAX_PENDING_VALIDATIONS);
     let mut pending: HashMap<String, Pending> = HashMap::new();
-    let mut failures = 0u32;
     let mut next_validation = 0u64;
     let reason = loop {
         let message = tokio::select! {
             message = tokio::time::timeout(PEER_TIMEOUT, source.next()) => message,
             Some(done) = validated_rx.recv() => {
-                if !finish_handshake(executor, &outbox, &mut pending, &mut failures, done, generation) {
-                    break Disconnect::LocalShutdown;
-                }
-                if failures >= MAX_FAILED_HANDSHAKES {
+                if !finish_handshake(executor, &outbox, &mut pending, done, generation) {
                     break Disconnect::LocalShutdown;
                 }
                 continue;
@@ -282,17 +279,12 @@ async fn serve_socket(executor: &Arc<Executor>, ws: RelaySocket, generation: u64
                 executor,
                 &outbox,
                 &mut pending,
-                &mut failures,
                 &mut next_validation,
                 &validated_tx,
                 frame,
             );
         } else {
-            route_frame(executor, &outbox, &mut pending, &mut failures, frame);
-        }
-        if failures >= MAX_FAILED_HANDSHAKES {
-            tracing::warn!("too many failed relay handshakes; closing the rendezvous connection");
-            break Disconnect::LocalShutdown;
+            route_frame(executor, &outbox, &mut pending, frame);
         }
     };
     executor.link.send_if_modified(|link| {
@@ -311,7 +303,6 @@ fn start_handshake(
     executor: &Arc<Executor>,
     outbox: &Outbox,
     pending: &mut HashMap<String, Pending>,
-    failures: &mut u32,
     next_validation: &mut u64,
     validated_tx: &mpsc::Sender<Validated>,
     frame: RelayMessageFrame,
@@ -330,7 +321,6 @@ fn start_handshake(
         return;
     }
     if pending.remove(&stream_id).is_some() {
-        *failures += 1;
         return send_reset(outbox, &stream_id);
     }
     if lock(&executor.streams).len() >= MAX_ACTIVE_STREAMS
@@ -350,7 +340,6 @@ fn start_handshake(
         Ok(responder) => responder,
         Err(err) => {
             tracing::info!(stream = %stream_id, "refused a relay handshake: {err}");
-            *failures += 1;
             return send_reset(outbox, &stream_id);
         }
     };
@@ -358,7 +347,6 @@ fn start_handshake(
         Ok(text) if text.len() <= MAX_AUTHORIZATION_BYTES => text.to_owned(),
         _ => {
             tracing::info!(stream = %stream_id, "refused a relay handshake: bad authorization");
-            *failures += 1;
             return send_reset(outbox, &stream_id);
         }
     };
@@ -393,7 +381,6 @@ fn finish_handshake(
     executor: &Arc<Executor>,
     outbox: &Outbox,
     pending: &mut HashMap<String, Pending>,
-    failures: &mut u32,
     done: Validated,
     generation: u64,
 ) -> bool {
@@ -406,7 +393,6 @@ fn finish_handshake(
     };
     if let Err(err) = done.result {
         tracing::info!(stream = %stream_id, "harness key not validated: {err}");
-        *failures += 1;
         send_reset(outbox, &stream_id);
         return true;
     }
@@ -418,7 +404,6 @@ fn finish_handshake(
         Ok(done) => done,
         Err(err) => {
             tracing::info!(stream = %stream_id, "cannot finish a relay handshake: {err}");
-            *failures += 1;
             send_reset(outbox, &stream_id);
             return true;
         }
@@ -475,7 +460,6 @@ fn route_frame(
     executor: &Arc<Executor>,
     outbox: &Outbox,
     pending: &mut HashMap<String, Pending>,
-    failures: &mut u32,
     frame: RelayMessageFrame,
 ) {
     let stream_id = frame.stream_id.clone();
@@ -496,9 +480,7 @@ fn route_frame(
         drop(streams);
         if is_data {
             send_reset(outbox, &stream_id);
-            if pending.remove(&stream_id).is_some() {
-                *failures += 1;
-            }
+            pending.remove(&stream_id);
         }
         return;
     };

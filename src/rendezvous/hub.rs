@@ -34,6 +34,10 @@ pub const RESET_STREAM_LIMIT: &str = "stream_limit";
 pub const RESET_UNKNOWN_STREAM: &str = "unknown_stream";
 /// Reset reason for a claimed stream whose handshake was not answered in time.
 pub const RESET_CLAIM_EXPIRED: &str = "claim_expired";
+/// Handshakes of one harness socket the executor may refuse before the
+/// socket is closed (the reference executor's budget, kept per harness
+/// socket here so that one harness cannot spend it for the others).
+pub const MAX_FAILED_HANDSHAKES: u32 = 8;
 
 /// Limits the hub enforces.
 #[derive(Debug, Clone, Copy)]
@@ -117,6 +121,8 @@ struct HarnessSocket {
     caller: Option<String>,
     /// Since when it holds no stream (`None` while it holds one).
     idle_since: Option<Instant>,
+    /// Its handshakes the executor refused (answered with a reset).
+    failed_handshakes: u32,
 }
 
 #[derive(Debug, Default)]
@@ -130,6 +136,29 @@ struct Environment {
 }
 
 impl Environment {
+    /// The executor refused a handshake of `harness`: one failure more for
+    /// that socket, which is closed once it has used up its budget.
+    fn handshake_refused(&mut self, harness: &Link) {
+        let Some(socket) = self.harness_sockets.get_mut(&harness.socket) else {
+            return;
+        };
+        socket.failed_handshakes += 1;
+        if socket.failed_handshakes >= MAX_FAILED_HANDSHAKES {
+            tracing::warn!(
+                socket = harness.socket,
+                "closing a harness socket whose handshakes keep failing"
+            );
+            harness.closer.notify_one();
+        }
+    }
+
+    /// Whether harness socket `socket` used up its handshake budget.
+    fn out_of_handshakes(&self, socket: u64) -> bool {
+        self.harness_sockets
+            .get(&socket)
+            .is_some_and(|s| s.failed_handshakes >= MAX_FAILED_HANDSHAKES)
+    }
+
     /// Whether `caller` may hold one more stream (`sockets`: one more
     /// socket). Without a caller (no token file) there is no such limit.
     fn caller_has_room(&self, caller: Option<&str>, limit: usize, sockets: bool) -> bool {
@@ -262,6 +291,7 @@ impl Hub {
                 link,
                 caller: who.caller.clone(),
                 idle_since: Some(Instant::now()),
+                failed_handshakes: 0,
             },
         );
         true
@@ -355,7 +385,11 @@ impl Hub {
             }
             Some(BodyKind::Reset) => {
                 let harness = route.harness.clone();
+                let refused_handshake = !route.confirmed;
                 env.streams.remove(&frame.stream_id);
+                if let (true, Some(harness)) = (refused_handshake, &harness) {
+                    env.handshake_refused(harness);
+                }
                 return harness.map_or(Action::Drop, Action::Forward);
             }
             _ => {}
@@ -384,6 +418,10 @@ impl Hub {
             };
             return Action::Reply(reset(stream_id, code));
         };
+        // A socket closing for its failed handshakes sends nothing more.
+        if env.out_of_handshakes(link.socket) {
+            return Action::Drop;
+        }
         // Counted only where a stream is claimed, not for every frame.
         let claimed_here = |streams: &HashMap<String, Route>| {
             streams
@@ -808,6 +846,64 @@ mod tests {
         // b never held a stream: it is told to close; a still holds s1.
         assert!(b.closer.notified().now_or_never().is_some());
         assert!(a.closer.notified().now_or_never().is_none());
+    }
+
+    #[test]
+    fn refused_handshakes_close_only_the_harness_socket_that_sent_them() {
+        use futures_util::FutureExt;
+        let hub = Hub::new(HubLimits {
+            streams_per_harness_socket: 100,
+            streams_per_environment: 100,
+            ..hub().limits()
+        });
+        let (exec, _) = link(&hub);
+        hub.executor_connected("e", exec.clone());
+        let (good, _) = link(&hub);
+        let (bad, _) = link(&hub);
+        assert!(hub.harness_connected("e", good.clone(), &who("k")));
+        assert!(hub.harness_connected("e", bad.clone(), &who("k2")));
+        for i in 0..MAX_FAILED_HANDSHAKES {
+            let stream = format!("bad-{i}");
+            let sent = hub.from_harness(
+                "e",
+                &bad,
+                &who("k2"),
+                &h(RelayMessageFrame::handshake(&stream, vec![1], 0)),
+            );
+            assert_eq!(socket_of(&sent), Some(exec.socket));
+            assert!(bad.closer.notified().now_or_never().is_none());
+            let refused = hub.from_executor(
+                "e",
+                exec.socket,
+                &h(RelayMessageFrame::reset(
+                    &stream,
+                    "noise_relay_protocol_error",
+                )),
+            );
+            assert_eq!(socket_of(&refused), Some(bad.socket));
+        }
+        assert!(bad.closer.notified().now_or_never().is_some());
+        let more = hub.from_harness(
+            "e",
+            &bad,
+            &who("k2"),
+            &h(RelayMessageFrame::handshake("bad-9", vec![1], 0)),
+        );
+        assert!(
+            matches!(more, Action::Drop),
+            "nothing more reaches the executor"
+        );
+        // Resets of streams whose handshake was answered are no failures.
+        for i in 0..MAX_FAILED_HANDSHAKES {
+            let stream = format!("ok-{i}");
+            let handshake = |body| h(RelayMessageFrame::handshake(&stream, body, 0));
+            hub.from_harness("e", &good, &who("k"), &handshake(vec![1]));
+            hub.from_executor("e", exec.socket, &handshake(vec![2]));
+            let reset = RelayMessageFrame::reset(&stream, "noise_relay_protocol_error");
+            hub.from_executor("e", exec.socket, &h(reset));
+        }
+        assert!(good.closer.notified().now_or_never().is_none());
+        assert!(hub.is_online("e"));
     }
 
     #[test]

@@ -2,25 +2,27 @@
 //! while a real executor serves: requests that never finish (a body that
 //! never comes, a head or body trickled a byte at a time) against the
 //! connection slots; one harness token claiming every stream or opening
-//! socket after socket. Each attack is paired with the legitimate work
+//! socket after socket; one harness sending garbage handshakes next to
+//! another harness's stream. Each attack is paired with the legitimate work
 //! that must still get through.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use futures_util::SinkExt;
+use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::common::client::WAIT;
-use crate::common::reference_relay::{next_frame, ReferenceHarness};
-use crate::common::relay::{Executor, Rendezvous};
+use crate::common::reference_relay::ReferenceHarness;
+use crate::common::relay::{Executor, Rendezvous, EXECUTOR_CONNECTED};
 use codexbox::relay::executor::{dial, DialError, RelaySocket};
 use codexbox::relay::frame::{Body, RelayMessageFrame};
 use codexbox::relay::noise::NoiseIdentity;
 use codexbox::relay::registry_api::ConnectResponse;
 use codexbox::relay::registry_client::{AuthHeaders, RegistryClient};
+use codexbox::relay::Dialect;
 
 /// A token file with the given lines, kept while the test runs.
 fn token_file(lines: &str) -> tempfile::NamedTempFile {
@@ -106,10 +108,20 @@ async fn send_frame(ws: &mut RelaySocket, frame: RelayMessageFrame) {
         .expect("send frame");
 }
 
-/// The reason of the next reset on `ws` (other frames are skipped).
+/// The stream and reason of the next reset on `ws` (other frames are
+/// skipped), or `None` once the rendezvous closed the socket. Panics when
+/// neither comes within the bounded wait.
 async fn next_reset(ws: &mut RelaySocket) -> Option<(String, String)> {
     loop {
-        let frame = next_frame(ws).await?;
+        let message = tokio::time::timeout(WAIT, ws.next())
+            .await
+            .expect("a frame or the close in time");
+        let bytes = match message {
+            None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return None,
+            Some(Ok(Message::Binary(bytes))) => bytes,
+            Some(Ok(_)) => continue,
+        };
+        let frame = RelayMessageFrame::parse(&bytes, Dialect::Reference).expect("a relay frame");
         if let Some(Body::Reset(reset)) = frame.body {
             return Some((frame.stream_id, reset.reason));
         }
@@ -277,4 +289,62 @@ async fn one_harness_token_cannot_claim_every_stream_and_its_unused_claims_expir
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// One socket sends garbage handshakes on fresh streams until it is closed;
+/// returns how many resets it saw.
+async fn garbage_handshakes(rendezvous: &Rendezvous, env: &str) -> usize {
+    let attacker = bundle(rendezvous, env, None).await;
+    let mut ws = dial(&attacker.url).await.expect("dial");
+    let mut resets = 0;
+    for i in 0..32 {
+        let stream = format!("garbage-{i}-{}", uuid::Uuid::new_v4());
+        let frames = [
+            RelayMessageFrame::resume(&stream, 0),
+            RelayMessageFrame::handshake(&stream, vec![7; 3600], 0),
+        ];
+        for frame in frames {
+            if ws.send(Message::binary(frame.to_bytes())).await.is_err() {
+                return resets;
+            }
+        }
+        match next_reset(&mut ws).await {
+            Some(_) => resets += 1,
+            None => return resets,
+        }
+    }
+    panic!("the socket was never closed after {resets} failed handshakes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_handshakes_from_one_harness_leave_other_streams_alone() {
+    let rendezvous = Rendezvous::start(&[]);
+    let mut executor = Executor::start(&rendezvous.url, "e3", &[], &[]);
+    let mut victim = ReferenceHarness::connect(&rendezvous.url, "e3").await;
+    victim
+        .call("initialize", serde_json::json!({"clientName": "victim"}))
+        .await;
+
+    // Three sockets, each closed by the rendezvous at its own failure budget.
+    for _ in 0..3 {
+        let resets = garbage_handshakes(&rendezvous, "e3").await;
+        assert!(
+            (7..=8).contains(&resets),
+            "{resets} resets before the close"
+        );
+    }
+
+    // The victim's reference-dialect stream lives on, on the same executor socket.
+    victim
+        .send(serde_json::json!({"method": "initialized", "params": {}}))
+        .await;
+    let status = victim
+        .call("environment/status", serde_json::json!({}))
+        .await;
+    assert_eq!(status["status"], "ready");
+    assert_eq!(
+        executor.proc.stderr().matches(EXECUTOR_CONNECTED).count(),
+        1
+    );
+    executor.proc.wait_stderr("refused a relay handshake", 24);
 }

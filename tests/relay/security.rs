@@ -7,10 +7,10 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use futures_util::SinkExt;
+use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::common::client::sh;
+use crate::common::client::{sh, Raw, WAIT};
 use crate::common::reference_relay::{next_frame, ReferenceHarness};
 use crate::common::relay::{Bridge, Executor, Rendezvous, EXECUTOR_CONNECTED};
 use codexbox::relay::executor::{dial, DialError};
@@ -305,13 +305,14 @@ async fn oversized_and_malformed_frames_are_refused_and_service_goes_on() {
     assert!(next_frame(&mut ws).await.is_none(), "the socket is closed");
 
     // Malformed handshakes reach the executor: each is reset, and the eighth
-    // failure makes it drop its rendezvous socket and reconnect.
+    // failure makes the rendezvous close that harness socket. The executor
+    // keeps its own socket.
     let bundle = client
         .connect(&identity.public_key().encode())
         .await
         .expect("bundle");
     let mut ws = dial(&bundle.url).await.expect("dial");
-    for i in 0..8 {
+    for i in 0..7 {
         let stream = format!("bad-{i}");
         ws.send(Message::binary(
             RelayMessageFrame::resume(&stream, 0).to_bytes(),
@@ -326,10 +327,26 @@ async fn oversized_and_malformed_frames_are_refused_and_service_goes_on() {
         let answer = next_frame(&mut ws).await.expect("answer");
         assert!(matches!(answer.body, Some(Body::Reset(_))), "{answer:?}");
     }
-    executor
-        .proc
-        .wait_stderr("too many failed relay handshakes", 1);
-    executor.proc.wait_stderr(EXECUTOR_CONNECTED, 2);
+    let last = "bad-7";
+    ws.send(Message::binary(
+        RelayMessageFrame::handshake(last, vec![1; 4000], 0).to_bytes(),
+    ))
+    .await
+    .expect("send");
+    let closed = tokio::time::timeout(WAIT, async {
+        while let Some(Ok(message)) = ws.next().await {
+            if message.is_close() {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the rendezvous closes the harness socket");
+    executor.proc.wait_stderr("refused a relay handshake", 8);
+    assert_eq!(
+        executor.proc.stderr().matches(EXECUTOR_CONNECTED).count(),
+        1
+    );
     // Data for a stream the executor does not know is reset too.
     let bundle = client
         .connect(&identity.public_key().encode())
