@@ -57,6 +57,10 @@ struct Args {
     /// handshake, and a harness WebSocket may hold no stream.
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     claim_ttl_secs: u64,
+    /// How long an environment whose executor is not connected is
+    /// remembered (its executor registers again when it comes back later).
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    environment_ttl_secs: u64,
     /// Largest relay WebSocket message (bytes).
     #[arg(long, value_name = "BYTES", default_value_t = crate::relay::MAX_WEBSOCKET_MESSAGE_BYTES)]
     max_frame_bytes: usize,
@@ -97,8 +101,9 @@ fn build_config(args: &Args) -> Result<RendezvousConfig, String> {
     if max_pending > args.max_connections {
         return Err("--max-pending-connections cannot exceed --max-connections".into());
     }
-    if args.request_timeout_secs == 0 || args.claim_ttl_secs == 0 {
-        return Err("--request-timeout-secs and --claim-ttl-secs must be greater than zero".into());
+    if args.request_timeout_secs == 0 || args.claim_ttl_secs == 0 || args.environment_ttl_secs == 0
+    {
+        return Err("--request-timeout-secs, --claim-ttl-secs and --environment-ttl-secs must be greater than zero".into());
     }
     if args.max_frame_bytes < 64 * 1024 {
         return Err(
@@ -117,6 +122,7 @@ fn build_config(args: &Args) -> Result<RendezvousConfig, String> {
     config.limits.streams_per_harness_socket = args.max_streams_per_socket;
     config.limits.streams_per_token = args.max_streams_per_token;
     config.limits.claim_ttl = Duration::from_secs(args.claim_ttl_secs);
+    config.limits.environment_ttl = Duration::from_secs(args.environment_ttl_secs);
     config.limits.resume_hold = Duration::from_secs(args.resume_hold_secs);
     Ok(config)
 }

@@ -55,13 +55,17 @@ pub struct HubLimits {
     /// How long a claimed stream may wait for the executor's answer to its
     /// handshake, and a harness socket may hold no stream.
     pub claim_ttl: Duration,
+    /// How long an environment without an executor socket (and without
+    /// streams or harness sockets) is remembered.
+    pub environment_ttl: Duration,
 }
 
 impl HubLimits {
     /// How often [`Hub::sweep`] should run: a quarter of the shortest
     /// expiry time, between 100 ms and 1 s.
     pub fn sweep_interval(&self) -> Duration {
-        (self.claim_ttl / 4).clamp(Duration::from_millis(100), Duration::from_secs(1))
+        let shortest = self.claim_ttl.min(self.environment_ttl);
+        (shortest / 4).clamp(Duration::from_millis(100), Duration::from_secs(1))
     }
 }
 
@@ -133,6 +137,8 @@ struct Environment {
     executor_epoch: u64,
     streams: HashMap<String, Route>,
     harness_sockets: HashMap<u64, HarnessSocket>,
+    /// Since when no executor socket is connected (`None` while one is).
+    offline_since: Option<Instant>,
 }
 
 impl Environment {
@@ -244,12 +250,15 @@ impl Hub {
         self.next_epoch.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Records a registration (replacing the previous one).
+    /// Records a registration (replacing the previous one). Until its
+    /// executor connects, the environment counts as offline from now.
     pub fn register(&self, environment_id: &str, registration: Registration) {
-        lock(&self.environments)
-            .entry(environment_id.to_owned())
-            .or_default()
-            .registration = Some(registration);
+        let mut environments = lock(&self.environments);
+        let env = environments.entry(environment_id.to_owned()).or_default();
+        env.registration = Some(registration);
+        if env.executor.is_none() {
+            env.offline_since = Some(Instant::now());
+        }
     }
 
     /// The current registration of an environment.
@@ -297,6 +306,11 @@ impl Hub {
         true
     }
 
+    /// Environments known (registered and not yet forgotten), for `/readyz`.
+    pub fn environment_count(&self) -> usize {
+        lock(&self.environments).len()
+    }
+
     /// Streams currently routed (all environments), for `/readyz`-style stats.
     pub fn stream_count(&self) -> usize {
         lock(&self.environments)
@@ -311,6 +325,7 @@ impl Hub {
         let mut environments = lock(&self.environments);
         let env = environments.entry(environment_id.to_owned()).or_default();
         env.executor_epoch = epoch;
+        env.offline_since = None;
         if let Some(old) = env.executor.replace(link) {
             old.closer.notify_one();
         }
@@ -328,6 +343,7 @@ impl Hub {
             return (Vec::new(), None);
         }
         env.executor = None;
+        env.offline_since = Some(Instant::now());
         let mut deliveries = Vec::new();
         env.streams.retain(|stream_id, route| {
             if route.reliable {
@@ -540,9 +556,11 @@ impl Hub {
         (deliveries, holds)
     }
 
-    /// Expires what waited too long (see [`HubLimits::claim_ttl`]): claimed
-    /// streams whose handshake the executor never answered are reset towards
-    /// both sides, and harness sockets without a stream are told to close.
+    /// Expires what waited too long: claimed streams whose handshake the
+    /// executor never answered are reset towards both sides, harness
+    /// sockets without a stream are told to close (both after
+    /// [`HubLimits::claim_ttl`]), and environments left with nothing
+    /// connected are forgotten (after [`HubLimits::environment_ttl`]).
     pub fn sweep(&self, now: Instant) -> Vec<Delivery> {
         let ttl = self.limits.claim_ttl;
         let waited_too_long = |since: Instant| now.saturating_duration_since(since) >= ttl;
@@ -575,6 +593,15 @@ impl Hub {
                 }
             }
         }
+        let forgotten = |env: &Environment| {
+            env.executor.is_none()
+                && env.streams.is_empty()
+                && env.harness_sockets.is_empty()
+                && env.offline_since.is_some_and(|since| {
+                    now.saturating_duration_since(since) >= self.limits.environment_ttl
+                })
+        };
+        environments.retain(|_, env| !forgotten(env));
         deliveries
     }
 
@@ -618,6 +645,7 @@ mod tests {
             streams_per_token: 2,
             resume_hold: Duration::from_secs(1),
             claim_ttl: Duration::from_secs(5),
+            environment_ttl: Duration::from_secs(60),
         })
     }
 
@@ -904,6 +932,36 @@ mod tests {
         }
         assert!(good.closer.notified().now_or_never().is_none());
         assert!(hub.is_online("e"));
+    }
+
+    #[test]
+    fn environments_without_an_executor_are_forgotten() {
+        let hub = hub();
+        let registration = || Registration {
+            id: "reg".into(),
+            executor_key: NoisePublicKey {
+                suite: String::new(),
+                x25519_public_key: String::new(),
+                mlkem768_public_key: String::new(),
+            },
+        };
+        hub.register("never", registration());
+        hub.register("live", registration());
+        hub.register("gone", registration());
+        let (live, _) = link(&hub);
+        let (gone, _) = link(&hub);
+        hub.executor_connected("live", live);
+        hub.executor_connected("gone", gone.clone());
+        assert_eq!(hub.environment_count(), 3);
+        let minute = Instant::now() + Duration::from_secs(60);
+        hub.sweep(minute);
+        assert_eq!(hub.environment_count(), 2, "the one never connected");
+        hub.executor_gone("gone", gone.socket);
+        hub.sweep(minute);
+        assert_eq!(hub.environment_count(), 2, "not yet");
+        hub.sweep(minute + Duration::from_secs(60));
+        assert_eq!(hub.environment_count(), 1);
+        assert!(hub.is_online("live"));
     }
 
     #[test]

@@ -78,6 +78,7 @@ impl RendezvousConfig {
                 streams_per_token: 256,
                 resume_hold: Duration::from_secs(30),
                 claim_ttl: Duration::from_secs(30),
+                environment_ttl: Duration::from_secs(300),
             },
         }
     }
@@ -195,7 +196,8 @@ impl Rendezvous {
     }
 }
 
-/// Expires unused claims and idle harness sockets ([`Hub::sweep`]).
+/// Expires unused claims, idle harness sockets and environments without
+/// an executor ([`Hub::sweep`]).
 async fn sweep_periodically(hub: Arc<Hub>) {
     let mut tick = tokio::time::interval(hub.limits().sweep_interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -323,8 +325,9 @@ where
         .unwrap_or((head.path.as_str(), ""));
     if path == "/readyz" {
         let body = format!(
-            "{{\"status\":\"ready\",\"streams\":{}}}",
-            state.hub.stream_count()
+            "{{\"status\":\"ready\",\"streams\":{},\"environments\":{}}}",
+            state.hub.stream_count(),
+            state.hub.environment_count()
         );
         let ready = Answer {
             status: 200,

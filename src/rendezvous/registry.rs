@@ -20,6 +20,9 @@ use crate::relay::registry_api::{
 };
 use crate::server::transport::http::bearer_token;
 
+/// Longest environment id accepted, in bytes.
+pub const MAX_ENVIRONMENT_ID_BYTES: usize = 256;
+
 /// What the registry needs.
 #[derive(Debug)]
 pub struct RegistryState {
@@ -107,13 +110,21 @@ impl AdmittedCall {
 
 impl RegistryState {
     /// Decides from the head alone whether a call may go on to send its
-    /// body: the caller's token.
+    /// body: the environment id's length, then the caller's token.
     pub fn admit(
         &self,
         environment_id: &str,
         call: RegistryCall,
         authorization: Option<&str>,
     ) -> Result<AdmittedCall, Answer> {
+        if environment_id.len() > MAX_ENVIRONMENT_ID_BYTES {
+            return Err(Answer::error(
+                400,
+                "Bad Request",
+                "invalid_request",
+                &format!("the environment id is longer than {MAX_ENVIRONMENT_ID_BYTES} bytes"),
+            ));
+        }
         let grant = match call {
             RegistryCall::Register | RegistryCall::Validate => Grant::Executor,
             RegistryCall::Connect => Grant::Harness,

@@ -3,7 +3,8 @@
 //! never comes, a head or body trickled a byte at a time) against the
 //! connection slots; one harness token claiming every stream or opening
 //! socket after socket; one harness sending garbage handshakes next to
-//! another harness's stream. Each attack is paired with the legitimate work
+//! another harness's stream; and registrations with long ids, or never
+//! followed by an executor. Each attack is paired with the legitimate work
 //! that must still get through.
 
 use std::io::Write;
@@ -21,7 +22,7 @@ use codexbox::relay::executor::{dial, DialError, RelaySocket};
 use codexbox::relay::frame::{Body, RelayMessageFrame};
 use codexbox::relay::noise::NoiseIdentity;
 use codexbox::relay::registry_api::ConnectResponse;
-use codexbox::relay::registry_client::{AuthHeaders, RegistryClient};
+use codexbox::relay::registry_client::{AuthHeaders, RegistryClient, RegistryError};
 use codexbox::relay::Dialect;
 
 /// A token file with the given lines, kept while the test runs.
@@ -86,6 +87,22 @@ async fn readyz(rendezvous: &Rendezvous) -> (u16, serde_json::Value) {
         .unwrap_or(0);
     let body = text.split_once("\r\n\r\n").map_or("", |(_, body)| body);
     (status, serde_json::from_str(body).unwrap_or_default())
+}
+
+/// Polls `/readyz` until `figure` reaches `wanted` (bounded).
+async fn wait_for_figure(rendezvous: &Rendezvous, figure: &str, wanted: u64) {
+    let deadline = Instant::now() + WAIT * 3;
+    loop {
+        let (_, body) = readyz(rendezvous).await;
+        if body[figure].as_u64() == Some(wanted) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "/readyz {figure} never reached {wanted}: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 fn registry(rendezvous: &Rendezvous, env: &str, token: Option<&str>) -> RegistryClient {
@@ -347,4 +364,39 @@ async fn garbage_handshakes_from_one_harness_leave_other_streams_alone() {
         1
     );
     executor.proc.wait_stderr("refused a relay handshake", 24);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_environment_ids_are_refused_and_idle_environments_forgotten() {
+    let rendezvous = Rendezvous::start(&["--environment-ttl-secs", "1"]);
+    let key = NoiseIdentity::generate()
+        .expect("identity")
+        .public_key()
+        .encode();
+
+    let long = "x".repeat(300);
+    match registry(&rendezvous, &long, None).register(&key).await {
+        Err(RegistryError::Http {
+            status_code,
+            message,
+            ..
+        }) => {
+            assert_eq!(status_code, 400);
+            assert!(message.contains("256 bytes"), "{message}");
+        }
+        other => panic!("a 300-byte id was not refused: {other:?}"),
+    }
+
+    let _executor = Executor::start(&rendezvous.url, "e-live", &[], &[]);
+    for i in 0..50 {
+        let id = format!("{i:0>256}");
+        registry(&rendezvous, &id, None)
+            .register(&key)
+            .await
+            .expect("a 256-byte id registers");
+    }
+    // No executor ever connects for them: they are forgotten; the live one stays.
+    wait_for_figure(&rendezvous, "environments", 1).await;
+    harness_gets_through(&rendezvous, "e-live", None).await;
+    assert_eq!(readyz(&rendezvous).await.1["environments"], 1);
 }
