@@ -3,10 +3,10 @@
 //! and the decisions for each frame (forward, answer with a reset, drop),
 //! for each lost socket and for what waited too long (unused claims, idle
 //! harness sockets). Streams and sockets are bounded per environment, per
-//! harness socket and per harness token. Pure bookkeeping under one lock: it never awaits and
-//! never looks inside a frame beyond `stream_id`, the body kind and the
-//! handshake feature bits, so it never sees plaintext. The sockets
-//! themselves are served by [`super::socket`].
+//! harness socket and per harness token. Pure bookkeeping under one lock:
+//! it never awaits and never looks inside a frame beyond `stream_id`, the
+//! body kind and the handshake feature bits, so it never sees plaintext.
+//! The sockets themselves are served by [`super::socket`].
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -148,7 +148,7 @@ impl Environment {
         let Some(socket) = self.harness_sockets.get_mut(&harness.socket) else {
             return;
         };
-        socket.failed_handshakes += 1;
+        socket.failed_handshakes = socket.failed_handshakes.saturating_add(1);
         if socket.failed_handshakes >= MAX_FAILED_HANDSHAKES {
             tracing::warn!(
                 socket = harness.socket,

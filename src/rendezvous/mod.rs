@@ -3,7 +3,8 @@
 //! ([`registry`]), `GET /readyz`, and the relay WebSocket at `/relay`
 //! ([`socket`], routing in [`hub`]); URLs and harness key authorizations are
 //! signed ([`signing`]); callers are authorized by the token file
-//! ([`auth`]). All state is in memory: a restart forgets registrations and
+//! ([`auth`]); connection slots are shared out by [`admission`], and every
+//! request must arrive whole within the request deadline. All state is in memory: a restart forgets registrations and
 //! streams, and both executors (401 on their next upgrade → register again)
 //! and harnesses (409 `environment_offline` until then → retry) recover.
 //! It routes ciphertext by `stream_id` and never sees plaintext.
@@ -236,6 +237,12 @@ async fn respond<S: AsyncWrite + Unpin>(stream: &mut S, answer: &Answer) {
     let _ = stream.shutdown().await;
 }
 
+/// Answers with `answer`; the connection then closes.
+async fn finish<S: AsyncWrite + Unpin>(stream: &mut S, answer: Answer) -> Outcome {
+    respond(stream, &answer).await;
+    Outcome::Done
+}
+
 /// Where the request phase of a connection led.
 enum Outcome {
     /// Answered (or given up on): the connection closes.
@@ -303,8 +310,7 @@ where
         Err(http::HeadError::Malformed | http::HeadError::TooLarge) => {
             let malformed =
                 Answer::error(400, "Bad Request", "invalid_request", "malformed request");
-            respond(stream, &malformed).await;
-            return Outcome::Done;
+            return finish(stream, malformed).await;
         }
         Err(http::HeadError::Closed | http::HeadError::Io(_)) => return Outcome::Done,
     };
@@ -316,8 +322,7 @@ where
             "forbidden",
             "cross-origin requests are refused",
         );
-        respond(stream, &cross_origin).await;
-        return Outcome::Done;
+        return finish(stream, cross_origin).await;
     }
     let (path, query) = head
         .path
@@ -334,8 +339,7 @@ where
             reason: "OK",
             body,
         };
-        respond(stream, &ready).await;
-        return Outcome::Done;
+        return finish(stream, ready).await;
     }
     if path == "/relay" || path.ends_with("/relay") {
         return upgrade(stream, &head, leftover, query, state).await;
@@ -416,8 +420,7 @@ where
                 _ => (401, "Unauthorized"),
             };
             let refusal = Answer::error(status.0, status.1, "invalid_url", &err.to_string());
-            respond(stream, &refusal).await;
-            return Outcome::Done;
+            return finish(stream, refusal).await;
         }
     };
     let current = state.hub.registration(&grant.environment_id);
@@ -428,8 +431,7 @@ where
             "stale_registration",
             "the URL belongs to a previous registration",
         );
-        respond(stream, &stale).await;
-        return Outcome::Done;
+        return finish(stream, stale).await;
     }
     let role = match grant.role {
         Role::Environment => SocketRole::Executor,
@@ -449,8 +451,7 @@ where
                 "too_many_sockets",
                 "this token holds as many relay sockets as it may",
             );
-            respond(stream, &crowded).await;
-            return Outcome::Done;
+            return finish(stream, crowded).await;
         }
     }
     let Some(accept) = http::websocket_accept(head) else {
@@ -460,8 +461,7 @@ where
             "upgrade_required",
             "expected a WebSocket upgrade",
         );
-        respond(stream, &not_upgrade).await;
-        return Outcome::Done;
+        return finish(stream, not_upgrade).await;
     };
     if stream
         .write_all(http::switching_protocols(&accept).as_bytes())

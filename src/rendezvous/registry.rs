@@ -101,13 +101,6 @@ pub struct AdmittedCall {
     caller: Option<String>,
 }
 
-impl AdmittedCall {
-    /// The environment the call is about.
-    pub fn environment_id(&self) -> &str {
-        &self.environment_id
-    }
-}
-
 impl RegistryState {
     /// Decides from the head alone whether a call may go on to send its
     /// body: the environment id's length, then the caller's token.
