@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::common::client::{sh, Raw, WAIT};
+use crate::common::client::{sh, WAIT};
 use crate::common::reference_relay::{next_frame, ReferenceHarness};
 use crate::common::relay::{Bridge, Executor, Rendezvous, EXECUTOR_CONNECTED};
 use codexbox::relay::executor::{dial, DialError};
