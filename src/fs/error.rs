@@ -28,6 +28,10 @@ pub enum FsError {
     /// Params that do not decode (‑32602).
     #[error("{0}")]
     InvalidParams(String),
+    /// A path this host cannot use (a non-native URI, a relative path):
+    /// the fs family's path error code.
+    #[error("{0}")]
+    InvalidPath(#[from] crate::protocol::PathError),
     /// Something missing that is not an OS NotFound (‑32004).
     #[error("{0}")]
     NotFound(String),
@@ -90,6 +94,7 @@ impl FsError {
             },
             FsError::InvalidRequest(_) => INVALID_REQUEST,
             FsError::InvalidParams(_) => INVALID_PARAMS,
+            FsError::InvalidPath(_) => crate::protocol::RequestFamily::Filesystem.path_error_code(),
             FsError::NotFound(_) => NOT_FOUND,
             FsError::Internal(_) => INTERNAL_ERROR,
             FsError::RootDirectory { .. }

@@ -41,7 +41,7 @@ pub fn check_paths(params: Value) -> Result<Value> {
         .ok()
         .and_then(|probe| probe.first_invalid())
     {
-        return Err(FsError::InvalidRequest(path_err.to_string()));
+        return Err(FsError::InvalidPath(path_err));
     }
     Ok(params)
 }

@@ -19,7 +19,7 @@ pub fn base64() -> &'static base64::engine::Simd {
     static ENGINE: std::sync::OnceLock<base64::engine::Simd> = std::sync::OnceLock::new();
     ENGINE.get_or_init(|| base64::engine::Simd::standard(base64::engine::general_purpose::PAD))
 }
-pub use path::{PathDialect, PathError, WirePath};
+pub use path::{PathDialect, PathError, RequestFamily, WirePath};
 
 /// `initialize`.
 pub const METHOD_INITIALIZE: &str = "initialize";

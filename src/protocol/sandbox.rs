@@ -11,8 +11,10 @@
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use super::path::WirePath;
+use super::envelope::RpcError;
+use super::path::{RequestFamily, WirePath};
 use crate::sandbox::policy::{
     FileSystemAccessMode, FileSystemPath, FileSystemSandboxEntry, FileSystemSpecialPath,
     ManagedFileSystemPermissions, NetworkSandboxPolicy, PermissionProfile, SandboxPolicy,
@@ -63,6 +65,13 @@ pub struct FileSystemSandboxContext {
 /// Why a sandbox context cannot be used. Messages follow the reference.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SandboxContextError {
+    /// The context does not decode (a wrong shape, not a bad path).
+    #[error("{0}")]
+    Malformed(String),
+    /// A path of a permission entry (or a legacy policy's roots) is not
+    /// one this host can use.
+    #[error("invalid sandbox permission path URI: {error}")]
+    PermissionPath { uri: String, error: String },
     #[error("sandbox requires `permissions` or `sandboxPolicy`")]
     MissingPermissions,
     #[error("{error}")]
@@ -85,7 +94,100 @@ pub struct ResolvedSandbox {
     pub use_legacy_landlock: bool,
 }
 
+impl SandboxContextError {
+    /// The JSON-RPC error of this failure in a request of `family`: a shape
+    /// error is always ‑32602; everything else, a path the host cannot use
+    /// first, gets the family's code ([`RequestFamily::path_error`]) and,
+    /// in `process/start`, the reference's wording for that method.
+    pub fn to_rpc(&self, family: RequestFamily) -> RpcError {
+        let message = match (family, self) {
+            (RequestFamily::Filesystem, SandboxContextError::Malformed(_)) => {
+                return RpcError::invalid_params(self.to_string())
+            }
+            (RequestFamily::Process, SandboxContextError::Malformed(_)) => {
+                return RpcError::invalid_params(format!("invalid sandbox: {self}"))
+            }
+            (RequestFamily::Filesystem, _) => self.to_string(),
+            (RequestFamily::Process, SandboxContextError::PermissionPath { .. }) => {
+                format!("invalid sandbox: {self}")
+            }
+            (RequestFamily::Process, SandboxContextError::Cwd { uri, error }) => {
+                format!("sandbox cwd URI `{uri}` is not valid on this exec-server host: {error}")
+            }
+            (RequestFamily::Process, SandboxContextError::WorkspaceRoot { uri, error }) => {
+                format!(
+                    "sandbox workspace root URI `{uri}` is not valid on this exec-server host: {error}"
+                )
+            }
+            (RequestFamily::Process, other) => {
+                format!("failed to prepare process sandbox: {other}")
+            }
+        };
+        family.path_error(message)
+    }
+}
+
+/// Member names of the legacy shapes whose value is a list of absolute
+/// paths (`writable_roots`, `readable_roots`; the untagged profile's
+/// `read` and `write`).
+const PATH_LIST_MEMBERS: [&str; 4] = ["writable_roots", "readable_roots", "read", "write"];
+
+/// The first path in a context's policy (a `{"type":"path","path":…}`
+/// entry, or an element of a legacy path list) that is a string but not a
+/// wire path this host can use. Found before the context is decoded, so
+/// such a path is told apart from a wrong shape.
+fn first_unusable_policy_path(value: &Value) -> Option<SandboxContextError> {
+    let unusable = |text: &str| {
+        WirePath::parse(text)
+            .err()
+            .map(|err| SandboxContextError::PermissionPath {
+                uri: text.to_owned(),
+                error: err.to_string(),
+            })
+    };
+    match value {
+        Value::Object(members) => {
+            let entry_path = members
+                .get("type")
+                .filter(|kind| *kind == "path")
+                .and_then(|_| members.get("path"))
+                .and_then(Value::as_str)
+                .and_then(unusable);
+            entry_path
+                .or_else(|| {
+                    PATH_LIST_MEMBERS
+                        .iter()
+                        .filter_map(|name| members.get(*name).and_then(Value::as_array))
+                        .flatten()
+                        .filter_map(Value::as_str)
+                        .find_map(unusable)
+                })
+                .or_else(|| members.values().find_map(first_unusable_policy_path))
+        }
+        Value::Array(items) => items.iter().find_map(first_unusable_policy_path),
+        _ => None,
+    }
+}
+
 impl FileSystemSandboxContext {
+    /// Decodes the `sandbox` member of a request: a path of the policy that
+    /// this host cannot use is [`SandboxContextError::PermissionPath`], any
+    /// other decoding failure [`SandboxContextError::Malformed`]. `null` is
+    /// no sandbox.
+    pub fn decode(value: &Value) -> Result<Option<Self>, SandboxContextError> {
+        if value.is_null() {
+            return Ok(None);
+        }
+        for member in ["permissions", "sandboxPolicy"] {
+            if let Some(err) = value.get(member).and_then(first_unusable_policy_path) {
+                return Err(err);
+            }
+        }
+        Self::deserialize(value)
+            .map(Some)
+            .map_err(|err| SandboxContextError::Malformed(err.to_string()))
+    }
+
     /// A context from a profile, with `workspaceRoots = [cwd]` when a cwd is given.
     pub fn from_permissions(profile: PermissionProfile, cwd: Option<&Path>) -> Self {
         let cwd = cwd.map(|cwd| cwd.to_string_lossy().into_owned());

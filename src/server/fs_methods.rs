@@ -24,8 +24,8 @@ use crate::fs::{ops, stream, FileStreams, FsError};
 use crate::protocol::fs::{
     method, CloseParams, EmptyResponse, OpenParams, OpenResponse, ReadBlockParams, WriteBlockParams,
 };
-use crate::protocol::sandbox::{FileSystemSandboxContext, ResolvedSandbox};
-use crate::protocol::RpcError;
+use crate::protocol::sandbox::{FileSystemSandboxContext, ResolvedSandbox, SandboxContextError};
+use crate::protocol::{RequestFamily, RpcError};
 use crate::runtime_paths::ExecServerRuntimePaths;
 
 /// Every `fs/*` method the router hands to [`dispatch`].
@@ -220,12 +220,19 @@ fn rpc(err: FsError) -> RpcError {
     RpcError::new(err.code(), err.to_string())
 }
 
-/// The `sandbox` field alone; other fields (e.g. a large `dataBase64`) are
-/// skipped without copying.
-#[derive(Deserialize)]
-struct SandboxField {
-    #[serde(default)]
-    sandbox: Option<FileSystemSandboxContext>,
+/// The resolved `sandbox` of fs `params`. It is decoded before the rest
+/// of them so that a path it holds which this host cannot use is answered
+/// with the fs family's code; other members (e.g. a large `dataBase64`)
+/// are not copied.
+pub fn resolve_sandbox(params: &Value) -> Result<Option<ResolvedSandbox>, RpcError> {
+    let to_rpc = |err: SandboxContextError| err.to_rpc(RequestFamily::Filesystem);
+    let Some(sandbox) = params.get("sandbox") else {
+        return Ok(None);
+    };
+    match FileSystemSandboxContext::decode(sandbox).map_err(to_rpc)? {
+        Some(context) => context.resolve().map(Some).map_err(to_rpc),
+        None => Ok(None),
+    }
 }
 
 /// Where a request runs.
@@ -237,22 +244,16 @@ enum Placement {
 /// Decides direct vs helper (SPEC §4.2, reference notes §12.1) and builds
 /// the helper's sandbox.
 fn placement(
-    sandbox: Option<&FileSystemSandboxContext>,
+    sandbox: Option<ResolvedSandbox>,
     paths: &ExecServerRuntimePaths,
     guard: &SandboxGuard,
 ) -> Result<Placement, RpcError> {
-    let Some(sandbox) = sandbox else {
+    let Some(resolved) = sandbox.filter(ResolvedSandbox::requires_helper) else {
         return Ok(Placement::Direct);
     };
-    let resolved: ResolvedSandbox = sandbox
-        .resolve()
-        .map_err(|err| RpcError::invalid_request(err.to_string()))?;
-    if !resolved.requires_helper() {
-        return Ok(Placement::Direct);
-    }
     let cwd = resolved
         .helper_cwd()
-        .map_err(|err| RpcError::invalid_request(err.to_string()))?;
+        .map_err(|err| err.to_rpc(RequestFamily::Filesystem))?;
     let mut profile = resolved.helper_profile(&paths.exe_dirs());
     guard.apply(&mut profile);
     let plantable = guard.plantable(&profile, &resolved.workspace_roots);
@@ -307,11 +308,12 @@ pub async fn dispatch(ctx: &FsContext, method: &str, params: Value) -> Result<Va
 
 async fn open(ctx: &FsContext, params: Value) -> Result<Value, RpcError> {
     let params = ops::check_paths(params).map_err(rpc)?;
+    let sandbox = resolve_sandbox(&params)?;
     let open = OpenParams::deserialize(&params)
         .map_err(|err| RpcError::invalid_params(err.to_string()))?;
     let mode = open.mode();
     stream::check_handle_id(&open.handle_id, mode).map_err(rpc)?;
-    let placement = placement(open.sandbox.as_ref(), &ctx.paths, &ctx.guard)?;
+    let placement = placement(sandbox, &ctx.paths, &ctx.guard)?;
     let mut state = ctx.state.lock().await;
     let id = open.handle_id.clone();
     stream::check_room(
@@ -414,10 +416,8 @@ async fn close(ctx: &FsContext, params: Value) -> Result<Value, RpcError> {
 
 async fn run_one_shot(ctx: &FsContext, method: &str, params: Value) -> Result<Value, RpcError> {
     let params = ops::check_paths(params).map_err(rpc)?;
-    let sandbox = SandboxField::deserialize(&params)
-        .map_err(|err| RpcError::invalid_params(err.to_string()))?
-        .sandbox;
-    match placement(sandbox.as_ref(), &ctx.paths, &ctx.guard)? {
+    let sandbox = resolve_sandbox(&params)?;
+    match placement(sandbox, &ctx.paths, &ctx.guard)? {
         Placement::Direct => {
             let method = method.to_owned();
             blocking(move || ops::run(&method, params)).await

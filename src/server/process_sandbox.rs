@@ -21,8 +21,8 @@ use serde_json::Value;
 use super::applied_roots::AppliedRoots;
 use crate::mode::LINUX_SANDBOX_ARG0;
 use crate::process::LaunchSpec;
-use crate::protocol::sandbox::{FileSystemSandboxContext, SandboxContextError};
-use crate::protocol::RpcError;
+use crate::protocol::sandbox::{FileSystemSandboxContext, ResolvedSandbox, SandboxContextError};
+use crate::protocol::{RequestFamily, RpcError};
 use crate::runtime_paths::ExecServerRuntimePaths;
 use crate::sandbox::cli::{helper_args, plantable_args, ALLOW_NETWORK_FOR_PROXY_FLAG};
 use crate::sandbox::policy::{
@@ -130,16 +130,15 @@ fn usable_tmpdir(tmpdir: &Path) -> Option<PathBuf> {
     usable_place(tmpdir)
 }
 
-fn context_error(err: SandboxContextError) -> RpcError {
-    RpcError::invalid_params(match err {
-        SandboxContextError::Cwd { uri, error } => {
-            format!("sandbox cwd URI `{uri}` is not valid on this exec-server host: {error}")
-        }
-        SandboxContextError::WorkspaceRoot { uri, error } => format!(
-            "sandbox workspace root URI `{uri}` is not valid on this exec-server host: {error}"
-        ),
-        other => format!("failed to prepare process sandbox: {other}"),
-    })
+/// Decodes and resolves the `sandbox` of a `process/start` (not `null`),
+/// with the process family's errors.
+pub fn resolve(sandbox: &Value) -> Result<ResolvedSandbox, RpcError> {
+    let to_rpc = |err: SandboxContextError| err.to_rpc(RequestFamily::Process);
+    FileSystemSandboxContext::decode(sandbox)
+        .map_err(to_rpc)?
+        .ok_or_else(|| to_rpc(SandboxContextError::MissingPermissions))?
+        .resolve()
+        .map_err(to_rpc)
 }
 
 /// Prepares `spec` for the requested sandbox (`None` or `null` = unsandboxed).
@@ -159,9 +158,7 @@ pub fn prepare(
         // Left for the caller's `argv must not be empty`.
         return Ok(());
     }
-    let context = FileSystemSandboxContext::deserialize_value(sandbox)
-        .map_err(|err| RpcError::invalid_params(format!("invalid sandbox: {err}")))?;
-    let resolved = context.resolve().map_err(context_error)?;
+    let resolved = resolve(sandbox)?;
     let policy_cwd = resolved.cwd.clone().unwrap_or_else(|| spec.cwd.clone());
     let mut profile = resolved.process_profile(&paths.exe_dirs());
     guard.apply(&mut profile);

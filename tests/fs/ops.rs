@@ -263,6 +263,102 @@ async fn bad_paths_are_invalid_requests_naming_the_path() {
     assert_eq!(err.code, -32602);
 }
 
+/// A path this host cannot use, in every position a request can carry one,
+/// is -32600 in the fs methods and -32602 in `process/start` (the
+/// reference's codes), whatever sandbox profile it sits in.
+#[tokio::test]
+async fn a_foreign_path_is_32600_in_fs_methods_and_32602_in_process_start() {
+    const FOREIGN: &str = "file://server/share";
+    let server = Server::start();
+    let client = server.connect().await;
+    let dir = workdir();
+    let root = canonical(&dir);
+    std::fs::write(root.join("f"), b"x").unwrap();
+    let file = root.join("f");
+    let read_root =
+        json!({"path": {"type": "special", "value": {"kind": "root"}}, "access": "read"});
+    let managed = |entries: Value| {
+        json!({"type": "managed", "network": "restricted",
+               "file_system": {"type": "restricted", "entries": entries}})
+    };
+    let foreign_entry = json!({"path": {"type": "path", "path": FOREIGN}, "access": "read"});
+    let legacy_root = json!({"type": "workspace-write", "writable_roots": [FOREIGN]});
+    // (position, sandbox context); `None`: the request's own path.
+    let positions: Vec<(&str, Option<Value>)> = vec![
+        ("the path itself", None),
+        (
+            "a permission entry",
+            Some(json!({"permissions": managed(json!([read_root, foreign_entry]))})),
+        ),
+        (
+            "the only permission entry",
+            Some(json!({"permissions": managed(json!([foreign_entry]))})),
+        ),
+        (
+            "a legacy writable root",
+            Some(json!({"sandboxPolicy": legacy_root, "sandboxPolicyCwd": root})),
+        ),
+        (
+            "the sandbox cwd",
+            Some(json!({"permissions": managed(json!([read_root])), "cwd": FOREIGN})),
+        ),
+        (
+            "a workspace root",
+            Some(json!({"permissions": {"type": "disabled"}, "workspaceRoots": [FOREIGN]})),
+        ),
+    ];
+    for (position, sandbox) in &positions {
+        let path = match sandbox {
+            None => json!(FOREIGN),
+            Some(_) => json!(file),
+        };
+        let sandbox = sandbox.clone().unwrap_or(Value::Null);
+        let requests = [
+            ("fs/readFile", json!({"path": path, "sandbox": sandbox})),
+            ("fs/getMetadata", json!({"path": path, "sandbox": sandbox})),
+            (
+                "fs/open",
+                json!({"handleId": "h", "path": path, "sandbox": sandbox}),
+            ),
+            (
+                "fs/writeFile",
+                json!({"path": path, "dataBase64": "", "sandbox": sandbox}),
+            ),
+        ];
+        for (method, params) in requests {
+            let err = client.err(method, params).await;
+            assert_eq!(err.code, -32600, "{method}, {position}: {}", err.message);
+            assert!(
+                err.message.contains(FOREIGN),
+                "{method}, {position}: {}",
+                err.message
+            );
+        }
+        let cwd = match sandbox {
+            Value::Null => json!(FOREIGN),
+            _ => json!(root),
+        };
+        let err = client
+            .err(
+                "process/start",
+                json!({"processId": position, "argv": ["true"], "cwd": cwd, "env": {},
+                       "tty": false, "sandbox": sandbox}),
+            )
+            .await;
+        assert_eq!(
+            err.code, -32602,
+            "process/start, {position}: {}",
+            err.message
+        );
+        assert!(
+            err.message.contains(FOREIGN),
+            "process/start, {position}: {}",
+            err.message
+        );
+    }
+    assert_eq!(std::fs::read(&file).unwrap(), b"x", "nothing was written");
+}
+
 #[tokio::test]
 async fn read_directory_lists_sorted_entries_and_skips_dangling_links() {
     let server = Server::start();

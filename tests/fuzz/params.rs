@@ -110,13 +110,6 @@ fn fs<T: DeserializeOwned>(params: &Value) -> Result<(), RpcError> {
         .map_err(|err| RpcError::new(err.code(), err.to_string()))
 }
 
-/// The `sandbox` member alone, as the server reads it before the rest.
-#[derive(Deserialize)]
-struct SandboxField {
-    #[serde(default)]
-    sandbox: Option<FileSystemSandboxContext>,
-}
-
 /// Decodes `params` of `method` as the router and its handlers do, up to
 /// the point where the request would act.
 pub fn decode(method: &str, params: &Value) -> Result<(), RpcError> {
@@ -132,10 +125,7 @@ pub fn decode(method: &str, params: &Value) -> Result<(), RpcError> {
                 .sandbox
                 .filter(|s| !s.is_null() && !start.argv.is_empty())
             {
-                FileSystemSandboxContext::deserialize_value(&sandbox)
-                    .map_err(|err| RpcError::invalid_params(format!("invalid sandbox: {err}")))?
-                    .resolve()
-                    .map_err(|err| RpcError::invalid_params(err.to_string()))?;
+                codexbox::server::process_sandbox::resolve(&sandbox)?;
             }
             Ok(())
         }
@@ -151,14 +141,10 @@ pub fn decode(method: &str, params: &Value) -> Result<(), RpcError> {
         method::OPEN => {
             let checked = ops::check_paths(params.clone())
                 .map_err(|err| RpcError::new(err.code(), err.to_string()))?;
-            let open = OpenParams::deserialize(&checked)
-                .map_err(|err| RpcError::invalid_params(err.to_string()))?;
-            if let Some(sandbox) = open.sandbox {
-                sandbox
-                    .resolve()
-                    .map_err(|err| RpcError::invalid_request(err.to_string()))?;
-            }
-            Ok(())
+            fs_methods::resolve_sandbox(&checked)?;
+            OpenParams::deserialize(&checked)
+                .map(drop)
+                .map_err(|err| RpcError::invalid_params(err.to_string()))
         }
         method::READ_BLOCK => fs::<ReadBlockParams>(params),
         method::WRITE_BLOCK => fs::<WriteBlockParams>(params),
@@ -166,13 +152,7 @@ pub fn decode(method: &str, params: &Value) -> Result<(), RpcError> {
         one_shot => {
             let checked = ops::check_paths(params.clone())
                 .map_err(|err| RpcError::new(err.code(), err.to_string()))?;
-            let field = SandboxField::deserialize(&checked)
-                .map_err(|err| RpcError::invalid_params(err.to_string()))?;
-            if let Some(sandbox) = field.sandbox {
-                sandbox
-                    .resolve()
-                    .map_err(|err| RpcError::invalid_request(err.to_string()))?;
-            }
+            fs_methods::resolve_sandbox(&checked)?;
             ops::validate(one_shot, &checked)
                 .map_err(|err| RpcError::new(err.code(), err.to_string()))
         }
