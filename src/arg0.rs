@@ -5,7 +5,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use crate::mode::{Mode, ALIASES, FS_HELPER_ARG1};
+use crate::mode::{Mode, ALIASES};
 
 /// Runs the mode selected by `argv` and returns the process exit code.
 pub fn dispatch(argv: Vec<OsString>) -> i32 {
@@ -24,6 +24,12 @@ pub fn dispatch(argv: Vec<OsString>) -> i32 {
     {
         return crate::process::zygote::main(&argv, crate::sandbox::cli::main);
     }
+    // The markers of the binary's re-execs of itself come before argv[0]:
+    // they select their mode whatever name the binary is installed under
+    // (a copy named `codex-linux-sandbox` or `codex-exec-server` included).
+    if let Some(mode) = argv.get(1).and_then(|first| Mode::from_marker(first)) {
+        return run(mode, mode_argv(mode, &argv[2..]));
+    }
     if let Some(mode) = Mode::from_arg0(arg0) {
         return run(mode, argv);
     }
@@ -31,9 +37,6 @@ pub fn dispatch(argv: Vec<OsString>) -> i32 {
         eprint!("{}", usage());
         return 2;
     };
-    if first == FS_HELPER_ARG1 {
-        return run(Mode::FsHelper, mode_argv(Mode::FsHelper, &argv[2..]));
-    }
     if let Some(mode) = Mode::from_subcommand(first) {
         return run(mode, mode_argv(mode, &argv[2..]));
     }

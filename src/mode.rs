@@ -16,6 +16,9 @@ pub const BWRAP_ARG0: &str = "bwrap";
 pub const FS_HELPER_ARG0: &str = "codex-fs-helper";
 /// argv[1] that selects the filesystem helper (the reference's hidden flag).
 pub const FS_HELPER_ARG1: &str = "--codex-run-as-fs-helper";
+/// argv[1] that selects the Linux sandbox helper: the sandbox's re-exec of
+/// its own inner stage through a bubblewrap that cannot set argv[0].
+pub const LINUX_SANDBOX_ARG1: &str = "--codex-run-as-linux-sandbox";
 
 /// The aliases `install-links` creates, each a symlink to the binary.
 pub const ALIASES: [&str; 4] = [
@@ -71,6 +74,17 @@ impl Mode {
             BWRAP_ARG0 => Some(Mode::Bwrap),
             FS_HELPER_ARG0 => Some(Mode::FsHelper),
             _ => None,
+        }
+    }
+
+    /// The mode an internal argv[1] marker selects.
+    pub fn from_marker(arg: &OsStr) -> Option<Mode> {
+        if arg == FS_HELPER_ARG1 {
+            Some(Mode::FsHelper)
+        } else if arg == LINUX_SANDBOX_ARG1 {
+            Some(Mode::LinuxSandbox)
+        } else {
+            None
         }
     }
 

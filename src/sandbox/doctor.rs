@@ -417,8 +417,9 @@ fn routing_trial() -> (TrialReport, bool) {
         }
     };
     let mut cmd = Command::new(&exe);
+    // argv[0] selects the mode whatever name this binary has.
+    std::os::unix::process::CommandExt::arg0(&mut cmd, crate::mode::LINUX_SANDBOX_ARG0);
     cmd.args([
-        "linux-sandbox",
         "--sandbox-policy-cwd",
         "/",
         "--permission-profile",

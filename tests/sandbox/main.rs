@@ -7,5 +7,6 @@ mod common;
 mod caps;
 mod cli;
 mod doctor;
+mod installed_names;
 mod landlock;
 mod seccomp;

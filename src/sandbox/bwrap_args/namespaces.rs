@@ -88,11 +88,11 @@ impl Builder<'_> {
             self.out.texts(&["--argv0", INNER_ARGV0, "--"]);
             self.out.text(&inner.exe);
         } else {
-            // No --argv0 (bubblewrap < 0.9): the subcommand form dispatches
+            // No --argv0 (bubblewrap < 0.9): the marker selects the mode
             // whatever the executable's basename is.
             self.out.text("--");
             self.out.text(&inner.exe);
-            self.out.text("linux-sandbox");
+            self.out.text(crate::mode::LINUX_SANDBOX_ARG1);
         }
         for f in &inner.flags {
             self.out.text(f);

@@ -64,7 +64,7 @@ fn read_only_argv_with_argv0() {
 }
 
 #[test]
-fn launcher_without_argv0_uses_subcommand_form_and_only_first_separator() {
+fn launcher_without_argv0_uses_the_marker_form_and_only_first_separator() {
     let policy = resolve(&FileSystemSandboxPolicy::read_only(), Path::new("/"));
     let mut i = inputs(&policy, Path::new("/"));
     i.caps = LauncherCaps {
@@ -81,7 +81,7 @@ fn launcher_without_argv0_uses_subcommand_form_and_only_first_separator() {
         render(&cmd),
         format!(
             "--new-session --die-with-parent --ro-bind / / --dev /dev {NS} --cap-drop ALL \
-             --perms 555 --tmpfs /proc --remount-ro /proc --chdir / -- /opt/codexbox linux-sandbox --apply-seccomp-then-exec -- \
+             --perms 555 --tmpfs /proc --remount-ro /proc --chdir / -- /opt/codexbox --codex-run-as-linux-sandbox --apply-seccomp-then-exec -- \
              /opt/codexbox -- x"
         )
     );
