@@ -33,6 +33,8 @@ use crate::sandbox::route_bridges;
 use crate::sandbox::seccomp::SeccompMode;
 use crate::sandbox::{glob, inner, run, state};
 
+/// The flag giving the command its own argv[0].
+pub const COMMAND_ARG0_FLAG: &str = "--command-arg0";
 /// The flag confining a command to its managed proxy.
 pub const ALLOW_NETWORK_FOR_PROXY_FLAG: &str = "--allow-network-for-proxy";
 /// The flag carrying the routes to the inner stage.
@@ -69,6 +71,10 @@ pub struct Args {
     /// Working directory of the command (default: the policy cwd).
     #[arg(long, value_name = "DIR")]
     pub command_cwd: Option<PathBuf>,
+    /// The argv[0] the command sees (default: the program as given); the
+    /// program run is still the first word of COMMAND.
+    #[arg(long, value_name = "NAME")]
+    pub command_arg0: Option<OsString>,
     /// PermissionProfile JSON (or read-only, workspace, danger-full-access).
     #[arg(long, value_name = "JSON")]
     pub permission_profile: Option<String>,
@@ -451,7 +457,10 @@ fn run_args(args: Args) -> Result<i32, Failure> {
             // always-on seccomp denials even with the network enabled.
             inner::confine(seccomp_mode(prepared.network)).map_err(fail)?;
         }
-        return Err(fail(inner::exec(&args.command)));
+        return Err(fail(inner::exec(
+            &args.command,
+            args.command_arg0.as_deref(),
+        )));
     }
 
     for line in dropped_grant_warnings(&prepared.resolved) {
@@ -516,7 +525,10 @@ fn inner_stage(args: &Args) -> Result<i32, Failure> {
     if let Some(fd) = args.started_fd {
         inner::signal_started(fd);
     }
-    Err(fail(inner::exec(&args.command)))
+    Err(fail(inner::exec(
+        &args.command,
+        args.command_arg0.as_deref(),
+    )))
 }
 
 /// The policy Landlock enforces: the request's, with the private state
@@ -562,7 +574,10 @@ fn landlock_backend(args: &Args, prepared: &Prepared) -> Result<i32, Failure> {
     // path does the same before starting the launcher).
     run::cloexec_inherited_fds();
     crate::sandbox::landlock::apply(&resolved, prepared.network, PREFIX).map_err(fail)?;
-    Err(fail(inner::exec(&args.command)))
+    Err(fail(inner::exec(
+        &args.command,
+        args.command_arg0.as_deref(),
+    )))
 }
 
 fn join_paths(p: &[PathBuf]) -> String {
@@ -652,6 +667,10 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
             &inner_profile.to_json(),
             false,
         );
+        if let Some(arg0) = &args.command_arg0 {
+            flags.push(COMMAND_ARG0_FLAG.into());
+            flags.push(arg0.clone());
+        }
         flags.push("--apply-seccomp-then-exec".into());
         if let (Some(routing), Some(handoff)) = (&routing, &fds.routing_handoff) {
             flags.push(ALLOW_NETWORK_FOR_PROXY_FLAG.into());

@@ -16,7 +16,7 @@
 //! claiming more. No secret is needed, and none could be kept from a caller
 //! of equal privilege.
 
-use std::ffi::{CString, OsString};
+use std::ffi::{CString, OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 
 use crate::sandbox::seccomp::SeccompMode;
@@ -110,20 +110,25 @@ pub fn confine(mode: SeccompMode) -> Result<(), InnerError> {
     Ok(())
 }
 
-/// Replaces this process with `command` (PATH lookup like execvp).
-pub fn exec(command: &[OsString]) -> InnerError {
+/// Replaces this process with `command` (PATH lookup like execvp), whose
+/// argv[0] is `arg0` when given (the program is still `command[0]`).
+pub fn exec(command: &[OsString], arg0: Option<&OsStr>) -> InnerError {
     let Some(program) = command.first() else {
         return InnerError::Nul;
     };
-    let mut args = Vec::with_capacity(command.len());
-    for a in command {
-        match CString::new(a.as_bytes()) {
-            Ok(c) => args.push(c),
-            Err(_) => return InnerError::Nul,
-        }
-    }
-    let Some(file) = args.first().cloned() else {
-        return InnerError::Nul;
+    let to_c = |text: &OsStr| CString::new(text.as_bytes()).map_err(|_| InnerError::Nul);
+    let file = match to_c(program) {
+        Ok(file) => file,
+        Err(err) => return err,
+    };
+    let shown = std::iter::once(arg0.unwrap_or(program))
+        .chain(command.iter().skip(1).map(OsString::as_os_str));
+    let args = match shown
+        .map(to_c)
+        .collect::<Result<Vec<CString>, InnerError>>()
+    {
+        Ok(args) => args,
+        Err(err) => return err,
     };
     match nix::unistd::execvp(&file, &args) {
         Ok(never) => match never {},

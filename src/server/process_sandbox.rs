@@ -3,7 +3,7 @@
 //! permission profile materialized against `workspaceRoots`, and marks it
 //! sandboxed so the server computes `sandboxDenied` on exit. Any non-null
 //! sandbox is enforced, also a `disabled` profile; the request's `arg0` is
-//! dropped.
+//! passed to the helper (`--command-arg0`), which gives it to the command.
 //!
 //! [`SandboxGuard`] is what the server adds to every sandbox it
 //! materializes (processes and fs-helpers): deny entries for its own
@@ -24,7 +24,9 @@ use crate::process::LaunchSpec;
 use crate::protocol::sandbox::{FileSystemSandboxContext, ResolvedSandbox, SandboxContextError};
 use crate::protocol::{RequestFamily, RpcError};
 use crate::runtime_paths::ExecServerRuntimePaths;
-use crate::sandbox::cli::{helper_args, plantable_args, ALLOW_NETWORK_FOR_PROXY_FLAG};
+use crate::sandbox::cli::{
+    helper_args, plantable_args, ALLOW_NETWORK_FOR_PROXY_FLAG, COMMAND_ARG0_FLAG,
+};
 use crate::sandbox::policy::{
     usable_place, FileSystemAccessMode, FileSystemPath, FileSystemSandboxEntry,
     FileSystemSpecialPath, ManagedFileSystemPermissions, PermissionProfile,
@@ -142,7 +144,8 @@ pub fn resolve(sandbox: &Value) -> Result<ResolvedSandbox, RpcError> {
 }
 
 /// Prepares `spec` for the requested sandbox (`None` or `null` = unsandboxed).
-/// Rewrites `spec.argv`/`spec.arg0` and sets `spec.sandboxed = true` when it
+/// Rewrites `spec.argv`/`spec.arg0` (the request's `arg0` goes to the
+/// helper's `--command-arg0`) and sets `spec.sandboxed = true` when it
 /// wraps the command.
 pub fn prepare(
     sandbox: Option<&Value>,
@@ -174,6 +177,11 @@ pub fn prepare(
     argv.extend(plantable_args(&plantable));
     if enforce_managed_network {
         argv.push(ALLOW_NETWORK_FOR_PROXY_FLAG.into());
+    }
+    // The request's argv[0] passes through the helper to the command.
+    if let Some(arg0) = spec.arg0.take() {
+        argv.push(COMMAND_ARG0_FLAG.into());
+        argv.push(arg0);
     }
     argv.push("--".into());
     argv.append(&mut spec.argv);

@@ -18,20 +18,23 @@ async fn run(
     cwd: &Path,
     sandbox: Value,
 ) -> (i64, bool, String) {
-    client
-        .ok(
-            "process/start",
-            json!({"processId": id, "argv": argv, "cwd": cwd, "env": {"PATH": "/usr/bin:/bin"},
-                   "tty": false, "arg0": "ignored-arg0", "sandbox": sandbox}),
-        )
-        .await;
+    let params = json!({"processId": id, "argv": argv, "cwd": cwd,
+                        "env": {"PATH": "/usr/bin:/bin"}, "tty": false, "sandbox": sandbox});
+    run_start(client, params).await
+}
+
+/// Starts a process with `params` and polls `process/read` until it has
+/// exited; returns (exitCode, sandboxDenied, combined output).
+async fn run_start(client: &Client, params: Value) -> (i64, bool, String) {
+    let id = params["processId"].as_str().unwrap_or_default().to_owned();
+    client.ok("process/start", params).await;
     let mut output = String::new();
     let mut after: Option<u64> = None;
     loop {
         let read = client
             .ok(
                 "process/read",
-                json!({"processId": id, "afterSeq": after, "waitMs": 1000}),
+                json!({"processId": &id, "afterSeq": after, "waitMs": 1000}),
             )
             .await;
         for chunk in read["chunks"].as_array().into_iter().flatten() {
@@ -88,6 +91,46 @@ async fn a_denied_write_reports_sandbox_denied_and_changes_nothing() {
     )
     .await;
     assert_eq!((code, denied), (1, false));
+}
+
+/// The request's `arg0` is what a sandboxed command sees as its argv[0],
+/// as it is unsandboxed (pipes and a terminal), with the system bubblewrap
+/// (which cannot set argv[0] itself) and the built-in launcher.
+#[tokio::test]
+async fn arg0_reaches_a_sandboxed_command_with_either_launcher() {
+    if !sandbox_available() {
+        return;
+    }
+    let server = Server::start();
+    let client = server.connect().await;
+    let work_dir = workdir();
+    let work = canonical(&work_dir);
+    let ctx = sandbox(restricted(&[], &[special("root", "read")]), &work);
+    let mut launchers = vec!["builtin"];
+    if crate::common::host::host_has(
+        "bubblewrap on PATH",
+        crate::common::host::runs("bwrap", &["--version"]),
+    ) {
+        launchers.push("system");
+    }
+    let mut cases = vec![("unsandboxed", "builtin", Value::Null)];
+    cases.extend(
+        launchers
+            .iter()
+            .map(|launcher| ("sandboxed", *launcher, ctx.clone())),
+    );
+    for (what, launcher, sandbox) in cases {
+        for tty in [false, true] {
+            let id = format!("{what}-{launcher}-{tty}");
+            let params = json!({"processId": id, "argv": ["/bin/sh", "-c", "echo \"$0\""],
+                                "cwd": work, "arg0": "custom-arg0", "tty": tty,
+                                "env": {"PATH": "/usr/bin:/bin", "CODEXBOX_BWRAP": launcher},
+                                "sandbox": sandbox});
+            let (code, _, output) = run_start(&client, params).await;
+            assert_eq!(code, 0, "{id}: {output}");
+            assert_eq!(output.trim_end(), "custom-arg0", "{id}");
+        }
+    }
 }
 
 #[tokio::test]
