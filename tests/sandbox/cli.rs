@@ -631,3 +631,48 @@ fn the_sandbox_does_not_outlive_codexbox_sandbox() {
         }
     }
 }
+
+/// A command whose cwd lies outside every readable root runs at `/`, as
+/// the reference's does, with either launcher; a readable cwd is kept.
+#[test]
+fn a_cwd_outside_every_readable_root_runs_the_command_at_the_root() {
+    require_sandbox!();
+    let w = Ws::new();
+    let minimal_only = profile(&[special("minimal", "read")], "restricted");
+    let readable_ws = profile(
+        &[special("minimal", "read"), path_entry(&w.ws, "read")],
+        "restricted",
+    );
+    let mut launchers = vec!["builtin"];
+    if crate::common::host::host_has(
+        "bubblewrap on PATH",
+        crate::common::host::runs("bwrap", &["--version"]),
+    ) {
+        launchers.push("system");
+    }
+    for launcher in launchers {
+        for (profile, expected) in [
+            (&minimal_only, "/".to_owned()),
+            (&readable_ws, w.ws.display().to_string()),
+        ] {
+            let out = Command::new(BIN)
+                .arg("linux-sandbox")
+                .arg("--sandbox-policy-cwd")
+                .arg(&w.ws)
+                .arg("--permission-profile")
+                .arg(profile)
+                .args(["--backend", "bwrap", "--", "/bin/sh", "-c", "pwd"])
+                .current_dir(&w.ws)
+                .env("CODEXBOX_BWRAP", launcher)
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{launcher} {profile}: {}",
+                stderr(&out)
+            );
+            assert_eq!(stdout(&out).trim_end(), expected, "{launcher} {profile}");
+        }
+    }
+}

@@ -1,8 +1,8 @@
 //! The namespace, /proc and working-directory options, and the inner
 //! stage's command line (with `--argv0` when the launcher has it, the
-//! subcommand form otherwise).
+//! argv[1] marker otherwise).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::*;
 
@@ -64,9 +64,40 @@ impl Builder<'_> {
                 "/proc",
             ]);
         }
-        let cwd = canonical_or_self(&i.command_cwd);
         self.out.text("--chdir");
-        self.out.text(&cwd);
+        self.out.text(self.start_dir());
+    }
+
+    /// The directory the launcher starts the inner stage in: the command's
+    /// cwd (canonical, as it is bound) when the sandbox shows it, `/`
+    /// otherwise. A cwd outside every readable root, or under a denied
+    /// path, is not there (bubblewrap would refuse to start: `Can't
+    /// chdir`); the command then runs at `/`, as the reference's does. The
+    /// inner stage still tries the cwd itself, so a directory that exists
+    /// inside only as the way to a deeper mount is entered all the same.
+    fn start_dir(&self) -> PathBuf {
+        let i = self.inputs;
+        let cwd = canonical_or_self(&i.command_cwd);
+        let masked = i
+            .glob_matches
+            .iter()
+            .chain(&i.extra_deny)
+            .any(|denied| cwd.starts_with(denied));
+        let readable = i.policy.full_read
+            || i.policy.can_read(&cwd)
+            || i.policy.readable_roots().iter().any(|root| {
+                cwd.starts_with(root)
+                    && !i
+                        .policy
+                        .unreadable_roots()
+                        .iter()
+                        .any(|u| cwd.starts_with(u))
+            });
+        if readable && !masked {
+            cwd
+        } else {
+            PathBuf::from("/")
+        }
     }
 
     /// The resolv.conf of managed routing, last, so no earlier tmpfs or
