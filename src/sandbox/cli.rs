@@ -31,7 +31,7 @@ use crate::sandbox::policy::{
 use crate::sandbox::proxy_routing::{self, HostRouting, RouteSpec};
 use crate::sandbox::route_bridges;
 use crate::sandbox::seccomp::SeccompMode;
-use crate::sandbox::{glob, inner, run, state};
+use crate::sandbox::{glob, inner, read_only_links, run, state};
 
 /// The flag giving the command its own argv[0].
 pub const COMMAND_ARG0_FLAG: &str = "--command-arg0";
@@ -463,10 +463,6 @@ fn run_args(args: Args) -> Result<i32, Failure> {
         )));
     }
 
-    for line in dropped_grant_warnings(&prepared.resolved) {
-        eprintln!("{line}");
-    }
-
     // WSL1 cannot create the namespaces bubblewrap needs.
     let backend = if backend != Backend::Landlock && is_wsl1() {
         if backend == Backend::Bwrap {
@@ -478,6 +474,18 @@ fn run_args(args: Args) -> Result<i32, Failure> {
     } else {
         backend
     };
+    // Protected metadata behind a symlink the command could swap cannot be
+    // enforced by either backend: refuse rather than run.
+    if let Err(err) = read_only_links::check(&prepared.resolved) {
+        return Err(fail(match backend {
+            Backend::Landlock => format!("error building the Landlock sandbox: {err}"),
+            Backend::Bwrap | Backend::Auto => format!("error building bubblewrap command: {err}"),
+        }));
+    }
+    for line in dropped_grant_warnings(&prepared.resolved) {
+        eprintln!("{line}");
+    }
+
     match backend {
         Backend::Landlock => landlock_backend(&args, &prepared),
         Backend::Bwrap | Backend::Auto => bwrap_backend(&args, &prepared, backend == Backend::Auto),
@@ -628,10 +636,6 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
         glob_matches = expansion.paths;
     }
 
-    let protected_paths: Vec<PathBuf> = writable_roots
-        .iter()
-        .flat_map(|w| w.protected_metadata_names.iter().map(|n| w.root.join(n)))
-        .collect();
     let inner_profile = prepared.profile.with_network(prepared.network);
     // Managed routing: the bridges live in this process until it returns.
     let routing = if args.allow_network_for_proxy {
@@ -725,7 +729,6 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
         let fds = fds.with_masks(built.fd_count()).map_err(fail)?;
         let argv = built.render(&fds.mask_numbers());
         let registration = state::register(&state_dir, &built.synthetic_targets).map_err(fail)?;
-        let links = state::ProtectedLinks::snapshot(&protected_paths);
         let netns = routing
             .as_ref()
             .and_then(|r| r.netns.as_ref())
@@ -737,17 +740,7 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
         let outcome = run::run(&choice, &argv, &fds, netns);
         drop(fds);
         registration.cleanup();
-        let restored = links.restore();
-        let mut outcome = outcome.map_err(fail)?;
-        for p in &restored {
-            eprintln!(
-                "{PREFIX}: sandbox blocked replacement of protected workspace metadata path {}",
-                p.display()
-            );
-        }
-        if !restored.is_empty() && outcome.code == 0 {
-            outcome.code = 1;
-        }
+        let outcome = outcome.map_err(fail)?;
         // Once the command started, it ran: never again, whatever it wrote.
         let text = String::from_utf8_lossy(&outcome.stderr).into_owned();
         let setup_failed = outcome.code != 0 && !outcome.started;

@@ -10,6 +10,7 @@ pub mod launcher;
 pub mod policy;
 pub mod probe;
 pub mod proxy_routing;
+pub mod read_only_links;
 pub mod route_bridges;
 pub mod routed_netns;
 pub mod run;

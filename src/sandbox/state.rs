@@ -418,67 +418,6 @@ impl Registration {
     }
 }
 
-/// Protected metadata names that are symlinks inside writable roots. A
-/// symlink cannot carry a mount, so the sandbox protects its target, but
-/// the link itself could be replaced during the run; it is checked, and
-/// restored, afterwards.
-#[derive(Debug, Default)]
-pub struct ProtectedLinks {
-    /// (link path, its target, inode, canonical parent)
-    links: Vec<(PathBuf, PathBuf, u64, PathBuf)>,
-}
-
-impl ProtectedLinks {
-    /// Records which of `paths` are symlinks.
-    pub fn snapshot(paths: &[PathBuf]) -> ProtectedLinks {
-        let mut links = Vec::new();
-        for p in paths {
-            let Ok(meta) = p.symlink_metadata() else {
-                continue;
-            };
-            if !meta.file_type().is_symlink() {
-                continue;
-            }
-            let parent = p.parent().and_then(|d| d.canonicalize().ok());
-            if let (Ok(target), Some(parent)) = (std::fs::read_link(p), parent) {
-                links.push((p.clone(), target, meta.ino(), parent));
-            }
-        }
-        ProtectedLinks { links }
-    }
-
-    /// Puts back every link the command replaced; returns the paths.
-    pub fn restore(&self) -> Vec<PathBuf> {
-        let mut restored = Vec::new();
-        for (path, target, ino, parent) in &self.links {
-            let unchanged = path
-                .symlink_metadata()
-                .is_ok_and(|m| m.file_type().is_symlink() && m.ino() == *ino);
-            if unchanged {
-                continue;
-            }
-            let same_parent =
-                path.parent().and_then(|p| p.canonicalize().ok()).as_ref() == Some(parent);
-            if !same_parent {
-                restored.push(path.clone());
-                continue;
-            }
-            match path.symlink_metadata() {
-                Ok(m) if m.file_type().is_dir() => {
-                    let _ = std::fs::remove_dir_all(path);
-                }
-                Ok(_) => {
-                    let _ = std::fs::remove_file(path);
-                }
-                Err(_) => {}
-            }
-            let _ = std::os::unix::fs::symlink(target, path);
-            restored.push(path.clone());
-        }
-        restored
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -566,24 +505,6 @@ mod tests {
         std::os::unix::fs::symlink(&host, &d).unwrap();
         assert!(reg.cleanup().is_empty());
         assert!(host.join(".codex").exists());
-    }
-
-    #[test]
-    fn replaced_metadata_links_are_restored() {
-        let ws = tempfile::tempdir().unwrap();
-        let root = ws.path().canonicalize().unwrap();
-        std::fs::create_dir(root.join("decoy")).unwrap();
-        std::os::unix::fs::symlink("decoy", root.join(".codex")).unwrap();
-        let links = ProtectedLinks::snapshot(&[root.join(".codex"), root.join(".git")]);
-        assert!(links.restore().is_empty(), "unchanged");
-        std::fs::remove_file(root.join(".codex")).unwrap();
-        std::fs::create_dir(root.join(".codex")).unwrap();
-        std::fs::write(root.join(".codex/config.toml"), "evil").unwrap();
-        assert_eq!(links.restore(), vec![root.join(".codex")]);
-        assert_eq!(
-            std::fs::read_link(root.join(".codex")).unwrap(),
-            PathBuf::from("decoy")
-        );
     }
 
     #[test]

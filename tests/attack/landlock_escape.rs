@@ -84,8 +84,10 @@ fn git_config_and_codex_writes_are_denied_and_leave_nothing() {
     assert_eq!(w.listing(), vec![".git".to_owned()], "nothing left behind");
 }
 
+/// A `.codex` symlink in the workspace cannot be protected (the command
+/// could swap the link): the sandbox is refused, the command never runs.
 #[test]
-fn codex_symlink_to_decoy_is_protected_not_refused() {
+fn codex_symlink_to_decoy_refuses_the_sandbox() {
     require_landlock!();
     let w = ws_with_subdir();
     std::fs::create_dir_all(w.ws.join("decoy")).expect("mkdir");
@@ -94,16 +96,23 @@ fn codex_symlink_to_decoy_is_protected_not_refused() {
         &w.ws,
         &workspace_only("restricted"),
         LANDLOCK,
-        "(echo pwned > .codex/config.toml) 2>/dev/null || echo w-denied; \
-         (echo pwned > decoy/config.toml) 2>/dev/null || echo d-denied; \
-         rm .codex 2>/dev/null || echo rm-denied; echo fine > sub/normal.txt && echo ok",
+        "rm .codex && mkdir .codex && echo pwned > .codex/config.toml; echo ran > sub/ran",
     );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(
-        out.status.success(),
-        "a symlinked .codex must not refuse the run"
+        stderr(&out).contains(&format!(
+            "error building the Landlock sandbox: cannot enforce sandbox read-only path {0} because it crosses writable symlink {0}",
+            w.ws.join(".codex").display()
+        )),
+        "{}",
+        stderr(&out)
     );
-    assert_eq!(stdout(&out), "w-denied\nd-denied\nrm-denied\nok\n");
-    assert!(!w.ws.join("decoy/config.toml").exists());
+    assert!(!stderr(&out).contains("panicked"));
+    assert!(!w.ws.join("sub/ran").exists(), "the command never ran");
+    assert_eq!(
+        std::fs::read_link(w.ws.join(".codex")).expect("link"),
+        std::path::PathBuf::from("decoy")
+    );
 }
 
 #[test]

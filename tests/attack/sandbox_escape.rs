@@ -61,39 +61,60 @@ fn git_config_and_codex_writes_are_denied_and_leave_nothing() {
     assert_eq!(w.listing(), vec![".git".to_owned()], "no mount points left");
 }
 
+/// A `.codex` symlink in the workspace cannot be protected (a mount holds
+/// the target, never the link the command could swap): the sandbox is
+/// refused and the command never runs, as the reference refuses it, with
+/// either launcher; `.git` and `.agents` likewise.
 #[test]
-fn codex_symlink_to_decoy_is_masked_not_refused() {
+fn symlinked_metadata_refuses_the_sandbox_with_either_launcher() {
     require_sandbox!();
-    let w = Ws::new();
-    std::fs::create_dir_all(w.ws.join("decoy")).unwrap();
-    std::os::unix::fs::symlink("decoy", w.ws.join(".codex")).unwrap();
-    let out = sh(
-        &w.ws,
-        &workspace_only("restricted"),
-        &[],
-        "(echo pwned > .codex/config.toml) 2>/dev/null || echo w-denied; echo fine > normal.txt && echo ok",
-    );
-    assert!(
-        out.status.success(),
-        "symlinked .codex must not refuse the run"
-    );
-    assert!(stdout(&out).contains("w-denied"));
-    assert!(stdout(&out).contains("ok"));
-    assert!(!w.ws.join("decoy/config.toml").exists());
-    // Swapping the link for a real directory during the run is undone.
-    let out = sh(
-        &w.ws,
-        &workspace_only("restricted"),
-        &[],
-        "rm .codex && mkdir .codex && echo evil > .codex/config.toml",
-    );
-    assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("blocked replacement of protected workspace metadata"));
-    assert_eq!(
-        std::fs::read_link(w.ws.join(".codex")).unwrap(),
-        std::path::PathBuf::from("decoy")
-    );
-    assert!(!w.ws.join("decoy/config.toml").exists());
+    let mut launchers = vec!["builtin"];
+    if crate::common::host::host_has(
+        "bubblewrap on PATH",
+        crate::common::host::runs("bwrap", &["--version"]),
+    ) {
+        launchers.push("system");
+    }
+    for name in [".codex", ".git", ".agents"] {
+        for launcher in &launchers {
+            let w = Ws::new();
+            std::fs::create_dir_all(w.ws.join("decoy")).unwrap();
+            std::os::unix::fs::symlink("decoy", w.ws.join(name)).unwrap();
+            let script =
+                format!("rm {name} && mkdir {name} && echo pwned > {name}/config; echo ran > ran");
+            let out = std::process::Command::new(BIN)
+                .arg("linux-sandbox")
+                .arg("--sandbox-policy-cwd")
+                .arg(&w.ws)
+                .arg("--permission-profile")
+                .arg(workspace_only("restricted"))
+                .args(["--backend", "bwrap", "--", "sh", "-c", &script])
+                .current_dir(&w.ws)
+                .env("CODEXBOX_BWRAP", launcher)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .unwrap();
+            let what = format!("{name} with the {launcher} launcher");
+            assert_eq!(out.status.code(), Some(1), "{what}: {}", stderr(&out));
+            let expected = format!(
+                "error building bubblewrap command: cannot enforce sandbox read-only path {0} because it crosses writable symlink {0}",
+                w.ws.join(name).display()
+            );
+            assert!(stderr(&out).contains(&expected), "{what}: {}", stderr(&out));
+            assert!(!stderr(&out).contains("panicked"), "{what}");
+            assert!(!w.ws.join("ran").exists(), "{what}: the command never ran");
+            assert_eq!(
+                std::fs::read_link(w.ws.join(name)).unwrap(),
+                std::path::PathBuf::from("decoy"),
+                "{what}"
+            );
+            assert_eq!(
+                w.listing(),
+                vec![name.to_owned(), "decoy".to_owned()],
+                "{what}"
+            );
+        }
+    }
 }
 
 #[test]

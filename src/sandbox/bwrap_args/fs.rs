@@ -223,8 +223,9 @@ impl Builder<'_> {
             return Err(BwrapArgsError::SymlinkLoop(p.to_path_buf()));
         }
         if let Some(link) = self.symlink_inside_writable(p) {
-            // A symlinked `.codex`/`.git`/…: protect where it points (the
-            // link itself cannot carry a mount).
+            // A read entry behind a symlink: protect where it points (the
+            // link itself cannot carry a mount; protected metadata behind
+            // one was refused by `sandbox::read_only_links`).
             let Some(target) = Self::link_target(&link) else {
                 return Ok(());
             };

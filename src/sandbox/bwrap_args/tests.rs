@@ -236,15 +236,19 @@ fn restricted_read_uses_tmpfs_root_and_makes_the_helper_readable() {
     assert!(text.contains("--ro-bind /usr/bin/env /usr/bin/env"));
 }
 
+/// A read entry behind a symlink in a writable root keeps the target
+/// read-only (protected metadata behind one is refused earlier, by
+/// `sandbox::read_only_links`).
 #[test]
-fn symlinked_metadata_is_masked_at_its_target_not_refused() {
+fn a_read_only_entry_behind_a_symlink_is_masked_at_its_target() {
     let (_dir, root) = fixture();
     let w = root.join("w");
     std::fs::create_dir_all(w.join("decoy")).unwrap();
-    std::os::unix::fs::symlink("decoy", w.join(".codex")).unwrap();
+    std::os::unix::fs::symlink("decoy", w.join("docs")).unwrap();
     let fs = split(vec![
         FileSystemSandboxEntry::special(crate::sandbox::policy::FileSystemSpecialPath::Root, Read),
         FileSystemSandboxEntry::path(w.clone(), Write),
+        FileSystemSandboxEntry::path(w.join("docs"), Read),
     ]);
     let policy = resolve(&fs, &w);
     let text = render(&build(&inputs(&policy, &w)).unwrap());
