@@ -55,25 +55,7 @@ fn base64(bytes: &[u8]) -> String {
 pub fn prepare(params: &HttpRequestParams) -> Result<Outgoing, RpcError> {
     let method = Method::from_bytes(params.method.as_bytes())
         .map_err(|e| RpcError::invalid_params(format!("http/request method is invalid: {e}")))?;
-    let uri: Uri = params
-        .url
-        .parse()
-        .map_err(|e| RpcError::invalid_params(format!("http/request url is invalid: {e}")))?;
-    let Some(scheme) = uri.scheme_str() else {
-        return Err(RpcError::invalid_params(
-            "http/request url is invalid: relative URL without a base",
-        ));
-    };
-    if !matches!(scheme, "http" | "https") {
-        return Err(RpcError::invalid_params(format!(
-            "http/request only supports http and https URLs, got {scheme}"
-        )));
-    }
-    if uri.host().map_or(true, str::is_empty) {
-        return Err(RpcError::invalid_params(
-            "http/request url is invalid: empty host",
-        ));
-    }
+    let uri = parse_url(&params.url)?;
     let mut headers = HeaderMap::new();
     for header in &params.headers {
         let name = HeaderName::from_bytes(header.name.as_bytes()).map_err(|e| {
@@ -102,6 +84,29 @@ pub fn prepare(params: &HttpRequestParams) -> Result<Outgoing, RpcError> {
         body: Bytes::from(body),
         follow_redirects: params.redirect_policy == RedirectPolicy::Follow,
     })
+}
+
+/// Parses `text` as a browser (and the reference's client) does: the
+/// WHATWG URL rules, so a Unicode host goes out as its IDNA ASCII form
+/// (`münich.invalid` as `xn--mnich-kva.invalid`), non-ASCII in the path
+/// and query is percent-encoded, the host is lower-cased and a default
+/// port dropped. The fragment is never sent.
+fn parse_url(text: &str) -> Result<Uri, RpcError> {
+    let invalid = |e: &dyn std::fmt::Display| {
+        RpcError::invalid_params(format!("http/request url is invalid: {e}"))
+    };
+    let mut url = url::Url::parse(text).map_err(|e| invalid(&e))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(RpcError::invalid_params(format!(
+            "http/request only supports http and https URLs, got {}",
+            url.scheme()
+        )));
+    }
+    if url.host_str().map_or(true, str::is_empty) {
+        return Err(invalid(&url::ParseError::EmptyHost));
+    }
+    url.set_fragment(None);
+    url.as_str().parse().map_err(|e| invalid(&e))
 }
 
 /// `http/request`: validates now, answers from its own task.

@@ -408,3 +408,47 @@ async fn https_uses_rustls_with_the_system_roots_and_codex_ca_certificate() {
     assert!(message.starts_with("http/request failed: "), "{message}");
     assert!(message.to_lowercase().contains("certificate"), "{message}");
 }
+
+/// A Unicode host goes out in its IDNA ASCII form, as the reference's
+/// client sends it (WHATWG URL rules: the path's non-ASCII is
+/// percent-encoded, the fragment stays home). The origin is reached as
+/// the server's HTTP proxy, so no name is ever resolved.
+#[tokio::test]
+async fn a_unicode_host_is_sent_in_its_idna_form() {
+    let proxy = Origin::start();
+    let proxy_url = format!("http://127.0.0.1:{}", proxy.port());
+    let server = Server::start_listen(
+        "ws://127.0.0.1:0",
+        &[],
+        &[("HTTP_PROXY", proxy_url.as_str()), ("NO_PROXY", "")],
+    );
+    let mut raw = connected(&server).await;
+    let result = raw
+        .call(
+            "http/request",
+            request("http://MÜNICH.invalid/caf\u{e9}?q=\u{e9}#frag", "idna"),
+        )
+        .await;
+    assert_eq!(result["status"], 200, "{result}");
+    let target = "http://xn--mnich-kva.invalid/caf%C3%A9?q=%C3%A9";
+    assert_eq!(
+        unb64(result["bodyBase64"].as_str().unwrap()),
+        format!("origin {} GET {target}", proxy.port()).into_bytes()
+    );
+    let head = proxy.heads.lock().unwrap()[0].clone();
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("\r\nhost: xn--mnich-kva.invalid\r\n"),
+        "{head}"
+    );
+    // A host no IDNA form exists for is refused before anything is sent.
+    let (code, message) = raw
+        .call_err("http/request", request("http://a\u{3000}b.invalid/", "bad"))
+        .await;
+    assert_eq!(code, -32602, "{message}");
+    assert!(
+        message.starts_with("http/request url is invalid: "),
+        "{message}"
+    );
+    assert_eq!(proxy.connection_count(), 1);
+}
