@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use http::header::{
-    HeaderMap, HeaderValue, AUTHORIZATION, COOKIE, HOST, LOCATION, PROXY_AUTHORIZATION,
+    HeaderMap, HeaderValue, AUTHORIZATION, COOKIE, HOST, LOCATION, PROXY_AUTHORIZATION, SET_COOKIE,
 };
 use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::Full;
@@ -67,6 +67,16 @@ pub struct Outgoing {
     pub follow_redirects: bool,
 }
 
+/// Cookies kept from one request to the next (what `http/request` keeps
+/// is decided by the store: see `server::cloudflare_cookies`). Asked at
+/// every hop, redirects included, as reqwest's cookie provider is.
+pub trait CookieStore: Send + Sync {
+    /// Takes note of the `Set-Cookie` headers of a response from `uri`.
+    fn store(&self, uri: &Uri, set_cookies: &mut dyn Iterator<Item = &HeaderValue>);
+    /// The `Cookie` header a request to `uri` carries, if any.
+    fn cookie_header(&self, uri: &Uri) -> Option<HeaderValue>;
+}
+
 /// Anything a hyper connection can run on.
 trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
@@ -117,10 +127,13 @@ fn build_tls_config() -> Result<Arc<rustls::ClientConfig>, String> {
     Ok(Arc::new(config))
 }
 
-/// Sends `request`, following redirects when asked.
+/// Sends `request`, following redirects when asked. With `cookies`, each
+/// hop without a `Cookie` header of its own carries the store's, and each
+/// response's `Set-Cookie` goes to the store.
 pub async fn fetch(
     request: Outgoing,
     upstream: &Upstream,
+    cookies: Option<&dyn CookieStore>,
 ) -> Result<Response<Incoming>, FetchError> {
     let Outgoing {
         mut method,
@@ -130,7 +143,20 @@ pub async fn fetch(
         follow_redirects,
     } = request;
     for _ in 0..=MAX_REDIRECTS {
-        let response = fetch_once(&method, &uri, &headers, body.clone(), upstream).await?;
+        let stored = cookies
+            .filter(|_| !headers.contains_key(COOKIE))
+            .and_then(|store| store.cookie_header(&uri));
+        let response = match stored {
+            Some(cookie) => {
+                let mut with_cookie = headers.clone();
+                with_cookie.insert(COOKIE, cookie);
+                fetch_once(&method, &uri, &with_cookie, body.clone(), upstream).await?
+            }
+            None => fetch_once(&method, &uri, &headers, body.clone(), upstream).await?,
+        };
+        if let Some(store) = cookies {
+            store.store(&uri, &mut response.headers().get_all(SET_COOKIE).iter());
+        }
         let status = response.status();
         if !follow_redirects || !status.is_redirection() {
             return Ok(response);

@@ -170,7 +170,8 @@ async fn run(
     request_id: String,
 ) {
     let upstream = Upstream::from_process_env();
-    let response = match before(deadline, fetch(outgoing, &upstream)).await {
+    let cookies = super::cloudflare_cookies::CloudflareCookies::global();
+    let response = match before(deadline, fetch(outgoing, &upstream, Some(cookies))).await {
         Some(Ok(response)) => response,
         Some(Err(err)) => {
             let message = format!("http/request failed: {err}");

@@ -7,6 +7,7 @@
 
 pub mod applied_roots;
 pub mod cli;
+pub mod cloudflare_cookies;
 pub mod config;
 pub mod connection;
 pub mod drain;

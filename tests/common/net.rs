@@ -490,11 +490,22 @@ pub struct TlsOrigin {
     pub addr: SocketAddr,
     /// The CA certificate that signed the origin's, to trust it.
     pub cert: std::path::PathBuf,
-    _dir: tempfile::TempDir,
+    _certificates: TestCertificates,
 }
 
-impl TlsOrigin {
-    pub fn start() -> TlsOrigin {
+/// A test CA and a leaf certificate it signs for `san` (an openssl
+/// `subjectAltName` value), made with the openssl command line in a fresh
+/// directory under cargo's target tmp dir; and the TLS server
+/// configuration serving that leaf.
+pub struct TestCertificates {
+    /// The CA certificate, to trust the leaf.
+    pub ca: std::path::PathBuf,
+    pub server_config: std::sync::Arc<rustls::ServerConfig>,
+    pub dir: tempfile::TempDir,
+}
+
+impl TestCertificates {
+    pub fn make(san: &str) -> TestCertificates {
         use rustls::pki_types::pem::PemObject;
         use rustls::pki_types::{CertificateDer, PrivateKeyDer};
         let dir = tempfile::Builder::new()
@@ -519,7 +530,7 @@ impl TlsOrigin {
             "ec_paramgen_curve:prime256v1",
             "-nodes",
         ];
-        // A CA, and a leaf for origin.test and 127.0.0.1 it signs.
+        // A CA, and a leaf it signs.
         openssl(
             &[
                 &["req", "-x509"],
@@ -535,7 +546,7 @@ impl TlsOrigin {
                 &ec[..],
                 &[
                     "-subj",
-                    "/CN=origin.test",
+                    "/CN=codexbox test leaf",
                     "-keyout",
                     "key.pem",
                     "-out",
@@ -546,7 +557,7 @@ impl TlsOrigin {
         );
         std::fs::write(
             path("leaf.ext"),
-            "subjectAltName=DNS:origin.test,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+            format!("subjectAltName={san}\nbasicConstraints=CA:FALSE\n"),
         )
         .unwrap();
         openssl(&[
@@ -579,7 +590,148 @@ impl TlsOrigin {
             .with_no_client_auth()
             .with_single_cert(certs, key)
             .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+        TestCertificates {
+            ca: path("ca.pem"),
+            server_config: std::sync::Arc::new(config),
+            dir,
+        }
+    }
+}
+
+/// Reads an HTTP head (up to the blank line, at most 64 KiB).
+async fn read_head<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if head.len() >= 64 * 1024 {
+            return None;
+        }
+        match stream.read(&mut byte).await {
+            Ok(1) => head.push(byte[0]),
+            _ => return None,
+        }
+    }
+    String::from_utf8(head).ok()
+}
+
+/// One request an [`InterceptingProxy`] saw: the `CONNECT` target and the
+/// head of the request sent through the tunnel.
+#[derive(Debug, Clone)]
+pub struct Intercepted {
+    pub authority: String,
+    pub head: String,
+}
+
+impl Intercepted {
+    /// The values of header `name` (lower-case), in order.
+    pub fn header(&self, name: &str) -> Vec<String> {
+        self.head
+            .lines()
+            .skip(1)
+            .filter_map(|line| line.split_once(':'))
+            .filter(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.trim().to_owned())
+            .collect()
+    }
+}
+
+/// An HTTPS proxy on 127.0.0.1 that intercepts: it accepts `CONNECT`,
+/// terminates TLS itself with a leaf for `names` signed by its own CA
+/// (trust [`InterceptingProxy::ca`]), records the request and answers the
+/// `n`-th connection with the `n`-th of its responses (the last one
+/// again afterwards). Lets a test talk to `https://chatgpt.com` without
+/// leaving the machine.
+pub struct InterceptingProxy {
+    pub addr: SocketAddr,
+    pub ca: std::path::PathBuf,
+    requests: std::sync::mpsc::Receiver<Intercepted>,
+    _certificates: TestCertificates,
+}
+
+impl InterceptingProxy {
+    pub fn start(names: &[&str], responses: Vec<String>) -> InterceptingProxy {
+        let san = names
+            .iter()
+            .map(|name| format!("DNS:{name}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let certificates = TestCertificates::make(&san);
+        let acceptor = tokio_rustls::TlsAcceptor::from(certificates.server_config.clone());
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let (tx, requests) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                use tokio::io::AsyncWriteExt;
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                for index in 0.. {
+                    let Ok((mut stream, _)) = listener.accept().await else {
+                        return;
+                    };
+                    let Some(connect) = read_head(&mut stream).await else {
+                        continue;
+                    };
+                    let authority = connect
+                        .split_whitespace()
+                        .nth(1)
+                        .unwrap_or_default()
+                        .to_owned();
+                    if stream
+                        .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+                        .await
+                        .is_err()
+                    {
+                        continue;
+                    }
+                    let Ok(mut tls) = acceptor.accept(stream).await else {
+                        continue;
+                    };
+                    let Some(head) = read_head(&mut tls).await else {
+                        continue;
+                    };
+                    let _ = tx.send(Intercepted { authority, head });
+                    let response = responses
+                        .get(index)
+                        .or(responses.last())
+                        .cloned()
+                        .unwrap_or_default();
+                    let _ = tls.write_all(response.as_bytes()).await;
+                    let _ = tls.shutdown().await;
+                }
+            });
+        });
+        InterceptingProxy {
+            addr,
+            ca: certificates.ca.clone(),
+            requests,
+            _certificates: certificates,
+        }
+    }
+
+    /// `http://IP:PORT`, for `HTTPS_PROXY`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The next request seen (failing after the guard time).
+    pub fn next_request(&self) -> Intercepted {
+        self.requests
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the proxy saw no request")
+    }
+}
+
+impl TlsOrigin {
+    pub fn start() -> TlsOrigin {
+        let certificates = TestCertificates::make("DNS:origin.test,IP:127.0.0.1");
+        let config = certificates.server_config.clone();
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         listener.set_nonblocking(true).unwrap();
@@ -614,8 +766,8 @@ impl TlsOrigin {
         });
         TlsOrigin {
             addr,
-            cert: path("ca.pem"),
-            _dir: dir,
+            cert: certificates.ca.clone(),
+            _certificates: certificates,
         }
     }
 }

@@ -452,3 +452,82 @@ async fn a_unicode_host_is_sent_in_its_idna_form() {
     );
     assert_eq!(proxy.connection_count(), 1);
 }
+
+/// What a ChatGPT response of the reference's test sets: the affinity
+/// cookie and a session cookie that must never be kept.
+fn setting_cookies(affinity: &str, session: &str) -> String {
+    format!(
+        "HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\
+         set-cookie: __cflb={affinity}; Path=/; Secure; HttpOnly\r\n\
+         set-cookie: chatgpt_session={session}; Path=/; Secure; HttpOnly\r\n\r\nok"
+    )
+}
+
+/// The Cloudflare affinity cookie is replayed as the reference replays
+/// it: after `chatgpt.com` sets `__cflb` (and a session cookie), later
+/// requests there, from any connection, carry `cookie: __cflb=…` only,
+/// updated when the origin sets a new one; `api.openai.com` gets none.
+/// `chatgpt.com` is reached through an intercepting HTTPS proxy on
+/// 127.0.0.1 whose CA the server trusts.
+#[tokio::test]
+async fn only_the_chatgpt_cloudflare_cookie_is_replayed_and_only_to_chatgpt() {
+    use crate::common::net::InterceptingProxy;
+    let plain = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok".to_owned();
+    let proxy = InterceptingProxy::start(
+        &["chatgpt.com", "api.openai.com"],
+        vec![
+            setting_cookies("west", "secret"),
+            setting_cookies("central", "still-secret"),
+            plain,
+        ],
+    );
+    let (proxy_url, ca) = (proxy.url(), proxy.ca.to_str().unwrap().to_owned());
+    let server = Server::start_listen(
+        "ws://127.0.0.1:0",
+        &[],
+        &[
+            ("HTTPS_PROXY", proxy_url.as_str()),
+            ("NO_PROXY", ""),
+            ("CODEX_CA_CERTIFICATE", ca.as_str()),
+        ],
+    );
+    let post = |url: &str, id: &str| json!({"method": "POST", "url": url, "requestId": id, "timeoutMs": 20000});
+    let chatgpt = "https://chatgpt.com/backend-api/ps/mcp";
+    let mut raw = connected(&server).await;
+    let mut cookies_sent = Vec::new();
+    for id in ["first", "west"] {
+        let result = raw.call("http/request", post(chatgpt, id)).await;
+        assert_eq!(result["status"], 200, "{result}");
+        let seen = proxy.next_request();
+        assert_eq!(seen.authority, "chatgpt.com:443");
+        assert!(
+            seen.head
+                .starts_with("POST /backend-api/ps/mcp HTTP/1.1\r\n"),
+            "{}",
+            seen.head
+        );
+        cookies_sent.push(seen.header("cookie"));
+    }
+    // Another connection: the store belongs to the server.
+    let mut other = connected(&server).await;
+    other.call("http/request", post(chatgpt, "central")).await;
+    cookies_sent.push(proxy.next_request().header("cookie"));
+    other
+        .call(
+            "http/request",
+            post("https://api.openai.com/backend-api/ps/mcp", "other"),
+        )
+        .await;
+    let seen = proxy.next_request();
+    assert_eq!(seen.authority, "api.openai.com:443");
+    cookies_sent.push(seen.header("cookie"));
+    assert_eq!(
+        cookies_sent,
+        vec![
+            vec![],
+            vec!["__cflb=west".to_owned()],
+            vec!["__cflb=central".to_owned()],
+            vec![],
+        ]
+    );
+}
