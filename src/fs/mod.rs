@@ -4,10 +4,12 @@
 //! and `fs/copy` ([`copy`]) that reach entries through their parent
 //! directory's descriptor ([`entry`]), `fs/walk` ([`walk`]), the tables of
 //! streaming reads and writes ([`stream::FileStreams`]) and the error-to-code mapping
-//! ([`error::FsError`]). Where an operation runs (directly or in a sandboxed
+//! ([`error::FsError`]), and the capability discovery of
+//! `capabilityRoots/discoverV1` ([`discovery`]). Where an operation runs (directly or in a sandboxed
 //! helper) is decided by the server, not here.
 
 pub mod copy;
+pub mod discovery;
 pub mod entry;
 pub mod error;
 pub mod ops;

@@ -1,6 +1,7 @@
 //! Wire types of the Codex JSON-RPC dialect: envelope, methods, params and
 //! results, and path URIs.
 
+pub mod capability;
 pub mod envelope;
 pub mod environment;
 pub mod fs;

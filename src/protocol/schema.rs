@@ -16,7 +16,7 @@ use serde_json::{json, Map, Value};
 
 use super::envelope::RequestId;
 use super::path::WirePath;
-use super::{environment as env, fs, http, network, process as proc, sandbox};
+use super::{capability, environment as env, fs, http, network, process as proc, sandbox};
 use crate::sandbox::policy;
 
 /// Where the schema files live, relative to the crate root.
@@ -371,6 +371,11 @@ pub fn files() -> BTreeMap<String, Value> {
             http::METHOD_HTTP_REQUEST,
             inbound::<http::HttpRequestParams>(),
             outbound::<http::HttpRequestResult>(),
+        ),
+        (
+            capability::METHOD_DISCOVER,
+            inbound::<capability::DiscoverParams>(),
+            outbound::<capability::DiscoverResponse>(),
         ),
         (
             m::READ_FILE,

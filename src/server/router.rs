@@ -13,6 +13,8 @@ use super::fs_methods;
 use super::handlers;
 use super::reply::{to_json, Deferred};
 use super::wire_trace;
+use crate::fs::discovery;
+use crate::protocol::capability::METHOD_DISCOVER;
 use crate::protocol::envelope::{self, decode_params, encode_error, Incoming};
 use crate::protocol::environment::{METHOD_INFO, METHOD_STATUS};
 use crate::protocol::http::METHOD_HTTP_REQUEST;
@@ -27,6 +29,8 @@ const FAMILY_EXEC: &str = "exec";
 const FAMILY_HTTP: &str = "http";
 /// Gate family of `fs/*`.
 const FAMILY_FS: &str = "filesystem";
+/// Gate family of `capabilityRoots/discoverV1`.
+const FAMILY_CAPABILITY: &str = "capability discovery";
 
 /// Handles one inbound message. Returns when its effect has been applied
 /// (requests that wait are answered later from their own task).
@@ -117,6 +121,15 @@ async fn route(
             let params = decode_params(params)?;
             conn.gate(FAMILY_HTTP)?;
             super::http_request::http_request(conn, id, params).await
+        }
+        METHOD_DISCOVER => {
+            let params = decode_params(params)?;
+            conn.gate(FAMILY_CAPABILITY)?;
+            let discovered = tokio::task::spawn_blocking(move || discovery::discover(params))
+                .await
+                .map_err(|err| RpcError::internal(format!("capability discovery failed: {err}")))?
+                .map_err(|err| RpcError::invalid_request(err.to_string()))?;
+            to_value(discovered)
         }
         method if fs_methods::is_fs_method(method) => {
             conn.gate(FAMILY_FS)?;

@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod capability;
 mod client;
 mod drain;
 mod library;
