@@ -17,11 +17,14 @@ use serde_json::Value;
 use super::error::{FsError, Result};
 use super::{copy, remove, walk};
 use crate::protocol::fs::{
-    method, CanonicalizeResponse, CopyParams, CreateDirectoryParams, CreateSymlinkParams,
-    DirectoryEntry, EmptyResponse, EntryParams, GetMetadataResponse, PathFieldsProbe, PathParams,
-    ReadDirectoryResponse, ReadFileParams, ReadFileResponse, RemoveParams, SetPermissionsParams,
-    WalkParams, WriteFileParams, READ_DIRECTORY_MAX_ENTRIES, READ_FILE_MAX_BYTES,
-    SETTABLE_MODE_BITS,
+    method, CanonicalizeResponse, CreateDirectoryParams, CreateSymlinkParams, DirectoryEntry,
+    EmptyResponse, EntryParams, GetMetadataResponse, PathFieldsProbe, PathParams,
+    ReadDirectoryResponse, ReadFileParams, ReadFileResponse, SetPermissionsParams, WriteFileParams,
+    READ_DIRECTORY_MAX_ENTRIES, READ_FILE_MAX_BYTES, SETTABLE_MODE_BITS,
+};
+use crate::protocol::method::{
+    FsCanonicalize, FsCopy, FsCreateDirectory, FsCreateSymlink, FsGetMetadata, FsReadDirectory,
+    FsReadFile, FsRemove, FsSetPermissions, FsWalk, FsWriteFile, Method,
 };
 
 /// Null params as `{}`, refusing params by position (‑32602) and a bad
@@ -61,26 +64,32 @@ fn to_value<T: Serialize>(value: T) -> Result<Value> {
 /// `operation`, without running or copying them (the server does this
 /// before handing a request to a helper).
 pub fn validate(operation: &str, params: &Value) -> Result<()> {
-    fn check<T: DeserializeOwned>(params: &Value) -> Result<()> {
-        T::deserialize(params)
+    fn check<M: Method>(params: &Value) -> Result<()> {
+        M::Params::deserialize(params)
             .map(drop)
             .map_err(|err| FsError::InvalidParams(err.to_string()))
     }
     match operation {
-        method::READ_FILE => check::<ReadFileParams>(params),
-        method::WRITE_FILE => check::<WriteFileParams>(params),
-        method::CREATE_DIRECTORY => check::<CreateDirectoryParams>(params),
-        method::GET_METADATA | method::READ_DIRECTORY => check::<EntryParams>(params),
-        method::CANONICALIZE => check::<PathParams>(params),
-        method::WALK => check::<WalkParams>(params),
-        method::REMOVE => check::<RemoveParams>(params),
-        method::COPY => check::<CopyParams>(params),
-        method::SET_PERMISSIONS => check::<SetPermissionsParams>(params),
-        method::CREATE_SYMLINK => check::<CreateSymlinkParams>(params),
+        method::READ_FILE => check::<FsReadFile>(params),
+        method::WRITE_FILE => check::<FsWriteFile>(params),
+        method::CREATE_DIRECTORY => check::<FsCreateDirectory>(params),
+        method::GET_METADATA => check::<FsGetMetadata>(params),
+        method::READ_DIRECTORY => check::<FsReadDirectory>(params),
+        method::CANONICALIZE => check::<FsCanonicalize>(params),
+        method::WALK => check::<FsWalk>(params),
+        method::REMOVE => check::<FsRemove>(params),
+        method::COPY => check::<FsCopy>(params),
+        method::SET_PERMISSIONS => check::<FsSetPermissions>(params),
+        method::CREATE_SYMLINK => check::<FsCreateSymlink>(params),
         other => Err(FsError::InvalidRequest(format!(
             "unsupported fs operation `{other}`"
         ))),
     }
+}
+
+/// Decodes the params of method `M` the way [`decode_params`] does.
+pub fn decode<M: Method>(params: Value) -> Result<M::Params> {
+    decode_params(params)
 }
 
 /// Runs one of the one-shot operations (`fs/readFile` … `fs/copy`) on
@@ -90,18 +99,20 @@ pub fn run(operation: &str, params: Value) -> Result<Value> {
     match operation {
         // Built by hand so the (possibly 700 MB) base64 text is moved, not copied.
         method::READ_FILE => Ok(serde_json::json!({
-            "dataBase64": read_file(&decode_params(params)?)?.data_base64
+            "dataBase64": read_file(&decode::<FsReadFile>(params)?)?.data_base64
         })),
-        method::WRITE_FILE => to_value(write_file(&decode_params(params)?)?),
-        method::CREATE_DIRECTORY => to_value(create_directory(&decode_params(params)?)?),
-        method::GET_METADATA => to_value(get_metadata(&decode_params(params)?)?),
-        method::CANONICALIZE => to_value(canonicalize(&decode_params(params)?)?),
-        method::READ_DIRECTORY => to_value(read_directory(&decode_params(params)?)?),
-        method::WALK => to_value(walk::walk(&decode_params::<WalkParams>(params)?)?),
-        method::REMOVE => to_value(remove::remove(&decode_params(params)?)?),
-        method::COPY => to_value(copy::copy(&decode_params(params)?)?),
-        method::SET_PERMISSIONS => to_value(set_permissions(&decode_params(params)?)?),
-        method::CREATE_SYMLINK => to_value(create_symlink(&decode_params(params)?)?),
+        method::WRITE_FILE => to_value(write_file(&decode::<FsWriteFile>(params)?)?),
+        method::CREATE_DIRECTORY => {
+            to_value(create_directory(&decode::<FsCreateDirectory>(params)?)?)
+        }
+        method::GET_METADATA => to_value(get_metadata(&decode::<FsGetMetadata>(params)?)?),
+        method::CANONICALIZE => to_value(canonicalize(&decode::<FsCanonicalize>(params)?)?),
+        method::READ_DIRECTORY => to_value(read_directory(&decode::<FsReadDirectory>(params)?)?),
+        method::WALK => to_value(walk::walk(&decode::<FsWalk>(params)?)?),
+        method::REMOVE => to_value(remove::remove(&decode::<FsRemove>(params)?)?),
+        method::COPY => to_value(copy::copy(&decode::<FsCopy>(params)?)?),
+        method::SET_PERMISSIONS => to_value(set_permissions(&decode::<FsSetPermissions>(params)?)?),
+        method::CREATE_SYMLINK => to_value(create_symlink(&decode::<FsCreateSymlink>(params)?)?),
         other => Err(FsError::InvalidRequest(format!(
             "unsupported fs operation `{other}`"
         ))),

@@ -6,6 +6,7 @@ pub mod envelope;
 pub mod environment;
 pub mod fs;
 pub mod http;
+pub mod method;
 pub mod network;
 pub mod path;
 pub mod process;
@@ -28,9 +29,38 @@ pub const METHOD_INITIALIZE: &str = "initialize";
 pub const NOTIFY_INITIALIZED: &str = "initialized";
 
 /// Params of a method that takes none (`environment/*`): absent, `null`, or
-/// an object whose members are ignored. Decode it as `Option<NoParams>`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+/// an object whose members are ignored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NoParams {}
+
+impl<'de> serde::Deserialize<'de> for NoParams {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Ignored;
+        impl<'de> serde::de::Visitor<'de> for Ignored {
+            type Value = NoParams;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("no params (absent, null or an object)")
+            }
+            fn visit_unit<E>(self) -> Result<NoParams, E> {
+                Ok(NoParams {})
+            }
+            fn visit_none<E>(self) -> Result<NoParams, E> {
+                Ok(NoParams {})
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<NoParams, A::Error> {
+                while map
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(NoParams {})
+            }
+        }
+        deserializer.deserialize_any(Ignored)
+    }
+}
 
 /// `initialize` params.
 #[derive(Debug, Clone, serde::Deserialize, schemars::JsonSchema)]

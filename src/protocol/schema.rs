@@ -1,5 +1,6 @@
 //! JSON Schemas (draft 2020-12) of every wire message (SPEC §7), generated
-//! from the protocol types so they cannot drift: [`files`] renders the
+//! from the types the server decodes and answers with (the method table,
+//! [`super::method`]) so they cannot drift: [`files`] renders the
 //! contents of `resources/schema/` (one file per method's params, result or
 //! notification, per envelope shape and per sandbox type, plus `index.json`).
 //! Params are described as the server accepts them, results and
@@ -15,8 +16,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use super::envelope::RequestId;
+use super::method::{self, Method};
 use super::path::WirePath;
-use super::{capability, environment as env, fs, http, network, process as proc, sandbox};
+use super::{http, network, process as proc, sandbox};
 use crate::sandbox::policy;
 
 /// Where the schema files live, relative to the crate root.
@@ -320,139 +322,16 @@ pub fn file_name(method: &str, part: &str) -> String {
 
 /// Every schema file by name, `index.json` included.
 pub fn files() -> BTreeMap<String, Value> {
-    use fs::method as m;
-    let requests: Vec<(&str, Value, Value)> = vec![
-        (
-            super::METHOD_INITIALIZE,
-            inbound::<super::InitializeParams>(),
-            outbound::<super::InitializeResult>(),
-        ),
-        (
-            proc::METHOD_START,
-            inbound::<proc::StartParams>(),
-            outbound::<proc::StartResult>(),
-        ),
-        (
-            proc::METHOD_READ,
-            inbound::<proc::ReadParams>(),
-            outbound::<proc::ReadResult>(),
-        ),
-        (
-            proc::METHOD_WRITE,
-            inbound::<proc::WriteParams>(),
-            outbound::<proc::WriteResult>(),
-        ),
-        (
-            proc::METHOD_SIGNAL,
-            inbound::<proc::SignalParams>(),
-            outbound::<fs::EmptyResponse>(),
-        ),
-        (
-            proc::METHOD_TERMINATE,
-            inbound::<proc::TerminateParams>(),
-            outbound::<proc::TerminateResult>(),
-        ),
-        (
-            proc::METHOD_RESIZE,
-            inbound::<proc::ResizeParams>(),
-            outbound::<fs::EmptyResponse>(),
-        ),
-        (
-            env::METHOD_INFO,
-            inbound::<super::NoParams>(),
-            outbound::<env::EnvironmentInfo>(),
-        ),
-        (
-            env::METHOD_STATUS,
-            inbound::<super::NoParams>(),
-            outbound::<env::EnvironmentStatus>(),
-        ),
-        (
-            http::METHOD_HTTP_REQUEST,
-            inbound::<http::HttpRequestParams>(),
-            outbound::<http::HttpRequestResult>(),
-        ),
-        (
-            capability::METHOD_DISCOVER,
-            inbound::<capability::DiscoverParams>(),
-            outbound::<capability::DiscoverResponse>(),
-        ),
-        (
-            m::READ_FILE,
-            inbound::<fs::ReadFileParams>(),
-            outbound::<fs::ReadFileResponse>(),
-        ),
-        (
-            m::WRITE_FILE,
-            inbound::<fs::WriteFileParams>(),
-            outbound::<fs::EmptyResponse>(),
-        ),
-        (
-            m::CREATE_DIRECTORY,
-            inbound::<fs::CreateDirectoryParams>(),
-            outbound::<fs::EmptyResponse>(),
-        ),
-        (
-            m::GET_METADATA,
-            inbound::<fs::GetMetadataParams>(),
-            outbound::<fs::GetMetadataResponse>(),
-        ),
-        (
-            m::CANONICALIZE,
-            inbound::<fs::CanonicalizeParams>(),
-            outbound::<fs::CanonicalizeResponse>(),
-        ),
-        (
-            m::READ_DIRECTORY,
-            inbound::<fs::ReadDirectoryParams>(),
-            outbound::<fs::ReadDirectoryResponse>(),
-        ),
-        (
-            m::WALK,
-            inbound::<fs::WalkParams>(),
-            outbound::<fs::WalkResponse>(),
-        ),
-        (
-            m::REMOVE,
-            inbound::<fs::RemoveParams>(),
-            outbound::<fs::EmptyResponse>(),
-        ),
-        (
-            m::COPY,
-            inbound::<fs::CopyParams>(),
-            outbound::<fs::EmptyResponse>(),
-        ),
-        (
-            m::OPEN,
-            inbound::<fs::OpenParams>(),
-            outbound::<fs::OpenResponse>(),
-        ),
-        (
-            m::READ_BLOCK,
-            inbound::<fs::ReadBlockParams>(),
-            outbound::<fs::ReadBlockResponse>(),
-        ),
-        (
-            m::WRITE_BLOCK,
-            inbound::<fs::WriteBlockParams>(),
-            outbound::<fs::EmptyResponse>(),
-        ),
-        (
-            m::CLOSE,
-            inbound::<fs::CloseParams>(),
-            outbound::<fs::EmptyResponse>(),
-        ),
-        (
-            m::SET_PERMISSIONS,
-            inbound::<fs::SetPermissionsParams>(),
-            outbound::<fs::EmptyResponse>(),
-        ),
-        (
-            m::CREATE_SYMLINK,
-            inbound::<fs::CreateSymlinkParams>(),
-            outbound::<fs::EmptyResponse>(),
-        ),
-    ];
+    macro_rules! request_schemas {
+        ($($ty:ident),*) => {
+            vec![$((
+                <method::$ty as Method>::NAME,
+                inbound::<<method::$ty as Method>::Params>(),
+                outbound::<<method::$ty as Method>::Result>(),
+            )),*]
+        };
+    }
+    let requests: Vec<(&str, Value, Value)> = method::for_each_method!(request_schemas);
     let notifications: Vec<(&str, Value)> = vec![
         (super::NOTIFY_INITIALIZED, inbound::<IgnoredParams>()),
         (proc::NOTIFY_OUTPUT, outbound::<OutputNotification>()),

@@ -14,16 +14,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::fs_helper_pool::{HelperKey, HelperPool, LeasedHelper};
 use super::process_sandbox::SandboxGuard;
 use crate::fs::{ops, stream, FileStreams, FsError};
-use crate::protocol::fs::{
-    method, CloseParams, EmptyResponse, OpenParams, OpenResponse, ReadBlockParams, WriteBlockParams,
-};
+use crate::protocol::fs::{method, EmptyResponse, OpenResponse};
+use crate::protocol::method::{FsClose, FsOpen, FsReadBlock, FsWriteBlock, Method};
 use crate::protocol::sandbox::{FileSystemSandboxContext, ResolvedSandbox, SandboxContextError};
 use crate::protocol::{RequestFamily, RpcError};
 use crate::runtime_paths::ExecServerRuntimePaths;
@@ -266,8 +264,9 @@ fn placement(
     }))
 }
 
-fn decode<T: DeserializeOwned>(params: Value) -> Result<T, RpcError> {
-    ops::decode_params(params).map_err(rpc)
+/// The params of fs method `M`, decoded as the method table says.
+fn decode<M: Method>(params: Value) -> Result<M::Params, RpcError> {
+    ops::decode::<M>(params).map_err(rpc)
 }
 
 async fn blocking<T, F>(work: F) -> Result<T, RpcError>
@@ -309,7 +308,7 @@ pub async fn dispatch(ctx: &FsContext, method: &str, params: Value) -> Result<Va
 async fn open(ctx: &FsContext, params: Value) -> Result<Value, RpcError> {
     let params = ops::check_paths(params).map_err(rpc)?;
     let sandbox = resolve_sandbox(&params)?;
-    let open = OpenParams::deserialize(&params)
+    let open = <FsOpen as Method>::Params::deserialize(&params)
         .map_err(|err| RpcError::invalid_params(err.to_string()))?;
     let mode = open.mode();
     stream::check_handle_id(&open.handle_id, mode).map_err(rpc)?;
@@ -352,7 +351,7 @@ async fn open(ctx: &FsContext, params: Value) -> Result<Value, RpcError> {
 }
 
 async fn read_block(ctx: &FsContext, params: Value) -> Result<Value, RpcError> {
-    let read: ReadBlockParams = decode(params.clone())?;
+    let read = decode::<FsReadBlock>(params.clone())?;
     stream::check_read_len(read.len).map_err(rpc)?;
     let mut state = ctx.state.lock().await;
     match state.handle(&read.handle_id, false)?.home {
@@ -371,7 +370,7 @@ async fn read_block(ctx: &FsContext, params: Value) -> Result<Value, RpcError> {
 }
 
 async fn write_block(ctx: &FsContext, params: Value) -> Result<Value, RpcError> {
-    let write: WriteBlockParams = decode(params)?;
+    let write = decode::<FsWriteBlock>(params)?;
     let mut state = ctx.state.lock().await;
     match state.handle(&write.handle_id, true)?.home {
         Home::Direct => {
@@ -394,7 +393,7 @@ async fn write_block(ctx: &FsContext, params: Value) -> Result<Value, RpcError> 
 }
 
 async fn close(ctx: &FsContext, params: Value) -> Result<Value, RpcError> {
-    let close: CloseParams = decode(params)?;
+    let close = decode::<FsClose>(params)?;
     let mut state = ctx.state.lock().await;
     let Some(handle) = state.handles.get(&close.handle_id).cloned() else {
         return to_value(EmptyResponse {});

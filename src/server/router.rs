@@ -2,7 +2,9 @@
 //! refused only for its size still answers its own id when a scan finds
 //! one), routes requests in arrival order, decodes params, applies the handshake gate in the
 //! reference's order (unknown method, then params, then gate), runs the
-//! handler and sends the answer. `fs/*` methods go to `fs_methods`.
+//! handler and sends the answer. Params are decoded, and answers typed,
+//! through the method table (`protocol::method`), the same types the
+//! shipped schemas are generated from. `fs/*` methods go to `fs_methods`.
 
 use std::sync::Arc;
 
@@ -17,11 +19,16 @@ use crate::fs::discovery;
 use crate::protocol::capability::METHOD_DISCOVER;
 use crate::protocol::envelope::{self, decode_params, encode_error, Incoming};
 use crate::protocol::environment::{METHOD_INFO, METHOD_STATUS};
+use crate::protocol::fs::EmptyResponse;
 use crate::protocol::http::METHOD_HTTP_REQUEST;
+use crate::protocol::method::{
+    CapabilityRootsDiscover, EnvironmentInfo, EnvironmentStatus, HttpRequest, Initialize, Method,
+    ProcessRead, ProcessResize, ProcessSignal, ProcessStart, ProcessTerminate, ProcessWrite,
+};
 use crate::protocol::process::{
     METHOD_READ, METHOD_RESIZE, METHOD_SIGNAL, METHOD_START, METHOD_TERMINATE, METHOD_WRITE,
 };
-use crate::protocol::{NoParams, RequestId, RpcError, METHOD_INITIALIZE};
+use crate::protocol::{RequestId, RpcError, METHOD_INITIALIZE};
 
 /// Gate family of the process methods.
 const FAMILY_EXEC: &str = "exec";
@@ -67,6 +74,16 @@ fn to_value<T: serde::Serialize>(value: T) -> Result<Deferred, RpcError> {
     to_json(&value).map(Deferred::Now)
 }
 
+/// The params of method `M`, decoded as the method table says.
+fn decode<M: Method>(params: Option<Value>) -> Result<M::Params, RpcError> {
+    decode_params::<M::Params>(params)
+}
+
+/// The answer of method `M`, of the type the method table says.
+fn answer<M: Method>(result: M::Result) -> Result<Deferred, RpcError> {
+    to_value(result)
+}
+
 async fn route(
     conn: &Arc<Connection>,
     id: &RequestId,
@@ -74,62 +91,65 @@ async fn route(
     params: Option<Value>,
 ) -> Result<Deferred, RpcError> {
     match method {
-        METHOD_INITIALIZE => to_value(handlers::initialize(conn, decode_params(params)?)?),
+        METHOD_INITIALIZE => {
+            let params = decode::<Initialize>(params)?;
+            answer::<Initialize>(handlers::initialize(conn, params)?)
+        }
         METHOD_INFO => {
-            decode_params::<Option<NoParams>>(params)?;
+            decode::<EnvironmentInfo>(params)?;
             conn.gate("environment info")?;
-            to_value(handlers::environment_info())
+            answer::<EnvironmentInfo>(handlers::environment_info())
         }
         METHOD_STATUS => {
-            decode_params::<Option<NoParams>>(params)?;
+            decode::<EnvironmentStatus>(params)?;
             conn.gate("environment status")?;
-            to_value(handlers::environment_status())
+            answer::<EnvironmentStatus>(handlers::environment_status())
         }
         METHOD_START => {
-            let params = decode_params(params)?;
+            let params = decode::<ProcessStart>(params)?;
             let (session, _) = conn.gate(FAMILY_EXEC)?;
-            to_value(handlers::start(conn, &session, params).await?)
+            answer::<ProcessStart>(handlers::start(conn, &session, params).await?)
         }
         METHOD_READ => {
-            let params = decode_params(params)?;
+            let params = decode::<ProcessRead>(params)?;
             let (session, epoch) = conn.gate(FAMILY_EXEC)?;
             handlers::read(conn, id, session, epoch, params).await
         }
         METHOD_WRITE => {
-            let params = decode_params(params)?;
+            let params = decode::<ProcessWrite>(params)?;
             let (session, _) = conn.gate(FAMILY_EXEC)?;
-            to_value(handlers::write(&session, params).await?)
+            answer::<ProcessWrite>(handlers::write(&session, params).await?)
         }
         METHOD_SIGNAL => {
-            let params = decode_params(params)?;
+            let params = decode::<ProcessSignal>(params)?;
             let (session, _) = conn.gate(FAMILY_EXEC)?;
             handlers::signal(&session, params)?;
-            Ok(Deferred::Now("{}".to_owned()))
+            answer::<ProcessSignal>(EmptyResponse {})
         }
         METHOD_RESIZE => {
-            let params = decode_params(params)?;
+            let params = decode::<ProcessResize>(params)?;
             let (session, _) = conn.gate(FAMILY_EXEC)?;
             handlers::resize(&session, params)?;
-            Ok(Deferred::Now("{}".to_owned()))
+            answer::<ProcessResize>(EmptyResponse {})
         }
         METHOD_TERMINATE => {
-            let params = decode_params(params)?;
+            let params = decode::<ProcessTerminate>(params)?;
             let (session, _) = conn.gate(FAMILY_EXEC)?;
-            to_value(handlers::terminate(&session, params))
+            answer::<ProcessTerminate>(handlers::terminate(&session, params))
         }
         METHOD_HTTP_REQUEST => {
-            let params = decode_params(params)?;
+            let params = decode::<HttpRequest>(params)?;
             conn.gate(FAMILY_HTTP)?;
             super::http_request::http_request(conn, id, params).await
         }
         METHOD_DISCOVER => {
-            let params = decode_params(params)?;
+            let params = decode::<CapabilityRootsDiscover>(params)?;
             conn.gate(FAMILY_CAPABILITY)?;
             let discovered = tokio::task::spawn_blocking(move || discovery::discover(params))
                 .await
                 .map_err(|err| RpcError::internal(format!("capability discovery failed: {err}")))?
                 .map_err(|err| RpcError::invalid_request(err.to_string()))?;
-            to_value(discovered)
+            answer::<CapabilityRootsDiscover>(discovered)
         }
         method if fs_methods::is_fs_method(method) => {
             conn.gate(FAMILY_FS)?;

@@ -68,39 +68,70 @@ fn schemas_use_only_checked_keywords_and_are_indexed() {
     }
 }
 
+/// The methods and notifications a session has checked against their
+/// schemas.
+#[derive(Default)]
+struct Covered {
+    requests: BTreeSet<String>,
+    notifications: BTreeSet<String>,
+}
+
+impl Covered {
+    /// Checks `message` (a notification) against the envelope and its
+    /// params schema.
+    fn notification(&mut self, message: &Value) {
+        assert_valid(&load("envelope.notification.json"), message);
+        let method = message["method"].as_str().unwrap();
+        assert_valid(&load_method(method, "notification"), &message["params"]);
+        self.notifications.insert(method.to_owned());
+    }
+}
+
 /// A request whose params must match the shipped params schema, answered
 /// with a response matching the envelope and the result schema.
-async fn call(raw: &mut Raw, method: &str, params: Value) -> Value {
+async fn call(raw: &mut Raw, covered: &mut Covered, method: &str, params: Value) -> Value {
     assert_valid(&load_method(method, "params"), &params);
     let response = raw.request(method, params).await;
     assert_valid(&load("envelope.response.json"), &response);
     assert_valid(&load_method(method, "result"), &response["result"]);
+    covered.requests.insert(method.to_owned());
     response["result"].clone()
 }
 
 /// A notification of `method` about `process_id`, checked against the
 /// envelope and its params schema.
-async fn notification(raw: &mut Raw, method: &str, process_id: &str) -> Value {
+async fn notification(
+    raw: &mut Raw,
+    covered: &mut Covered,
+    method: &str,
+    process_id: &str,
+) -> Value {
     let params = raw.notification(method, process_id).await;
-    let message = json!({"method": method, "params": params});
-    assert_valid(&load("envelope.notification.json"), &message);
-    assert_valid(&load_method(method, "notification"), &params);
+    covered.notification(&json!({"method": method, "params": params}));
     params
 }
 
+/// A live session of every method and notification the shipped index
+/// names, through the real server: each request's params, its answer and
+/// every notification are checked against their schemas, and the methods
+/// checked must be exactly those of `index.json`.
 #[tokio::test]
 async fn real_server_messages_match_the_schemas() {
-    let server = Server::start(&[]);
+    let server = Server::start_listen("ws://127.0.0.1:0", &[], &[("NO_PROXY", "*")]);
     let mut raw = server.raw().await;
+    let mut covered = Covered::default();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().to_str().unwrap().to_owned();
     let uri = format!("file://{root}");
 
-    // The reference client's shapes (reference notes §16).
+    // The reference client's shapes (reference notes §16), asking for
+    // denial notifications.
     call(
         &mut raw,
+        &mut covered,
         "initialize",
-        json!({"clientName": "codex-environment", "resumeSessionId": null}),
+        json!({"clientName": "codex-environment", "resumeSessionId": null,
+               "capabilities": {"networkDenials": true}}),
     )
     .await;
     let initialized = json!({"method": "initialized", "params": {}});
@@ -110,11 +141,12 @@ async fn real_server_messages_match_the_schemas() {
         &initialized["params"],
     );
     raw.send(initialized).await;
-    call(&mut raw, "environment/info", Value::Null).await;
-    call(&mut raw, "environment/status", json!({})).await;
+    call(&mut raw, &mut covered, "environment/info", Value::Null).await;
+    call(&mut raw, &mut covered, "environment/status", json!({})).await;
 
     call(
         &mut raw,
+        &mut covered,
         "process/start",
         json!({"processId": "p1", "argv": ["/bin/sh", "-c", "printf out; printf err >&2; exit 3"],
                "cwd": uri, "envPolicy": null, "env": {"PATH": "/usr/bin:/bin"}, "tty": false,
@@ -125,6 +157,7 @@ async fn real_server_messages_match_the_schemas() {
     for _ in 0..20 {
         read = call(
             &mut raw,
+            &mut covered,
             "process/read",
             json!({"processId": "p1", "afterSeq": after_seq, "waitMs": 1000}),
         )
@@ -138,11 +171,12 @@ async fn real_server_messages_match_the_schemas() {
     assert_eq!(read["closed"], true, "{read}");
     assert_eq!(read["exitCode"], 3, "{read}");
     assert!(chunks >= 2, "stdout and stderr chunks: {chunks}");
-    notification(&mut raw, "process/output", "p1").await;
-    notification(&mut raw, "process/exited", "p1").await;
-    notification(&mut raw, "process/closed", "p1").await;
+    notification(&mut raw, &mut covered, "process/output", "p1").await;
+    notification(&mut raw, &mut covered, "process/exited", "p1").await;
+    notification(&mut raw, &mut covered, "process/closed", "p1").await;
     let write = call(
         &mut raw,
+        &mut covered,
         "process/write",
         json!({"processId": "nope", "chunk": "aGk=", "writeId": "w1"}),
     )
@@ -151,6 +185,7 @@ async fn real_server_messages_match_the_schemas() {
 
     call(
         &mut raw,
+        &mut covered,
         "process/start",
         json!({"processId": "p2", "argv": ["sleep", "30"], "cwd": root,
                "env": {"PATH": "/usr/bin:/bin"}, "tty": true, "size": {"rows": 10, "cols": 40}}),
@@ -158,46 +193,59 @@ async fn real_server_messages_match_the_schemas() {
     .await;
     call(
         &mut raw,
+        &mut covered,
         "process/resize",
         json!({"processId": "p2", "rows": 20, "cols": 60}),
     )
     .await;
     call(
         &mut raw,
+        &mut covered,
         "process/signal",
         json!({"processId": "p2", "signal": "kill"}),
     )
     .await;
-    call(&mut raw, "process/terminate", json!({"processId": "p2"})).await;
+    call(
+        &mut raw,
+        &mut covered,
+        "process/terminate",
+        json!({"processId": "p2"}),
+    )
+    .await;
 
     let file = format!("{root}/a.txt");
     let sub = format!("{uri}/d");
     call(
         &mut raw,
+        &mut covered,
         "fs/writeFile",
         json!({"path": file, "dataBase64": "aGVsbG8=", "sandbox": null}),
     )
     .await;
     call(
         &mut raw,
+        &mut covered,
         "fs/readFile",
         json!({"path": file, "sandbox": null}),
     )
     .await;
     call(
         &mut raw,
+        &mut covered,
         "fs/getMetadata",
         json!({"path": file, "sandbox": null}),
     )
     .await;
     call(
         &mut raw,
+        &mut covered,
         "fs/createDirectory",
         json!({"path": sub, "recursive": null, "sandbox": null}),
     )
     .await;
     call(
         &mut raw,
+        &mut covered,
         "fs/copy",
         json!({"sourcePath": file, "destinationPath": format!("{sub}/b.txt"),
                "recursive": false, "sandbox": null}),
@@ -205,6 +253,7 @@ async fn real_server_messages_match_the_schemas() {
     .await;
     let listing = call(
         &mut raw,
+        &mut covered,
         "fs/readDirectory",
         json!({"path": uri, "sandbox": null}),
     )
@@ -212,6 +261,7 @@ async fn real_server_messages_match_the_schemas() {
     assert_eq!(listing["entries"].as_array().unwrap().len(), 2, "{listing}");
     let walk = call(
         &mut raw,
+        &mut covered,
         "fs/walk",
         json!({"path": uri, "sandbox": null, "options": {"maxDepth": 4, "maxDirectories": 10,
                "maxEntries": 100, "followDirectorySymlinks": false}}),
@@ -220,30 +270,155 @@ async fn real_server_messages_match_the_schemas() {
     assert_eq!(walk["entries"].as_array().unwrap().len(), 3, "{walk}");
     call(
         &mut raw,
+        &mut covered,
         "fs/canonicalize",
         json!({"path": format!("{sub}/../a.txt"), "sandbox": null}),
     )
     .await;
     call(
         &mut raw,
+        &mut covered,
         "fs/open",
         json!({"handleId": "h1", "path": file, "sandbox": null}),
     )
     .await;
     let block = call(
         &mut raw,
+        &mut covered,
         "fs/readBlock",
         json!({"handleId": "h1", "offset": 1, "len": 3}),
     )
     .await;
     assert_eq!(block["chunk"], "ZWxs", "{block}");
-    call(&mut raw, "fs/close", json!({"handleId": "h1"})).await;
     call(
         &mut raw,
+        &mut covered,
+        "fs/close",
+        json!({"handleId": "h1"}),
+    )
+    .await;
+    call(
+        &mut raw,
+        &mut covered,
         "fs/remove",
         json!({"path": sub, "recursive": true, "force": true, "sandbox": null}),
     )
     .await;
+
+    // Writes through a handle, modes and symlinks (codexbox's own methods).
+    let written = format!("{root}/w.bin");
+    call(
+        &mut raw,
+        &mut covered,
+        "fs/open",
+        json!({"handleId": "w1", "path": written, "mode": "create", "sandbox": null}),
+    )
+    .await;
+    call(
+        &mut raw,
+        &mut covered,
+        "fs/writeBlock",
+        json!({"handleId": "w1", "offset": 0, "dataBase64": "AAEC"}),
+    )
+    .await;
+    call(
+        &mut raw,
+        &mut covered,
+        "fs/close",
+        json!({"handleId": "w1"}),
+    )
+    .await;
+    call(
+        &mut raw,
+        &mut covered,
+        "fs/setPermissions",
+        json!({"path": written, "mode": 0o640, "sandbox": null}),
+    )
+    .await;
+    call(
+        &mut raw,
+        &mut covered,
+        "fs/createSymlink",
+        json!({"path": format!("{uri}/link"), "target": "w.bin", "sandbox": null}),
+    )
+    .await;
+
+    // Capability discovery of a small plugin.
+    std::fs::create_dir_all(format!("{root}/plugin/.codex-plugin")).unwrap();
+    std::fs::write(format!("{root}/plugin/.codex-plugin/plugin.json"), "{}").unwrap();
+    std::fs::create_dir_all(format!("{root}/plugin/skills/s")).unwrap();
+    std::fs::write(format!("{root}/plugin/skills/s/SKILL.md"), "s\n").unwrap();
+    let discovered = call(
+        &mut raw,
+        &mut covered,
+        "capabilityRoots/discoverV1",
+        json!({"roots": [{"id": "p", "path": format!("{uri}/plugin")},
+                         {"id": "gone", "path": format!("{uri}/gone")}]}),
+    )
+    .await;
+    assert_eq!(
+        discovered["roots"][0]["skills"].as_array().unwrap().len(),
+        1
+    );
+
+    // http/request, buffered and streamed (http/request/bodyDelta).
+    let origin = crate::common::net::Origin::start();
+    let url = format!("http://127.0.0.1:{}/x", origin.port());
+    call(
+        &mut raw,
+        &mut covered,
+        "http/request",
+        json!({"method": "GET", "url": url, "headers": [], "bodyBase64": null,
+               "timeoutMs": 20000, "redirectPolicy": "follow", "requestId": "h1",
+               "streamResponse": false}),
+    )
+    .await;
+    call(
+        &mut raw,
+        &mut covered,
+        "http/request",
+        json!({"method": "GET", "url": format!("http://127.0.0.1:{}/big?bytes=300000", origin.port()),
+               "requestId": "h2", "streamResponse": true}),
+    )
+    .await;
+    // Every delta up to the last, leaving other messages in the backlog.
+    let mut pending: std::collections::VecDeque<Value> = std::mem::take(&mut raw.backlog);
+    let mut kept = std::collections::VecDeque::new();
+    let mut done = false;
+    while !done {
+        let message = match pending.pop_front() {
+            Some(message) => message,
+            None => raw.recv_socket().await.expect("connection open"),
+        };
+        if message["method"] == "http/request/bodyDelta" {
+            covered.notification(&message);
+            done = message["params"]["done"] == true;
+        } else {
+            kept.push_back(message);
+        }
+    }
+    kept.extend(pending);
+    raw.backlog = kept;
+
+    // A process whose proxy refuses a destination: process/networkDenied.
+    let proxy = json!({
+        "proxy": {"enabled": true, "enableSocks5": false, "enableSocks5Udp": false,
+            "allowUpstreamProxy": false, "dangerouslyAllowAllUnixSockets": false,
+            "mode": "full", "domains": {"ok.test": "allow"}, "unixSockets": null,
+            "allowLocalBinding": false},
+        "auditMetadata": {}, "environmentId": "e", "executionId": "x"});
+    call(
+        &mut raw,
+        &mut covered,
+        "process/start",
+        json!({"processId": "denied", "cwd": "/", "tty": false,
+               "argv": ["sh", "-c", "curl -s --noproxy '' -o /dev/null http://blocked.test:8080/"],
+               "env": {"PATH": "/usr/bin:/bin"}, "networkProxy": proxy,
+               "enforceManagedNetwork": true}),
+    )
+    .await;
+    notification(&mut raw, &mut covered, "process/networkDenied", "denied").await;
+    notification(&mut raw, &mut covered, "process/closed", "denied").await;
 
     let error = raw.request("process/nope", json!({})).await;
     assert_valid(&load("envelope.error.json"), &error);
@@ -251,10 +426,25 @@ async fn real_server_messages_match_the_schemas() {
     let malformed = raw.response(&json!(-1)).await;
     assert_valid(&load("envelope.error.json"), &malformed);
     for message in std::mem::take(&mut raw.backlog) {
-        assert_valid(&load("envelope.notification.json"), &message);
-        let method = message["method"].as_str().unwrap();
-        assert_valid(&load_method(method, "notification"), &message["params"]);
+        covered.notification(&message);
     }
+    // `initialized` is the client's: checked above, sent by the test.
+    covered.notifications.insert("initialized".to_owned());
+
+    let index = load("index.json");
+    let names = |part: &str| -> BTreeSet<String> {
+        index[part].as_object().unwrap().keys().cloned().collect()
+    };
+    assert_eq!(
+        covered.requests,
+        names("requests"),
+        "requests not exercised"
+    );
+    assert_eq!(
+        covered.notifications,
+        names("notifications"),
+        "notifications not exercised"
+    );
 }
 
 /// Both shapes of the sandbox context validate, and the library type reads

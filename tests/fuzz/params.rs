@@ -5,13 +5,13 @@
 //! real server is in `server.rs`.
 
 use codexbox::fs::ops;
+use codexbox::protocol::capability::DiscoverParams;
 use codexbox::protocol::envelope::decode_params;
 use codexbox::protocol::fs::{method, CloseParams, OpenParams, ReadBlockParams, WriteBlockParams};
 use codexbox::protocol::http::HttpRequestParams;
 use codexbox::protocol::process::{
     ReadParams, ResizeParams, SignalParams, StartParams, TerminateParams, WriteParams,
 };
-use codexbox::protocol::sandbox::FileSystemSandboxContext;
 use codexbox::protocol::{InitializeParams, NoParams, RpcError};
 use codexbox::server::fs_methods;
 use proptest::prelude::*;
@@ -27,23 +27,9 @@ use crate::gen::{self, Pool};
 const INVALID_REQUEST: i64 = -32600;
 const INVALID_PARAMS: i64 = -32602;
 
-/// Every request method: the session and process methods, then the fs
-/// methods as the server lists them.
+/// Every request method, from the server's method table.
 pub fn methods() -> Vec<&'static str> {
-    let mut methods = vec![
-        "initialize",
-        "environment/info",
-        "environment/status",
-        "process/start",
-        "process/read",
-        "process/write",
-        "process/signal",
-        "process/terminate",
-        "process/resize",
-        "http/request",
-    ];
-    methods.extend_from_slice(fs_methods::METHODS);
-    methods
+    codexbox::protocol::method::REQUEST_METHODS.to_vec()
 }
 
 /// Values the generator draws where a schema cannot say what is accepted.
@@ -115,7 +101,7 @@ fn fs<T: DeserializeOwned>(params: &Value) -> Result<(), RpcError> {
 pub fn decode(method: &str, params: &Value) -> Result<(), RpcError> {
     match method {
         "initialize" => process::<InitializeParams>(params).map(drop),
-        "environment/info" | "environment/status" => process::<Option<NoParams>>(params).map(drop),
+        "environment/info" | "environment/status" => process::<NoParams>(params).map(drop),
         "process/start" => {
             let start = process::<StartParams>(params)?;
             if let Some(launch) = &start.network_proxy {
@@ -134,6 +120,12 @@ pub fn decode(method: &str, params: &Value) -> Result<(), RpcError> {
         "process/signal" => process::<SignalParams>(params).map(drop),
         "process/terminate" => process::<TerminateParams>(params).map(drop),
         "process/resize" => process::<ResizeParams>(params).map(drop),
+        "capabilityRoots/discoverV1" => {
+            let discover = process::<DiscoverParams>(params)?;
+            codexbox::fs::discovery::discover(discover)
+                .map(drop)
+                .map_err(|err| RpcError::invalid_request(err.to_string()))
+        }
         "http/request" => {
             let request = process::<HttpRequestParams>(params)?;
             codexbox::server::http_request::prepare(&request).map(drop)
