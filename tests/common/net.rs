@@ -598,6 +598,28 @@ impl TestCertificates {
     }
 }
 
+/// Binds 127.0.0.1:0 and runs `serve` on the listener in a thread of its
+/// own, on a current-thread runtime; returns the address.
+fn serve_in_thread<F, Fut>(serve: F) -> SocketAddr
+where
+    F: FnOnce(tokio::net::TcpListener) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            serve(tokio::net::TcpListener::from_std(listener).unwrap()).await
+        });
+    });
+    addr
+}
+
 /// Reads an HTTP head (up to the blank line, at most 64 KiB).
 async fn read_head<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> Option<String> {
     use tokio::io::AsyncReadExt;
@@ -658,53 +680,43 @@ impl InterceptingProxy {
             .join(",");
         let certificates = TestCertificates::make(&san);
         let acceptor = tokio_rustls::TlsAcceptor::from(certificates.server_config.clone());
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        listener.set_nonblocking(true).unwrap();
         let (tx, requests) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                use tokio::io::AsyncWriteExt;
-                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                for index in 0.. {
-                    let Ok((mut stream, _)) = listener.accept().await else {
-                        return;
-                    };
-                    let Some(connect) = read_head(&mut stream).await else {
-                        continue;
-                    };
-                    let authority = connect
-                        .split_whitespace()
-                        .nth(1)
-                        .unwrap_or_default()
-                        .to_owned();
-                    if stream
-                        .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-                        .await
-                        .is_err()
-                    {
-                        continue;
-                    }
-                    let Ok(mut tls) = acceptor.accept(stream).await else {
-                        continue;
-                    };
-                    let Some(head) = read_head(&mut tls).await else {
-                        continue;
-                    };
-                    let _ = tx.send(Intercepted { authority, head });
-                    let response = responses
-                        .get(index)
-                        .or(responses.last())
-                        .cloned()
-                        .unwrap_or_default();
-                    let _ = tls.write_all(response.as_bytes()).await;
-                    let _ = tls.shutdown().await;
+        let addr = serve_in_thread(move |listener| async move {
+            use tokio::io::AsyncWriteExt;
+            for index in 0.. {
+                let Ok((mut stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let Some(connect) = read_head(&mut stream).await else {
+                    continue;
+                };
+                let authority = connect
+                    .split_whitespace()
+                    .nth(1)
+                    .unwrap_or_default()
+                    .to_owned();
+                if stream
+                    .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+                    .await
+                    .is_err()
+                {
+                    continue;
                 }
-            });
+                let Ok(mut tls) = acceptor.accept(stream).await else {
+                    continue;
+                };
+                let Some(head) = read_head(&mut tls).await else {
+                    continue;
+                };
+                let _ = tx.send(Intercepted { authority, head });
+                let response = responses
+                    .get(index)
+                    .or(responses.last())
+                    .cloned()
+                    .unwrap_or_default();
+                let _ = tls.write_all(response.as_bytes()).await;
+                let _ = tls.shutdown().await;
+            }
         });
         InterceptingProxy {
             addr,
@@ -732,37 +744,31 @@ impl TlsOrigin {
         let certificates = TestCertificates::make("DNS:origin.test,IP:127.0.0.1");
         let config = certificates.server_config.clone();
         let acceptor = tokio_rustls::TlsAcceptor::from(config);
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        listener.set_nonblocking(true).unwrap();
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                use tokio::io::{AsyncReadExt, AsyncWriteExt};
-                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                loop {
-                    let Ok((stream, _)) = listener.accept().await else { return };
-                    let acceptor = acceptor.clone();
-                    tokio::spawn(async move {
-                        let Ok(mut tls) = acceptor.accept(stream).await else { return };
-                        let mut head = Vec::new();
-                        let mut buf = [0u8; 1024];
-                        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 65536 {
-                            match tls.read(&mut buf).await {
-                                Ok(0) | Err(_) => return,
-                                Ok(n) => head.extend_from_slice(&buf[..n]),
-                            }
+        let addr = serve_in_thread(move |listener| async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(stream).await else {
+                        return;
+                    };
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 65536 {
+                        match tls.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
                         }
-                        let _ = tls
+                    }
+                    let _ = tls
                             .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\nconnection: close\r\n\r\ntls origin")
                             .await;
-                        let _ = tls.shutdown().await;
-                    });
-                }
-            });
+                    let _ = tls.shutdown().await;
+                });
+            }
         });
         TlsOrigin {
             addr,
