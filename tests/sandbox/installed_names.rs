@@ -125,14 +125,17 @@ fn workspace_sandbox(w: &Ws) -> Value {
 #[tokio::test]
 async fn the_server_sandboxes_whatever_name_the_binary_has() {
     require_sandbox!();
-    let w = Ws::new();
-    let dir = install_dir(&w);
-    let sandbox = workspace_sandbox(&w);
+    let installed = Ws::new();
+    let dir = install_dir(&installed);
     for how in [Install::Copy, Install::HardLink] {
         for name in ["codex-exec-server", "codex"] {
             let exe = install(&dir, name, how);
             for launcher in launchers() {
                 let what = format!("{how:?} {name} with the {launcher} launcher");
+                // A workspace per server: the warm fs-helper of the one
+                // before may still be removing its mount points.
+                let w = Ws::new();
+                let sandbox = workspace_sandbox(&w);
                 let server = server(&exe, launcher);
                 let mut raw = server.raw().await;
                 raw.handshake().await;
