@@ -612,7 +612,6 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
     run::cloexec_inherited_fds();
     let state_dir = state::state_dir().map_err(fail)?;
     state::tidy(&state_dir);
-    let writable_roots = prepared.resolved.writable_roots();
     let untrusted = prepared.resolved.untrusted_dirs();
     let choice = launcher::select_excluding(&prepared.policy_cwd, &untrusted, Some(&state_dir))
         .map_err(fail)?;

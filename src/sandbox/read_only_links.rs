@@ -70,11 +70,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
         let policy = FileSystemSandboxPolicy::workspace_write(&[], true, true);
-        assert_eq!(check(&policy.resolve(&root)), Ok(()));
+        assert_eq!(check(&policy.resolve(&root, &[])), Ok(()));
         std::fs::create_dir(root.join("decoy")).unwrap();
         std::os::unix::fs::symlink("decoy", root.join(".codex")).unwrap();
         assert_eq!(
-            check(&policy.resolve(&root)),
+            check(&policy.resolve(&root, &[])),
             Err(ReadOnlyThroughLink {
                 path: root.join(".codex"),
                 link: root.join(".codex"),
@@ -94,7 +94,7 @@ mod tests {
         let policy = FileSystemSandboxPolicy::workspace_write(&[], true, true);
         // The workspace reached through a link: its `.git` is a real
         // directory, bound where it really is.
-        assert_eq!(check(&policy.resolve(&base.join("alias"))), Ok(()));
+        assert_eq!(check(&policy.resolve(&base.join("alias"), &[])), Ok(()));
         let mut with_docs = policy.clone();
         with_docs
             .entries
@@ -102,6 +102,6 @@ mod tests {
                 real.join("docs"),
                 crate::sandbox::policy::FileSystemAccessMode::Read,
             ));
-        assert_eq!(check(&with_docs.resolve(&real)), Ok(()));
+        assert_eq!(check(&with_docs.resolve(&real, &[])), Ok(()));
     }
 }
