@@ -10,7 +10,7 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::{capability, environment as env, fs, http, process as proc};
+use super::{capability, environment as env, fs, http, process as proc, session};
 
 /// A request method: its name, the params the server decodes and the
 /// result it answers with.
@@ -39,6 +39,7 @@ macro_rules! __for_each_method {
             ProcessResize,
             EnvironmentInfo,
             EnvironmentStatus,
+            SessionList,
             HttpRequest,
             CapabilityRootsDiscover,
             FsReadFile,
@@ -95,6 +96,8 @@ methods! {
     EnvironmentInfo = env::METHOD_INFO, super::NoParams => env::EnvironmentInfo;
     /// `environment/status`.
     EnvironmentStatus = env::METHOD_STATUS, super::NoParams => env::EnvironmentStatus;
+    /// `session/list`: the server's sessions and their processes.
+    SessionList = session::METHOD_LIST, super::NoParams => session::SessionListResult;
     /// `http/request`.
     HttpRequest = http::METHOD_HTTP_REQUEST, http::HttpRequestParams => http::HttpRequestResult;
     /// `capabilityRoots/discoverV1`.

@@ -12,6 +12,7 @@ pub mod path;
 pub mod process;
 pub mod sandbox;
 pub mod schema;
+pub mod session;
 
 pub use envelope::{RequestId, RpcError};
 
@@ -72,13 +73,23 @@ pub struct InitializeParams {
     /// Opt-in extensions (`networkDenials`).
     #[serde(default)]
     pub capabilities: network::ClientCapabilities,
+    /// How long the session should survive without a connection, in
+    /// seconds (an extension: bounded by the server's maximum; absent, the
+    /// session keeps the grace period it has, the server's by default).
+    #[serde(default)]
+    pub session_grace_secs: Option<u64>,
 }
 
 /// `initialize` result.
-#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InitializeResult {
     pub session_id: String,
+    /// The grace period now in force for the session, in seconds: present
+    /// only when the request asked for one (so a reference client sees the
+    /// reference's result).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_grace_secs: Option<u64>,
 }
 
 #[cfg(test)]

@@ -369,6 +369,13 @@ impl Channel {
         self.with_ack(frame)
     }
 
+    /// A frame a live reliable peer answers at once with an acknowledgement
+    /// (a `resume` at what this side expects next), changing nothing here.
+    pub fn probe(&mut self) -> RelayMessageFrame {
+        let frame = RelayMessageFrame::resume(&self.stream_id, self.window.next_seq());
+        self.with_ack(frame)
+    }
+
     /// Handles one inbound frame of this stream.
     pub fn receive(
         &mut self,

@@ -38,6 +38,7 @@ use super::tls::MaybeTls;
 use super::{Dialect, MAX_WEBSOCKET_MESSAGE_BYTES, RESET_PROTOCOL_ERROR, RESET_SHUTTING_DOWN};
 use crate::server::connection::Shared;
 use crate::server::drain::{self, Stop};
+use crate::server::liveness::Liveness;
 use crate::server::transport::relay as relay_transport;
 use crate::sync::lock;
 
@@ -419,8 +420,10 @@ fn finish_handshake(
     }
     let instance = executor.next_instance.fetch_add(1, Ordering::Relaxed);
     let (frames_tx, frames_rx) = mpsc::channel(STREAM_FRAMES);
+    // Only a reliable peer answers a probe (with an acknowledgement).
+    let liveness = Liveness::new(dialect == Dialect::Reliable);
     let (to_application, from_application) =
-        relay_transport::open(executor.shared.clone(), &stream_id);
+        relay_transport::open(executor.shared.clone(), &stream_id, liveness.clone());
     let channel = Channel::new(&stream_id, dialect, transport, Instant::now());
     let io = StreamIo {
         frames: frames_rx,
@@ -428,6 +431,7 @@ fn finish_handshake(
         to_application,
         from_application,
         close_reason: None,
+        liveness: Some(liveness.clone()),
     };
     lock(&executor.streams).insert(
         stream_id.clone(),
@@ -441,6 +445,7 @@ fn finish_handshake(
     let executor = executor.clone();
     tokio::spawn(async move {
         let end = drive(channel, io, generation).await;
+        liveness.transport_closed();
         tracing::info!(stream = %stream_id, "relay stream ended: {end}");
         let mut streams = lock(&executor.streams);
         if streams.get(&stream_id).map(|s| s.instance) == Some(instance) {

@@ -180,6 +180,7 @@ pub async fn open(config: Arc<HarnessConfig>) -> Result<RelayStream, HarnessErro
         to_application,
         from_application,
         close_reason: (dialect == Dialect::Reliable).then_some(RESET_HARNESS_CLOSED),
+        liveness: None,
     };
     tokio::spawn(manage_socket(
         config,

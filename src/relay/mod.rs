@@ -46,5 +46,8 @@ pub enum Dialect {
 pub const RESET_PROTOCOL_ERROR: &str = "noise_relay_protocol_error";
 /// The reset reason of an executor refusing new streams while it drains.
 pub const RESET_SHUTTING_DOWN: &str = "executor_shutting_down";
+/// The reset reason of an executor closing a stream whose connection ended
+/// (its harness gone, its session taken over).
+pub const RESET_CONNECTION_CLOSED: &str = "connection_closed";
 /// Largest relay WebSocket message either endpoint accepts.
 pub const MAX_WEBSOCKET_MESSAGE_BYTES: usize = 256 * 1024;

@@ -9,15 +9,22 @@
 //! `watch` of the current outbox with a generation: a reference-dialect
 //! stream ends with its link; a reliable one pauses while there is none and
 //! resumes (`resume` frame, retransmission) on the next.
+//!
+//! An executor's stream also reports to its connection's [`Liveness`]:
+//! every frame from the harness is heard, a takeover probe sends a `resume`
+//! (a live reliable peer answers it with an acknowledgement at once), and a
+//! connection the server closes resets the stream.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::{mpsc, watch};
 
 use super::channel::{Channel, ChannelError};
 use super::frame::RelayMessageFrame;
-use super::Dialect;
+use super::{Dialect, RESET_CONNECTION_CLOSED};
+use crate::server::liveness::Liveness;
 
 /// Decoded messages waiting for the application before frames stop being read.
 const MAX_UNDELIVERED: usize = 64;
@@ -39,6 +46,8 @@ pub enum StreamEnd {
     ApplicationClosed,
     #[error("the relay connection was lost")]
     LinkLost,
+    #[error("the server closed the connection: {0}")]
+    Closed(String),
 }
 
 impl StreamEnd {
@@ -61,6 +70,22 @@ pub struct StreamIo<T> {
     /// Reset reason sent to the peer when the application closes the stream
     /// (`None`: close silently).
     pub close_reason: Option<&'static str>,
+    /// The liveness of the connection this stream carries (executor side).
+    pub liveness: Option<Arc<Liveness>>,
+}
+
+async fn probe_requested(liveness: &Option<Arc<Liveness>>) {
+    match liveness {
+        Some(liveness) => liveness.probe_requested().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn killed(liveness: &Option<Arc<Liveness>>) -> String {
+    match liveness {
+        Some(liveness) => liveness.killed().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Sends frames over the link; a closed outbox means the link is down.
@@ -103,6 +128,7 @@ pub async fn drive<T: AsRef<[u8]>>(
             return err.into();
         }
         let link_up = link.is_some();
+        let probeable = link_up && channel.dialect() == Dialect::Reliable;
         let deadline = if link_up {
             channel.next_deadline()
         } else {
@@ -113,6 +139,9 @@ pub async fn drive<T: AsRef<[u8]>>(
             frame = io.frames.recv(), if undelivered.len() < MAX_UNDELIVERED => {
                 // The demux dropped the stream.
                 let Some(frame) = frame else { return StreamEnd::LinkLost };
+                if let Some(liveness) = &io.liveness {
+                    liveness.heard();
+                }
                 match channel.receive(frame, Instant::now()) {
                     Ok(received) => {
                         undelivered.extend(received.messages);
@@ -140,6 +169,20 @@ pub async fn drive<T: AsRef<[u8]>>(
                 if let Err(err) = channel.queue_message(message.as_ref()) {
                     return err.into();
                 }
+            }
+            _ = probe_requested(&io.liveness), if probeable => {
+                if let Some((_, outbox)) = &link {
+                    if !send_all(outbox, vec![channel.probe()]).await {
+                        link = None;
+                    }
+                }
+            }
+            reason = killed(&io.liveness) => {
+                if let Some((_, outbox)) = &link {
+                    let reset = RelayMessageFrame::reset(channel.stream_id(), RESET_CONNECTION_CLOSED);
+                    send_all(outbox, vec![reset]).await;
+                }
+                return StreamEnd::Closed(reason);
             }
             changed = io.link.changed() => {
                 if changed.is_err() {

@@ -8,8 +8,11 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use super::config::{ServerConfig, AUTH_TOKEN_ENV, MAX_MESSAGE_BYTES, MAX_PROCESSES_PER_SESSION};
+use super::config::{
+    ServerConfig, AUTH_TOKEN_ENV, MAX_MESSAGE_BYTES, MAX_PROCESSES_PER_SESSION, MAX_SESSION_GRACE,
+};
 use super::listen::{ListenUrl, DEFAULT_LISTEN_URL};
+use super::liveness::{Keepalive, PEER_TIMEOUT, TAKEOVER_PROBE_MS};
 use crate::logging::{self, LogFormat};
 use crate::process::retention::RETAINED_OUTPUT_BYTES;
 use crate::runtime_paths::ExecServerRuntimePaths;
@@ -24,6 +27,17 @@ struct Args {
     /// Seconds a detached session survives before its processes are killed (0 = at once).
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     session_grace_secs: u64,
+    /// The longest grace period a client may ask for its session.
+    #[arg(long, value_name = "SECS", default_value_t = MAX_SESSION_GRACE.as_secs())]
+    max_session_grace_secs: u64,
+    /// Seconds a client may leave a ping unanswered before its connection
+    /// is closed and its session detached (pings go out every half of it).
+    #[arg(long, value_name = "SECS", default_value_t = PEER_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    peer_timeout_secs: u64,
+    /// Milliseconds a resume waits for the connection holding the session
+    /// to answer a ping before taking the session over (for tests).
+    #[arg(long, value_name = "MS", default_value_t = TAKEOVER_PROBE_MS, hide = true)]
+    takeover_probe_ms: u64,
     /// Output bytes retained per process for process/read.
     #[arg(long, value_name = "BYTES", default_value_t = RETAINED_OUTPUT_BYTES)]
     retained_output_bytes: usize,
@@ -174,6 +188,11 @@ fn build_config(args: Args) -> Result<ServerConfig, (String, i32)> {
     Ok(ServerConfig {
         listen,
         session_grace: Duration::from_secs(args.session_grace_secs),
+        max_session_grace: Duration::from_secs(args.max_session_grace_secs),
+        keepalive: Keepalive::with_peer_timeout(
+            Duration::from_secs(args.peer_timeout_secs),
+            Duration::from_millis(args.takeover_probe_ms),
+        ),
         retained_output_bytes: args.retained_output_bytes,
         max_message_bytes: args.max_message_bytes,
         max_processes: args.max_processes,

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::listen::ListenUrl;
+use super::liveness::Keepalive;
 use crate::process::retention::RETAINED_OUTPUT_BYTES;
 
 /// Environment variable holding the bearer token (alternative to the file).
@@ -22,16 +23,21 @@ pub const MIN_TRANSPORT_CAP: usize = 128 * 1024 * 1024;
 pub const MAX_PROCESSES_PER_SESSION: usize = 1024;
 /// Default grace period of a detached session.
 pub const SESSION_GRACE: Duration = Duration::from_secs(30);
+/// Default longest grace period a client may ask for (one day).
+pub const MAX_SESSION_GRACE: Duration = Duration::from_secs(24 * 3600);
 /// Messages queued per connection before producers wait.
 pub const OUTBOUND_QUEUE: usize = 128;
-/// Interval of WebSocket pings.
-pub const PING_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Everything the server needs to run.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub listen: ListenUrl,
+    /// How long a detached session survives unless its client asked otherwise.
     pub session_grace: Duration,
+    /// The longest grace period a client may ask for in `initialize`.
+    pub max_session_grace: Duration,
+    /// Pings, the peer deadline and the takeover probe.
+    pub keepalive: Keepalive,
     pub retained_output_bytes: usize,
     pub max_message_bytes: usize,
     pub max_processes: usize,
@@ -54,6 +60,8 @@ impl ServerConfig {
         Self {
             listen,
             session_grace: SESSION_GRACE,
+            max_session_grace: MAX_SESSION_GRACE,
+            keepalive: Keepalive::default(),
             retained_output_bytes: RETAINED_OUTPUT_BYTES,
             max_message_bytes: MAX_MESSAGE_BYTES,
             max_processes: MAX_PROCESSES_PER_SESSION,

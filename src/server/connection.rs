@@ -11,7 +11,8 @@ use tokio::sync::mpsc;
 
 use super::config::ServerConfig;
 use super::fs_methods::FsContext;
-use super::session::{ConnectionId, Registry, Session};
+use super::liveness::Liveness;
+use super::session::{ConnectionId, Holder, Registry, Session};
 use crate::protocol::envelope::{self, encode_error, encode_response};
 use crate::protocol::{RequestId, RpcError, NOTIFY_INITIALIZED};
 use crate::runtime_paths::ExecServerRuntimePaths;
@@ -54,16 +55,25 @@ pub struct Connection {
     pub deferred: Arc<tokio::sync::Semaphore>,
     /// Request ids of this connection's streamed `http/request` bodies.
     pub http_streams: ActiveStreams,
+    /// What its transport hears from the peer; decides whether it is gone.
+    pub liveness: Arc<Liveness>,
     /// `failed to parse … message from exec-server …` for this transport.
     parse_error_prefix: String,
     handshake: Mutex<HandshakeState>,
 }
 
 impl Connection {
-    /// A connection whose outbound messages go to `out`. `parse_error_prefix`
-    /// starts the message of the `-1` error for malformed input.
-    pub fn new(shared: Shared, out: mpsc::Sender<String>, parse_error_prefix: String) -> Arc<Self> {
+    /// A connection whose outbound messages go to `out` and whose transport
+    /// reports to `liveness`. `parse_error_prefix` starts the message of the
+    /// `-1` error for malformed input.
+    pub fn new(
+        shared: Shared,
+        out: mpsc::Sender<String>,
+        liveness: Arc<Liveness>,
+        parse_error_prefix: String,
+    ) -> Arc<Self> {
         Arc::new(Self {
+            liveness,
             id: shared.registry.connection_id(),
             fs: Arc::new(FsContext::new(shared.paths.clone(), shared.guard.clone())),
             deferred: Arc::new(tokio::sync::Semaphore::new(MAX_DEFERRED_REQUESTS)),
@@ -126,6 +136,14 @@ impl Connection {
         self.send(envelope::encode_response_raw(id, &result)).await;
     }
 
+    /// This connection as a session holder.
+    pub fn holder(&self) -> Holder {
+        Holder {
+            id: self.id,
+            liveness: self.liveness.clone(),
+        }
+    }
+
     /// Whether `initialize` succeeded on this connection.
     pub fn is_initialized(&self) -> bool {
         lock(&self.handshake).session.is_some()
@@ -158,6 +176,7 @@ impl Connection {
 
     /// The transport ended: detach the session (it stays resumable).
     pub fn close(&self) {
+        self.liveness.transport_closed();
         let session = lock(&self.handshake).session.take();
         if let Some((session, _)) = session {
             self.shared.registry.detach(&session, self.id);

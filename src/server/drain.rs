@@ -123,7 +123,11 @@ mod tests {
     async fn an_attached_session_gets_the_flush_time_and_no_more() {
         let registry = Registry::new(Duration::from_secs(30));
         let (tx, _rx) = tokio::sync::mpsc::channel(1);
-        let _session = registry.create(1, tx);
+        let holder = crate::server::session::Holder {
+            id: 1,
+            liveness: crate::server::liveness::Liveness::new(false),
+        };
+        let _session = registry.create(holder, tx);
         let start = tokio::time::Instant::now();
         drain(&registry, Duration::from_secs(60), std::future::pending()).await;
         assert_eq!(start.elapsed(), DRAIN_FLUSH);

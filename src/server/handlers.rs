@@ -11,7 +11,7 @@ use super::config::AUTH_TOKEN_ENV;
 use super::connection::{resumed_elsewhere, Connection};
 use super::process_sandbox;
 use super::reply::{to_json, Deferred};
-use super::session::{Registry, Session};
+use super::session::{ProcessInfo, Registry, Session};
 use crate::process::env_policy::child_env;
 use crate::process::kill::parse_signal;
 use crate::process::{LaunchSpec, ManagedProcess, ProcessOptions, SpawnError};
@@ -21,10 +21,12 @@ use crate::protocol::process::{
     ReadParams, ResizeParams, SignalParams, StartParams, StartResult, TerminateParams,
     TerminateResult, WriteParams, WriteResult, WriteStatus,
 };
+use crate::protocol::session::SessionListResult;
 use crate::protocol::{InitializeParams, InitializeResult, RequestId, RpcError};
 
-/// `initialize`: a new session, or the resumed one.
-pub fn initialize(
+/// `initialize`: a new session, or the resumed one (taken over from a
+/// connection that is gone), with the grace period asked for.
+pub async fn initialize(
     conn: &Connection,
     params: InitializeParams,
 ) -> Result<InitializeResult, RpcError> {
@@ -34,18 +36,39 @@ pub fn initialize(
         ));
     }
     let registry = &conn.shared.registry;
+    let config = &conn.shared.config;
     let (session, epoch) = match params.resume_session_id.as_deref() {
-        Some(id) => registry.resume(id, conn.id, conn.out.clone())?,
-        None => registry.create(conn.id, conn.out.clone()),
+        Some(id) => {
+            let probe = config.keepalive.takeover_probe;
+            registry
+                .resume(id, conn.holder(), conn.out.clone(), probe)
+                .await?
+        }
+        None => registry.create(conn.holder(), conn.out.clone()),
     };
+    let session_grace_secs = params.session_grace_secs.map(|asked| {
+        let granted = Duration::from_secs(asked).min(config.max_session_grace);
+        session.set_grace(granted);
+        granted.as_secs()
+    });
     if params.capabilities.network_denials {
         conn.shared.network.add_denial_client(conn.out.clone());
     }
     let result = InitializeResult {
         session_id: session.id().to_owned(),
+        session_grace_secs,
     };
     conn.bind(session, epoch);
     Ok(result)
+}
+
+/// `session/list`: every session of the server. Whoever may connect may
+/// start any command as the server's user, and resume any session by id,
+/// so every connection sees every session.
+pub fn list_sessions(conn: &Connection) -> SessionListResult {
+    SessionListResult {
+        sessions: conn.shared.registry.list(conn.id),
+    }
 }
 
 /// `environment/info`.
@@ -105,6 +128,11 @@ pub async fn start(
         Some(launch) => Some(super::network_proxy::launch(launch, &mut env).await?),
         None => None,
     };
+    let info = ProcessInfo {
+        argv: params.argv.clone(),
+        tty: params.tty,
+        started_at: std::time::SystemTime::now(),
+    };
     let mut spec = LaunchSpec {
         argv: params.argv.iter().map(OsString::from).collect(),
         arg0: params.arg0.map(OsString::from),
@@ -162,7 +190,7 @@ pub async fn start(
             other => RpcError::internal(other.to_string()),
         }
     })?;
-    session.insert(process.clone());
+    session.insert(process.clone(), info);
     if let Some(proxy) = proxy {
         conn.shared.network.attach(session, &process, proxy);
     }

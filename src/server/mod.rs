@@ -16,6 +16,7 @@ pub mod fs_methods;
 pub mod handlers;
 pub mod http_request;
 pub mod listen;
+pub mod liveness;
 pub mod network_proxy;
 pub mod peer_guard;
 pub mod process_sandbox;

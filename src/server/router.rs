@@ -24,10 +24,12 @@ use crate::protocol::http::METHOD_HTTP_REQUEST;
 use crate::protocol::method::{
     CapabilityRootsDiscover, EnvironmentInfo, EnvironmentStatus, HttpRequest, Initialize, Method,
     ProcessRead, ProcessResize, ProcessSignal, ProcessStart, ProcessTerminate, ProcessWrite,
+    SessionList,
 };
 use crate::protocol::process::{
     METHOD_READ, METHOD_RESIZE, METHOD_SIGNAL, METHOD_START, METHOD_TERMINATE, METHOD_WRITE,
 };
+use crate::protocol::session::METHOD_LIST as METHOD_SESSION_LIST;
 use crate::protocol::{RequestId, RpcError, METHOD_INITIALIZE};
 
 /// Gate family of the process methods.
@@ -38,6 +40,8 @@ const FAMILY_HTTP: &str = "http";
 const FAMILY_FS: &str = "filesystem";
 /// Gate family of `capabilityRoots/discoverV1`.
 const FAMILY_CAPABILITY: &str = "capability discovery";
+/// Gate family of `session/*`.
+const FAMILY_SESSION: &str = "session";
 
 /// Handles one inbound message. Returns when its effect has been applied
 /// (requests that wait are answered later from their own task).
@@ -93,7 +97,12 @@ async fn route(
     match method {
         METHOD_INITIALIZE => {
             let params = decode::<Initialize>(params)?;
-            answer::<Initialize>(handlers::initialize(conn, params)?)
+            answer::<Initialize>(handlers::initialize(conn, params).await?)
+        }
+        METHOD_SESSION_LIST => {
+            decode::<SessionList>(params)?;
+            conn.gate(FAMILY_SESSION)?;
+            answer::<SessionList>(handlers::list_sessions(conn))
         }
         METHOD_INFO => {
             decode::<EnvironmentInfo>(params)?;

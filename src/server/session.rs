@@ -1,30 +1,63 @@
 //! Sessions (SPEC §2.3): a session owns managed processes and outlives its
 //! connection. A closed connection detaches it; `initialize` with
-//! `resumeSessionId` from any connection re-attaches it within the grace
-//! period; when the grace period ends every process of the session is killed.
+//! `resumeSessionId` from any connection re-attaches it within its grace
+//! period (the server's, or the one its client asked for), taking it over
+//! from a connection that is provably gone ([`super::liveness`]); when the
+//! grace period ends every process of the session is killed. The registry
+//! also describes every session for `session/list`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
 
+use super::liveness::{Liveness, Probe};
 use crate::process::{EventRoute, ManagedProcess};
+use crate::protocol::session::{ProcessState, ProcessSummary, SessionSummary};
 use crate::protocol::RpcError;
 use crate::sync::lock;
 
 /// Identifies a connection within the server.
 pub type ConnectionId = u64;
 
+/// A connection as a session holder: its id and what tells whether it lives.
+#[derive(Debug, Clone)]
+pub struct Holder {
+    pub id: ConnectionId,
+    pub liveness: Arc<Liveness>,
+}
+
 #[derive(Debug, Default)]
 struct Attachment {
     /// The connection the session is attached to, if any.
-    connection: Option<ConnectionId>,
+    holder: Option<Holder>,
     /// Bumped on every attach; a connection whose epoch is stale was taken over.
     epoch: u64,
     /// The pending expiry of a detached session.
     expiry: Option<tokio::task::AbortHandle>,
+    /// When the session was last detached (while it is).
+    detached_at: Option<Instant>,
+    /// The grace period its client asked for (`None`: the server's).
+    grace: Option<Duration>,
+    /// Expired: its processes were killed and it can no longer be resumed.
+    expired: bool,
+}
+
+/// What is shown of a process in `session/list`, recorded at its start.
+#[derive(Debug, Clone)]
+pub struct ProcessInfo {
+    pub argv: Vec<String>,
+    pub tty: bool,
+    pub started_at: SystemTime,
+}
+
+#[derive(Debug)]
+struct Entry {
+    process: Arc<ManagedProcess>,
+    info: ProcessInfo,
 }
 
 /// One session.
@@ -32,7 +65,7 @@ struct Attachment {
 pub struct Session {
     id: String,
     route: EventRoute,
-    processes: Mutex<HashMap<String, Arc<ManagedProcess>>>,
+    processes: Mutex<HashMap<String, Entry>>,
     attachment: Mutex<Attachment>,
     /// Woken when another connection resumes the session.
     taken_over: Notify,
@@ -69,14 +102,21 @@ impl Session {
 
     /// A process by id.
     pub fn process(&self, id: &str) -> Option<Arc<ManagedProcess>> {
-        lock(&self.processes).get(id).cloned()
+        lock(&self.processes).get(id).map(|e| e.process.clone())
+    }
+
+    fn all_processes(&self) -> Vec<Arc<ManagedProcess>> {
+        lock(&self.processes)
+            .values()
+            .map(|e| e.process.clone())
+            .collect()
     }
 
     /// Processes not closed yet.
     pub fn live_processes(&self) -> usize {
         lock(&self.processes)
             .values()
-            .filter(|p| !p.is_closed())
+            .filter(|e| !e.process.is_closed())
             .count()
     }
 
@@ -86,23 +126,85 @@ impl Session {
     }
 
     /// Records a started process.
-    pub fn insert(&self, process: Arc<ManagedProcess>) {
-        lock(&self.processes).insert(process.id().to_owned(), process);
+    pub fn insert(&self, process: Arc<ManagedProcess>, info: ProcessInfo) {
+        lock(&self.processes).insert(process.id().to_owned(), Entry { process, info });
     }
 
     /// Forgets a closed process.
     pub fn evict(&self, id: &str) {
         let mut processes = lock(&self.processes);
-        if processes.get(id).is_some_and(|p| p.is_closed()) {
+        if processes.get(id).is_some_and(|e| e.process.is_closed()) {
             processes.remove(id);
         }
     }
 
     /// Kills every process tree of the session (blocking /proc walks).
     pub fn kill_all_blocking(&self) {
-        let processes: Vec<_> = lock(&self.processes).values().cloned().collect();
+        let processes = self.all_processes();
         let processes: Vec<&ManagedProcess> = processes.iter().map(|p| p.as_ref()).collect();
         ManagedProcess::kill_trees_blocking(&processes);
+    }
+
+    /// Sets the grace period a client asked for.
+    pub fn set_grace(&self, grace: Duration) {
+        lock(&self.attachment).grace = Some(grace);
+    }
+
+    /// The `session/list` entry of this session as `viewer` sees it.
+    fn summary(&self, viewer: ConnectionId, default_grace: Duration) -> SessionSummary {
+        let (attached, current, expires_in, grace) = {
+            let attachment = lock(&self.attachment);
+            let grace = attachment.grace.unwrap_or(default_grace);
+            let expires_in = attachment
+                .detached_at
+                .filter(|_| attachment.holder.is_none())
+                .map(|at| grace.saturating_sub(at.elapsed()));
+            let holder = attachment.holder.as_ref().map(|h| h.id);
+            (holder.is_some(), holder == Some(viewer), expires_in, grace)
+        };
+        let mut processes: Vec<ProcessSummary> = lock(&self.processes)
+            .values()
+            .map(|entry| process_summary(&entry.process, &entry.info))
+            .collect();
+        processes.sort_by(|a, b| {
+            (a.started_at_ms, &a.process_id).cmp(&(b.started_at_ms, &b.process_id))
+        });
+        SessionSummary {
+            session_id: self.id.clone(),
+            attached,
+            current,
+            session_grace_secs: grace.as_secs(),
+            expires_in_ms: expires_in.map(millis),
+            processes,
+        }
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn process_summary(process: &ManagedProcess, info: &ProcessInfo) -> ProcessSummary {
+    let (now, _) = process.snapshot(u64::MAX, Some(0));
+    let state = if now.closed {
+        ProcessState::Closed
+    } else if now.exited {
+        ProcessState::Exited
+    } else {
+        ProcessState::Running
+    };
+    let started = info
+        .started_at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    ProcessSummary {
+        process_id: process.id().to_owned(),
+        argv: info.argv.clone(),
+        tty: info.tty,
+        state,
+        exit_code: now.exit_code,
+        next_seq: now.next_seq,
+        started_at_ms: millis(started),
     }
 }
 
@@ -110,6 +212,7 @@ impl Session {
 #[derive(Debug)]
 pub struct Registry {
     sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// The grace period of a session whose client asked for none.
     grace: Duration,
     next_connection: AtomicU64,
     /// Set by a drain: no new process may start.
@@ -117,7 +220,8 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// An empty registry whose detached sessions expire after `grace`.
+    /// An empty registry whose detached sessions expire after `grace`
+    /// (unless their client asked for another grace period).
     pub fn new(grace: Duration) -> Arc<Self> {
         Arc::new(Self {
             sessions: Mutex::new(HashMap::new()),
@@ -137,10 +241,13 @@ impl Registry {
         self.draining.load(Ordering::Acquire)
     }
 
+    fn all(&self) -> Vec<Arc<Session>> {
+        lock(&self.sessions).values().cloned().collect()
+    }
+
     /// Processes not closed yet, in every session.
     pub fn live_processes(&self) -> usize {
-        let sessions: Vec<_> = lock(&self.sessions).values().cloned().collect();
-        sessions
+        self.all()
             .iter()
             .map(|session| session.live_processes())
             .sum()
@@ -148,11 +255,22 @@ impl Registry {
 
     /// Sessions attached to a connection right now.
     pub fn attached_sessions(&self) -> usize {
-        let sessions: Vec<_> = lock(&self.sessions).values().cloned().collect();
-        sessions
+        self.all()
             .iter()
-            .filter(|session| lock(&session.attachment).connection.is_some())
+            .filter(|session| lock(&session.attachment).holder.is_some())
             .count()
+    }
+
+    /// Every session as the connection `viewer` sees it (its own marked
+    /// `current`), oldest process first within a session.
+    pub fn list(&self, viewer: ConnectionId) -> Vec<SessionSummary> {
+        let mut sessions: Vec<SessionSummary> = self
+            .all()
+            .iter()
+            .map(|session| session.summary(viewer, self.grace))
+            .collect();
+        sessions.sort_by(|a, b| a.session_id.cmp(&b.session_id));
+        sessions
     }
 
     /// A fresh connection id.
@@ -160,20 +278,16 @@ impl Registry {
         self.next_connection.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Creates a session attached to `connection`. Returns it and its epoch.
-    pub fn create(
-        &self,
-        connection: ConnectionId,
-        sender: mpsc::Sender<String>,
-    ) -> (Arc<Session>, u64) {
+    /// Creates a session attached to `holder`. Returns it and its epoch.
+    pub fn create(&self, holder: Holder, sender: mpsc::Sender<String>) -> (Arc<Session>, u64) {
         let session = Arc::new(Session {
             id: uuid::Uuid::new_v4().to_string(),
             route: EventRoute::default(),
             processes: Mutex::new(HashMap::new()),
             attachment: Mutex::new(Attachment {
-                connection: Some(connection),
+                holder: Some(holder),
                 epoch: 1,
-                expiry: None,
+                ..Attachment::default()
             }),
             taken_over: Notify::new(),
         });
@@ -182,54 +296,90 @@ impl Registry {
         (session, 1)
     }
 
-    /// Re-attaches a detached session to `connection`.
-    pub fn resume(
+    /// Re-attaches session `id` to `holder`: a detached session at once; one
+    /// attached elsewhere only when that connection is provably gone (probed
+    /// for up to `probe_wait`), which is then closed. Otherwise -32010.
+    pub async fn resume(
         &self,
         id: &str,
-        connection: ConnectionId,
+        holder: Holder,
         sender: mpsc::Sender<String>,
+        probe_wait: Duration,
     ) -> Result<(Arc<Session>, u64), RpcError> {
-        let session = lock(&self.sessions)
-            .get(id)
-            .cloned()
-            .ok_or_else(|| RpcError::invalid_request(format!("unknown session id {id}")))?;
-        let epoch = {
+        let unknown = || RpcError::invalid_request(format!("unknown session id {id}"));
+        let session = lock(&self.sessions).get(id).cloned().ok_or_else(unknown)?;
+        // The holder may change while it is probed (it detaches, or another
+        // resume wins): look again, a bounded number of times.
+        for _ in 0..3 {
+            let current = {
+                let mut attachment = lock(&session.attachment);
+                if attachment.expired {
+                    return Err(unknown());
+                }
+                match &attachment.holder {
+                    None => return Ok(Self::attach(&session, &mut attachment, holder, sender)),
+                    Some(current) => current.clone(),
+                }
+            };
+            let Probe::Gone(why) = current.liveness.probe(probe_wait).await else {
+                break;
+            };
             let mut attachment = lock(&session.attachment);
-            if attachment.connection.is_some() {
-                return Err(RpcError::session_already_attached(format!(
-                    "session {id} is already attached to another connection"
-                )));
+            if attachment.holder.as_ref().map(|h| h.id) != Some(current.id) {
+                continue;
             }
-            if let Some(expiry) = attachment.expiry.take() {
-                expiry.abort();
-            }
-            attachment.connection = Some(connection);
-            attachment.epoch += 1;
-            session.route.set(Some(sender));
-            attachment.epoch
-        };
+            tracing::info!(
+                session = %id,
+                from = current.id,
+                to = holder.id,
+                "session taken over: its connection is gone ({why})"
+            );
+            current.liveness.kill(format!(
+                "session resumed elsewhere: this connection is gone ({why})"
+            ));
+            return Ok(Self::attach(&session, &mut attachment, holder, sender));
+        }
+        Err(RpcError::session_already_attached(format!(
+            "session {id} is already attached to another connection"
+        )))
+    }
+
+    fn attach(
+        session: &Arc<Session>,
+        attachment: &mut Attachment,
+        holder: Holder,
+        sender: mpsc::Sender<String>,
+    ) -> (Arc<Session>, u64) {
+        if let Some(expiry) = attachment.expiry.take() {
+            expiry.abort();
+        }
+        attachment.holder = Some(holder);
+        attachment.detached_at = None;
+        attachment.epoch += 1;
+        session.route.set(Some(sender));
         session.taken_over.notify_waiters();
-        Ok((session, epoch))
+        (session.clone(), attachment.epoch)
     }
 
     /// Detaches `session` from `connection` (if still attached there) and
     /// schedules its expiry.
     pub fn detach(self: &Arc<Self>, session: &Arc<Session>, connection: ConnectionId) {
         let mut attachment = lock(&session.attachment);
-        if attachment.connection != Some(connection) {
+        if attachment.holder.as_ref().map(|h| h.id) != Some(connection) {
             return;
         }
-        attachment.connection = None;
+        attachment.holder = None;
+        attachment.detached_at = Some(Instant::now());
         session.route.set(None);
         let epoch = attachment.epoch;
-        if self.grace.is_zero() {
+        let grace = attachment.grace.unwrap_or(self.grace);
+        if grace.is_zero() {
             drop(attachment);
             self.expire(session, epoch);
             return;
         }
         let registry = Arc::downgrade(self);
         let weak = Arc::downgrade(session);
-        let grace = self.grace;
         let task = tokio::spawn(async move {
             tokio::time::sleep(grace).await;
             if let (Some(registry), Some(session)) = (registry.upgrade(), weak.upgrade()) {
@@ -242,10 +392,11 @@ impl Registry {
     /// Removes a still-detached session and kills its processes.
     fn expire(&self, session: &Arc<Session>, epoch: u64) {
         {
-            let attachment = lock(&session.attachment);
-            if attachment.connection.is_some() || attachment.epoch != epoch {
+            let mut attachment = lock(&session.attachment);
+            if attachment.holder.is_some() || attachment.epoch != epoch {
                 return;
             }
+            attachment.expired = true;
         }
         lock(&self.sessions).remove(&session.id);
         tracing::info!(session = %session.id, "detached session expired; killing its processes");
@@ -255,15 +406,10 @@ impl Registry {
 
     /// Kills every process of every session (server shutdown, stdio EOF).
     pub fn kill_everything_blocking(&self) {
-        let sessions: Vec<_> = lock(&self.sessions).values().cloned().collect();
-        let processes: Vec<_> = sessions
+        let processes: Vec<_> = self
+            .all()
             .iter()
-            .flat_map(|session| {
-                lock(&session.processes)
-                    .values()
-                    .cloned()
-                    .collect::<Vec<_>>()
-            })
+            .flat_map(|session| session.all_processes())
             .collect();
         let processes: Vec<&ManagedProcess> = processes.iter().map(|p| p.as_ref()).collect();
         ManagedProcess::kill_trees_blocking(&processes);
@@ -279,13 +425,33 @@ impl Registry {
 mod tests {
     use super::*;
 
-    #[tokio::test]
+    fn holder(id: ConnectionId) -> Holder {
+        Holder {
+            id,
+            liveness: Liveness::new(true),
+        }
+    }
+
+    const PROBE: Duration = Duration::from_secs(5);
+
+    #[tokio::test(start_paused = true)]
     async fn resume_rules_follow_the_attachment() {
         let registry = Registry::new(Duration::from_secs(30));
         let (tx, _rx) = mpsc::channel(1);
-        let (session, epoch) = registry.create(1, tx.clone());
+        let first = holder(1);
+        let (session, epoch) = registry.create(first.clone(), tx.clone());
         let id = session.id().to_owned();
-        let attached = registry.resume(&id, 2, tx.clone()).unwrap_err();
+        // The holder answers the probe: it stays.
+        let answering = first.liveness.clone();
+        let peer = tokio::spawn(async move {
+            answering.probe_requested().await;
+            answering.heard();
+        });
+        let attached = registry
+            .resume(&id, holder(2), tx.clone(), PROBE)
+            .await
+            .unwrap_err();
+        peer.await.unwrap();
         assert_eq!(
             attached.code,
             crate::protocol::envelope::code::SESSION_ALREADY_ATTACHED
@@ -294,23 +460,72 @@ mod tests {
             attached.message,
             format!("session {id} is already attached to another connection")
         );
-        let unknown = registry.resume("nope", 2, tx.clone()).unwrap_err();
+        let unknown = registry
+            .resume("nope", holder(2), tx.clone(), PROBE)
+            .await
+            .unwrap_err();
         assert_eq!(unknown.message, "unknown session id nope");
         registry.detach(&session, 1);
-        let (resumed, new_epoch) = registry.resume(&id, 2, tx).unwrap();
+        let (resumed, new_epoch) = registry.resume(&id, holder(2), tx, PROBE).await.unwrap();
         assert!(Arc::ptr_eq(&resumed, &session));
         assert_ne!(new_epoch, epoch);
         // The old holder sees the takeover.
         session.taken_over(epoch).await;
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_gone_holder_loses_the_session_and_is_closed() {
+        let registry = Registry::new(Duration::from_secs(30));
+        let (tx, _rx) = mpsc::channel(1);
+        let silent = holder(1);
+        let (session, epoch) = registry.create(silent.clone(), tx.clone());
+        let id = session.id().to_owned();
+        let (_, new_epoch) = registry
+            .resume(&id, holder(2), tx.clone(), PROBE)
+            .await
+            .unwrap();
+        assert_ne!(new_epoch, epoch);
+        assert!(silent.liveness.killed().await.contains("is gone"));
+        // Its late close changes nothing.
+        registry.detach(&session, 1);
+        assert_eq!(registry.attached_sessions(), 1);
+        // An ended transport is gone without a probe.
+        let ended = holder(3);
+        let (other, _) = registry.create(ended.clone(), tx.clone());
+        ended.liveness.transport_closed();
+        assert!(registry
+            .resume(other.id(), holder(4), tx, PROBE)
+            .await
+            .is_ok());
+    }
+
     #[tokio::test]
     async fn zero_grace_expires_at_detach() {
         let registry = Registry::new(Duration::ZERO);
         let (tx, _rx) = mpsc::channel(1);
-        let (session, _) = registry.create(1, tx.clone());
+        let (session, _) = registry.create(holder(1), tx.clone());
         let id = session.id().to_owned();
         registry.detach(&session, 1);
-        assert!(registry.resume(&id, 2, tx).is_err());
+        assert!(registry.resume(&id, holder(2), tx, PROBE).await.is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_session_keeps_the_grace_its_client_asked_for() {
+        let registry = Registry::new(Duration::from_secs(30));
+        let (tx, _rx) = mpsc::channel(1);
+        let (session, _) = registry.create(holder(1), tx.clone());
+        session.set_grace(Duration::from_secs(3600));
+        registry.detach(&session, 1);
+        let listed = registry.list(9);
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].session_grace_secs, 3600);
+        assert_eq!(listed[0].expires_in_ms, Some(3_600_000));
+        assert!(!listed[0].attached && !listed[0].current);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let id = session.id().to_owned();
+        assert!(registry.resume(&id, holder(2), tx, PROBE).await.is_ok());
+        let listed = registry.list(2);
+        assert!(listed[0].attached && listed[0].current);
+        assert_eq!(listed[0].expires_in_ms, None);
     }
 }

@@ -403,6 +403,12 @@ impl Raw {
         }
     }
 
+    /// Keeps reading (and so answering the server's pings) in the
+    /// background until the connection closes, as a live client does.
+    pub fn answer_pings(mut self) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move { while let Some(Ok(_)) = self.ws.next().await {} })
+    }
+
     /// The next message, backlog first; panics when the connection closed.
     pub async fn recv(&mut self) -> Value {
         if let Some(value) = self.backlog.pop_front() {

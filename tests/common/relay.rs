@@ -147,6 +147,24 @@ impl Rendezvous {
             .parse()
             .expect("rendezvous address")
     }
+
+    /// The stream count `GET /readyz` reports.
+    pub fn streams(&self) -> u64 {
+        use std::io::{Read, Write};
+        let mut socket = std::net::TcpStream::connect(self.addr()).expect("connect /readyz");
+        socket.set_read_timeout(Some(WAIT)).expect("read timeout");
+        socket
+            .write_all(b"GET /readyz HTTP/1.0\r\nHost: rendezvous\r\n\r\n")
+            .expect("write /readyz");
+        let mut answer = String::new();
+        let _ = socket.read_to_string(&mut answer);
+        let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+        let value: serde_json::Value = serde_json::from_str(body)
+            .unwrap_or_else(|err| panic!("/readyz answered {answer:?}: {err}"));
+        value["streams"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("/readyz answered {answer:?}"))
+    }
 }
 
 /// A running `codexbox exec-server --remote`.
@@ -276,6 +294,10 @@ struct ProxyState {
     /// Bumped to cut every connection open at that moment.
     cut_epoch: AtomicU64,
     cuts: AtomicU64,
+    /// Bumped to freeze every connection open at that moment: nothing more
+    /// is forwarded either way, and both sockets stay open (a half-open
+    /// path, as when a peer's host vanishes).
+    freeze_epoch: AtomicU64,
     /// Connections forwarded so far.
     accepted: AtomicU64,
     stop: AtomicBool,
@@ -346,6 +368,12 @@ impl Proxy {
         self.state.cuts.fetch_add(1, Ordering::SeqCst);
     }
 
+    /// Freezes every open connection: from now on it forwards nothing and
+    /// never closes (until cut), like a peer whose host vanished.
+    pub fn freeze_all(&self) {
+        self.state.freeze_epoch.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// How many times connections were cut.
     pub fn cuts(&self) -> u64 {
         self.state.cuts.load(Ordering::SeqCst)
@@ -399,7 +427,10 @@ async fn run_proxy(
         let _ = outbound.set_nodelay(true);
         connection += 1;
         state.accepted.fetch_add(1, Ordering::SeqCst);
-        let epoch = state.cut_epoch.load(Ordering::SeqCst);
+        let epoch = Epochs {
+            cut: state.cut_epoch.load(Ordering::SeqCst),
+            freeze: state.freeze_epoch.load(Ordering::SeqCst),
+        };
         let (a_read, a_write) = inbound.into_split();
         let (b_read, b_write) = outbound.into_split();
         let seed = seed.wrapping_add(connection.wrapping_mul(0x9e37_79b9));
@@ -415,21 +446,39 @@ async fn run_proxy(
     }
 }
 
+/// The cut and freeze epochs a connection was accepted in.
+#[derive(Debug, Clone, Copy)]
+struct Epochs {
+    cut: u64,
+    freeze: u64,
+}
+
 async fn pipe(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     state: Arc<ProxyState>,
-    epoch: u64,
+    epoch: Epochs,
     faults: Faults,
     seed: u64,
 ) {
     let mut rng = Rng(seed | 1);
     let mut buf = vec![0u8; 64 * 1024];
-    let cut = || state.cut_epoch.load(Ordering::SeqCst) != epoch;
+    let cut = || state.cut_epoch.load(Ordering::SeqCst) != epoch.cut;
+    let frozen = || state.freeze_epoch.load(Ordering::SeqCst) != epoch.freeze;
     loop {
+        if frozen() {
+            // Hold both sockets, forward nothing, until cut.
+            while !cut() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            return;
+        }
         let read = tokio::time::timeout(Duration::from_millis(20), from.read(&mut buf)).await;
         if cut() {
             return;
+        }
+        if frozen() {
+            continue;
         }
         let n = match read {
             Err(_) => continue,

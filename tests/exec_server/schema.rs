@@ -143,6 +143,8 @@ async fn real_server_messages_match_the_schemas() {
     raw.send(initialized).await;
     call(&mut raw, &mut covered, "environment/info", Value::Null).await;
     call(&mut raw, &mut covered, "environment/status", json!({})).await;
+    let listed = call(&mut raw, &mut covered, "session/list", json!({})).await;
+    assert_eq!(listed["sessions"][0]["current"], true, "{listed}");
 
     call(
         &mut raw,

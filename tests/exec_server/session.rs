@@ -1,10 +1,15 @@
 //! Sessions of the exec-server (SPEC §2.3, §3.2, §3.5): resume after a
 //! dropped connection with the output produced meanwhile, bounded retention
-//! while detached, and the grace period killing every process of an
-//! abandoned session.
+//! while detached, the grace period killing every process of an abandoned
+//! session (and the one a client asks for), the peer deadline closing a
+//! connection whose peer went silent, a resume taking a session over only
+//! from a connection that does not answer, and `session/list`.
+
+use std::time::{Duration, Instant};
 
 use crate::common::client::*;
-use serde_json::json;
+use crate::common::relay::{Faults, Proxy};
+use serde_json::{json, Value};
 
 /// Starts `script` (which prints `pid:N` lines) and waits for `count` pids.
 async fn start_and_collect_pids(ws: &mut Raw, id: &str, script: &str, count: usize) -> Vec<u32> {
@@ -161,4 +166,147 @@ async fn within_the_grace_period_processes_keep_running() {
     ws.events_until_closed("k").await;
     wait_gone(pids[0]).await;
     assert_no_children(server.pid()).await;
+}
+
+/// The `session/list` entry of `session`, as `ws` sees it.
+async fn listed(ws: &mut Raw, session: &str) -> Option<Value> {
+    let list = ws.call("session/list", json!({})).await;
+    list["sessions"]
+        .as_array()
+        .and_then(|sessions| sessions.iter().find(|s| s["sessionId"] == session))
+        .cloned()
+}
+
+/// A proxy to `server`, to freeze the path of a connection.
+fn proxy_to(server: &Server) -> Proxy {
+    let proxy = Proxy::start(Faults::default(), 5);
+    proxy.set_target(server.addr().parse().expect("server address"));
+    proxy
+}
+
+#[tokio::test]
+async fn a_peer_that_stops_answering_pings_is_closed_and_its_session_detached() {
+    let server = Server::start(&["--peer-timeout-secs", "1"]);
+    let proxy = proxy_to(&server);
+    let mut far = Raw::connect(&format!("ws://{}", proxy.addr)).await;
+    let session = far.handshake().await;
+    let pids = start_and_collect_pids(&mut far, "f", "echo pid:$$; exec sleep 1000", 1).await;
+    // It answers pings while its path works.
+    let _far = far.answer_pings();
+    let mut near = server.raw().await;
+    near.handshake().await;
+    let entry = listed(&mut near, &session).await.expect("listed");
+    assert_eq!(entry["attached"], true, "{entry}");
+    // Its host vanishes: the path stays open and carries nothing.
+    proxy.freeze_all();
+    let deadline = Instant::now() + WAIT * 3;
+    loop {
+        let entry = listed(&mut near, &session).await.expect("listed");
+        if entry["attached"] == false {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still attached: {entry}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Detached, not killed: another connection resumes it at once.
+    let mut again = server.raw().await;
+    assert_eq!(again.handshake_resume(Some(&session)).await, session);
+    assert!(!is_gone(pids[0]));
+    again
+        .call("process/terminate", json!({"processId": "f"}))
+        .await;
+    wait_gone(pids[0]).await;
+}
+
+#[tokio::test]
+async fn a_resume_takes_a_session_over_only_from_a_holder_that_does_not_answer() {
+    let server = Server::start(&["--takeover-probe-ms", "300"]);
+    // A holder that answers keeps its session: -32010.
+    let (live, kept) = server.session().await;
+    let _live = live.answer_pings();
+    let mut other = server.raw().await;
+    let (code, message) = other
+        .call_err(
+            "initialize",
+            json!({"clientName": "t", "resumeSessionId": kept}),
+        )
+        .await;
+    assert_eq!(code, -32010, "{message}");
+    // A holder whose path went silent loses it to the resume.
+    let proxy = proxy_to(&server);
+    let mut far = Raw::connect(&format!("ws://{}", proxy.addr)).await;
+    let session = far.handshake().await;
+    let fifo = Fifo::new();
+    let script = format!("echo pid:$$; read x < {}; echo after:$x", fifo.path_str());
+    let pids = start_and_collect_pids(&mut far, "t", &script, 1).await;
+    let _far = far.answer_pings();
+    proxy.freeze_all();
+    let mut taker = server.raw().await;
+    let response = taker
+        .request(
+            "initialize",
+            json!({"clientName": "t", "resumeSessionId": session}),
+        )
+        .await;
+    assert_eq!(response["result"]["sessionId"], session, "{response}");
+    taker
+        .send(json!({"method": "initialized", "params": {}}))
+        .await;
+    // The process's events come to the new holder.
+    fifo.write(b"go\n").await;
+    let events = taker.events_until_closed("t").await;
+    assert_eq!(output_of(&events), "after:go\n");
+    let entry = listed(&mut taker, &session).await.expect("listed");
+    assert_eq!(
+        (&entry["attached"], &entry["current"]),
+        (&json!(true), &json!(true))
+    );
+    wait_gone(pids[0]).await;
+}
+
+#[tokio::test]
+async fn a_session_keeps_the_grace_period_its_client_asks_for_up_to_the_maximum() {
+    let server = Server::start(&[
+        "--session-grace-secs",
+        "0",
+        "--max-session-grace-secs",
+        "100",
+    ]);
+    let mut ws = server.raw().await;
+    let result = ws
+        .call(
+            "initialize",
+            json!({"clientName": "t", "sessionGraceSecs": 3600}),
+        )
+        .await;
+    assert_eq!(result["sessionGraceSecs"], 100, "bounded: {result}");
+    let session = result["sessionId"].as_str().expect("sessionId").to_owned();
+    ws.send(json!({"method": "initialized", "params": {}}))
+        .await;
+    let pids = start_and_collect_pids(&mut ws, "g", "echo pid:$$; exec sleep 1000", 1).await;
+    ws.close().await;
+    // The server's own grace period (0) would have killed it at once.
+    let mut ws = server.raw().await;
+    assert_eq!(ws.handshake_resume(Some(&session)).await, session);
+    assert!(!is_gone(pids[0]));
+    let entry = listed(&mut ws, &session).await.expect("listed");
+    assert_eq!(entry["sessionGraceSecs"], 100, "{entry}");
+    let process = &entry["processes"][0];
+    assert_eq!(
+        (
+            &process["processId"],
+            &process["state"],
+            &process["argv"][0]
+        ),
+        (&json!("g"), &json!("running"), &json!("sh")),
+        "{entry}"
+    );
+    ws.call("process/terminate", json!({"processId": "g"}))
+        .await;
+    wait_gone(pids[0]).await;
+    // A client that asks nothing gets the reference's answer, byte for byte.
+    let mut plain = server.raw().await;
+    let result = plain.call("initialize", json!({"clientName": "t"})).await;
+    let keys: Vec<&String> = result.as_object().expect("object").keys().collect();
+    assert_eq!(keys, ["sessionId"], "{result}");
 }

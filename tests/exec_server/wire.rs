@@ -529,7 +529,9 @@ async fn process_method_errors_have_spec_codes_and_messages() {
 #[tokio::test]
 async fn session_resume_errors_have_spec_codes_and_messages() {
     let server = Server::start(&[]);
-    let (_attached, session) = server.session().await;
+    let (attached, session) = server.session().await;
+    // A live holder: it answers the ping a resume sends it.
+    let _holder = attached.answer_pings();
     let mut ws = server.raw().await;
     let (code, message) = ws
         .call_err(

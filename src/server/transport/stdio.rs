@@ -14,9 +14,11 @@ use crate::server::wire_trace::{self, Direction};
 pub async fn serve(shared: Shared) {
     let cap = shared.config.transport_cap();
     let (out_tx, mut out_rx) = mpsc::channel::<String>(OUTBOUND_QUEUE);
+    // The one connection: nothing can resume its session, nothing to probe.
     let conn = Connection::new(
         shared,
         out_tx,
+        crate::server::liveness::Liveness::new(false),
         "failed to parse JSON-RPC message from exec-server stdio".to_owned(),
     );
     let connection = conn.id;

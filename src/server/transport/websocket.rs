@@ -1,7 +1,10 @@
 //! WebSocket transport over TCP or a Unix socket: the accept loop, the HTTP
 //! gate ([`super::http`]), and per connection a reader (this task) and a
 //! writer task that alone owns the sink, drains the bounded outbound queue in
-//! batches and sends a ping every 30 s.
+//! batches and pings the peer. Both report to the connection's
+//! [`Liveness`]: the writer closes a peer that missed its deadline or writes
+//! a takeover probe's ping, the reader closes the connection when the
+//! server decided to (`1001`, saying why).
 
 use std::sync::Arc;
 
@@ -14,8 +17,9 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_tungstenite::WebSocketStream;
 
 use super::http::{self, AccessPolicy, Decision};
-use crate::server::config::{OUTBOUND_QUEUE, PING_INTERVAL};
+use crate::server::config::OUTBOUND_QUEUE;
 use crate::server::connection::{Connection, Shared};
+use crate::server::liveness::{Keepalive, Liveness};
 use crate::server::router;
 use crate::server::wire_trace::{self, Direction};
 
@@ -97,11 +101,34 @@ where
     let (stop_tx, stop_rx) = oneshot::channel::<Option<CloseFrame>>();
     let prefix =
         format!("failed to parse websocket JSON-RPC message from exec-server websocket {peer}");
-    let conn = Connection::new(shared, out_tx, prefix);
-    let writer = tokio::spawn(write_loop(sink, out_rx, stop_rx, conn.id));
+    let keepalive = shared.config.keepalive;
+    let liveness = Liveness::new(true);
+    let conn = Connection::new(shared, out_tx, liveness.clone(), prefix);
+    let writer = tokio::spawn(write_loop(
+        sink,
+        out_rx,
+        stop_rx,
+        conn.id,
+        liveness.clone(),
+        keepalive,
+    ));
     tracing::debug!(connection = conn.id, %peer, "websocket connection opened");
     let mut close = None;
-    while let Some(message) = inbound.next().await {
+    loop {
+        let message = tokio::select! {
+            message = inbound.next() => message,
+            reason = liveness.killed() => {
+                tracing::info!(connection = conn.id, %peer, "closing the connection: {reason}");
+                close = Some(CloseFrame {
+                    code: CloseCode::Away,
+                    reason: close_reason(reason).into(),
+                });
+                break;
+            }
+        };
+        let Some(message) = message else { break };
+        liveness.heard();
+        let _busy = liveness.busy();
         match message {
             Ok(Message::Text(text)) => router::handle_message(&conn, text.as_bytes()).await,
             Ok(Message::Binary(bytes)) => router::handle_message(&conn, &bytes).await,
@@ -123,16 +150,48 @@ where
     let _ = writer.await;
 }
 
+/// `reason` cut to what a close frame carries (123 bytes).
+fn close_reason(mut reason: String) -> String {
+    const MAX: usize = 123;
+    if reason.len() > MAX {
+        let mut end = MAX;
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        reason.truncate(end);
+    }
+    reason
+}
+
+/// Writes the queue and the pings until `stop`; a failed write marks the
+/// transport ended.
 async fn write_loop<K>(
+    sink: K,
+    queue: mpsc::Receiver<String>,
+    stop: oneshot::Receiver<Option<CloseFrame>>,
+    connection: u64,
+    liveness: std::sync::Arc<Liveness>,
+    keepalive: Keepalive,
+) where
+    K: futures_util::Sink<Message, Error = WsError> + Unpin,
+{
+    write_frames(sink, queue, stop, connection, &liveness, keepalive).await;
+    liveness.transport_closed();
+}
+
+async fn write_frames<K>(
     mut sink: K,
     mut queue: mpsc::Receiver<String>,
     mut stop: oneshot::Receiver<Option<CloseFrame>>,
     connection: u64,
+    liveness: &Liveness,
+    keepalive: Keepalive,
 ) where
     K: futures_util::Sink<Message, Error = WsError> + Unpin,
 {
-    let mut ping =
-        tokio::time::interval_at(tokio::time::Instant::now() + PING_INTERVAL, PING_INTERVAL);
+    let every = keepalive.ping_interval;
+    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             biased;
@@ -165,9 +224,23 @@ async fn write_loop<K>(
                 }
             }
             _ = ping.tick() => {
+                if liveness.deadline_passed(keepalive.peer_timeout) {
+                    liveness.kill(format!(
+                        "no answer to a ping within {} s",
+                        keepalive.peer_timeout.as_secs_f64()
+                    ));
+                    continue;
+                }
                 if sink.send(Message::Ping(Default::default())).await.is_err() {
                     return;
                 }
+                liveness.ping_sent();
+            }
+            _ = liveness.probe_requested() => {
+                if sink.send(Message::Ping(Default::default())).await.is_err() {
+                    return;
+                }
+                liveness.ping_sent();
             }
         }
     }
