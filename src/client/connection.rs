@@ -24,6 +24,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use super::{ClientError, Notification, RpcError};
 use crate::relay::harness::{HarnessConfig, RelayStream};
+use crate::server::liveness::CLIENT_PING_INTERVAL;
 use crate::sync::lock;
 
 /// Messages queued for the writer task before senders wait.
@@ -100,6 +101,9 @@ struct Shared {
     closed: AtomicBool,
     /// Set once the reader has seen the end of the transport.
     ended: watch::Sender<bool>,
+    /// Set once the transport has let go of everything underneath (the
+    /// WebSocket closed; a relay stream's reset sent and its socket closed).
+    released: watch::Sender<bool>,
     /// Whether the caller took the notification receiver. Until then a full
     /// channel drops notifications instead of stalling responses.
     receiver_taken: AtomicBool,
@@ -111,6 +115,7 @@ impl Shared {
             pending: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
             ended: watch::channel(false).0,
+            released: watch::channel(false).0,
             receiver_taken: AtomicBool::new(false),
         })
     }
@@ -238,30 +243,10 @@ impl Connection {
             tokio_tungstenite::client_async_with_config(request, stream, Some(config))
                 .await
                 .map_err(handshake)?;
-        let (mut sink, mut source) = ws.split();
+        let (sink, mut source) = ws.split();
         let shared = Shared::new();
-        let (out_tx, mut out_rx) = mpsc::channel::<Message>(OUTBOUND_QUEUE);
-
-        tokio::spawn(async move {
-            // Feed every message already queued, then flush once: pipelined
-            // calls leave in one write instead of one syscall each.
-            while let Some(first) = out_rx.recv().await {
-                if sink.feed(first).await.is_err() {
-                    break;
-                }
-                let mut failed = false;
-                while let Ok(next) = out_rx.try_recv() {
-                    if sink.feed(next).await.is_err() {
-                        failed = true;
-                        break;
-                    }
-                }
-                if failed || sink.flush().await.is_err() {
-                    break;
-                }
-            }
-            let _ = sink.close().await;
-        });
+        let (out_tx, out_rx) = mpsc::channel::<Message>(OUTBOUND_QUEUE);
+        tokio::spawn(write_loop(sink, out_rx));
 
         let reader_shared = Arc::clone(&shared);
         tokio::spawn(async move {
@@ -275,6 +260,7 @@ impl Connection {
                 dispatch(&reader_shared, &notify_tx, &bytes).await;
             }
             reader_shared.end();
+            reader_shared.released.send_replace(true);
         });
 
         Ok(Self {
@@ -291,12 +277,16 @@ impl Connection {
         let RelayStream {
             outbound,
             mut inbound,
+            released,
             ..
         } = stream;
         tokio::spawn(async move {
             while let Some(message) = out_rx.recv().await {
-                let Message::Text(text) = message else {
-                    continue;
+                let text = match message {
+                    Message::Text(text) => text,
+                    // Dropping `outbound` closes the stream.
+                    Message::Close(_) => break,
+                    _ => continue,
                 };
                 if outbound.send(text.into()).await.is_err() {
                     break;
@@ -309,6 +299,12 @@ impl Connection {
                 dispatch(&reader_shared, &notify_tx, &bytes).await;
             }
             reader_shared.end();
+        });
+        let released_shared = Arc::clone(&shared);
+        tokio::spawn(async move {
+            // Resolves when the stream's socket task has finished.
+            let _ = released.await;
+            released_shared.released.send_replace(true);
         });
         Self {
             out_tx,
@@ -393,6 +389,51 @@ impl Connection {
         drop(self.out_tx);
         let _ = tokio::time::timeout(limit, ended.wait_for(|ended| *ended)).await;
     }
+
+    /// Closes the connection cleanly — a WebSocket close handshake, or a
+    /// relay stream's reset, sent before its socket is closed — and waits
+    /// (at most `limit`) until that is done, so the server and a
+    /// rendezvous let go of it at once instead of waiting for a timeout.
+    pub(crate) async fn close_and_wait(&self, limit: std::time::Duration) {
+        let mut released = self.shared.released.subscribe();
+        let _ = self.out_tx.send(Message::Close(None)).await;
+        let _ = tokio::time::timeout(limit, released.wait_for(|done| *done)).await;
+    }
+}
+
+/// The writer task of a WebSocket: feeds every message already queued, then
+/// flushes once (pipelined calls leave in one write instead of one syscall
+/// each), pings the server every [`CLIENT_PING_INTERVAL`] so it hears from
+/// this client even while the reader holds back, and closes the socket when
+/// the queue ends or a close is queued.
+async fn write_loop<K>(mut sink: K, mut out_rx: mpsc::Receiver<Message>)
+where
+    K: futures_util::Sink<Message> + Unpin,
+{
+    let start = tokio::time::Instant::now() + CLIENT_PING_INTERVAL;
+    let mut ping = tokio::time::interval_at(start, CLIENT_PING_INTERVAL);
+    'write: loop {
+        let first = tokio::select! {
+            message = out_rx.recv() => message,
+            _ = ping.tick() => Some(Message::Ping(Default::default())),
+        };
+        let Some(first) = first else { break };
+        let mut closing = matches!(first, Message::Close(_));
+        if sink.feed(first).await.is_err() {
+            break;
+        }
+        while !closing {
+            let Ok(next) = out_rx.try_recv() else { break };
+            closing = matches!(next, Message::Close(_));
+            if sink.feed(next).await.is_err() {
+                break 'write;
+            }
+        }
+        if sink.flush().await.is_err() || closing {
+            break;
+        }
+    }
+    let _ = sink.close().await;
 }
 
 #[derive(serde::Serialize)]

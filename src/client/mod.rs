@@ -25,7 +25,11 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use crate::protocol::envelope::code::SESSION_ALREADY_ATTACHED;
-use crate::protocol::{environment, fs, process, METHOD_INITIALIZE, NOTIFY_INITIALIZED};
+pub use crate::protocol::session::{ProcessState, ProcessSummary, SessionSummary};
+use crate::protocol::session::{SessionListResult, METHOD_LIST as METHOD_SESSION_LIST};
+use crate::protocol::{
+    environment, fs, process, InitializeResult, METHOD_INITIALIZE, NOTIFY_INITIALIZED,
+};
 use connection::{Connection, Endpoint};
 pub use remote::RemoteExecServerClient;
 pub use types::{
@@ -95,6 +99,11 @@ pub enum ClientError {
         "the connection was lost while {method} was in flight; it may or may not have taken effect"
     )]
     Disconnected { method: String },
+    #[error("lost the connection to the exec-server and could not reconnect within {} s (last attempt: {last})", .window.as_secs())]
+    Unrecoverable {
+        window: std::time::Duration,
+        last: String,
+    },
     #[error("no response to {method} within {after:?}")]
     Timeout {
         method: String,
@@ -143,6 +152,10 @@ pub struct ConnectOptions {
     /// How long [`RemoteExecServerClient`] keeps trying to get a lost
     /// connection back before it gives up.
     pub recovery_window: std::time::Duration,
+    /// How long the session should survive without a connection, asked of
+    /// the server in `initialize` (`None`: ask nothing; the server's grace
+    /// period applies). The server bounds it by its maximum.
+    pub session_grace: Option<std::time::Duration>,
 }
 
 impl ConnectOptions {
@@ -154,6 +167,7 @@ impl ConnectOptions {
             request_timeout: None,
             relay: None,
             recovery_window: remote::RECOVERY_WINDOW,
+            session_grace: None,
         }
     }
 
@@ -184,6 +198,12 @@ impl ConnectOptions {
         self.recovery_window = window;
         self
     }
+
+    /// Asks the server to keep the session this long without a connection.
+    pub fn session_grace(mut self, grace: std::time::Duration) -> Self {
+        self.session_grace = Some(grace);
+        self
+    }
 }
 
 /// An async client bound to one live connection and, after
@@ -195,7 +215,12 @@ pub struct ExecServerClient {
     notifications: Option<mpsc::Receiver<Notification>>,
     client_name: String,
     session_id: Option<String>,
+    /// The grace period the server granted, when one was asked for.
+    session_grace: Option<std::time::Duration>,
 }
+
+/// How long [`ExecServerClient::close`] waits for a clean close.
+pub const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl ExecServerClient {
     /// Connects to `url` (`ws://…` or `unix://…`) without a token.
@@ -218,6 +243,7 @@ impl ExecServerClient {
             notifications: Some(rx),
             client_name: String::new(),
             session_id: None,
+            session_grace: None,
         })
     }
 
@@ -231,31 +257,39 @@ impl ExecServerClient {
         Ok(client)
     }
 
-    /// Sends `initialize {clientName, resumeSessionId}` and, once it
+    /// Sends `initialize {clientName, resumeSessionId, sessionGraceSecs?}`
+    /// (the grace period of [`ConnectOptions::session_grace`]) and, once it
     /// succeeds, the `initialized` notification. Returns the session id.
     pub async fn initialize(
         &mut self,
         client_name: &str,
         resume_session_id: Option<&str>,
     ) -> Result<String, ClientError> {
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct InitializeResult {
-            session_id: String,
+        let mut params = json!({"clientName": client_name, "resumeSessionId": resume_session_id});
+        if let Some(grace) = self.options.session_grace {
+            params["sessionGraceSecs"] = json!(grace.as_secs());
         }
-        let params = json!({"clientName": client_name, "resumeSessionId": resume_session_id});
         let result: InitializeResult = self.call_as(METHOD_INITIALIZE, params).await?;
         self.connection
             .notify(NOTIFY_INITIALIZED, &json!({}))
             .await?;
         self.client_name = client_name.to_owned();
         self.session_id = Some(result.session_id.clone());
+        self.session_grace = result
+            .session_grace_secs
+            .map(std::time::Duration::from_secs);
         Ok(result.session_id)
     }
 
     /// The session id from the last successful `initialize`.
     pub fn session_id(&self) -> Option<&str> {
         self.session_id.as_deref()
+    }
+
+    /// The grace period the server granted the session (`None` when none
+    /// was asked for, or the server does not know the extension).
+    pub fn session_grace(&self) -> Option<std::time::Duration> {
+        self.session_grace
     }
 
     /// Takes the notification receiver of the current connection. Each
@@ -309,10 +343,18 @@ impl ExecServerClient {
         }
     }
 
-    /// Closes the connection. A WebSocket session stays resumable for the
-    /// server's grace period.
+    /// Closes the connection without waiting. A WebSocket session stays
+    /// resumable for the server's grace period.
     pub fn close(self) {
         self.connection.shutdown();
+    }
+
+    /// Closes the connection cleanly and waits (at most [`CLOSE_WAIT`]) until
+    /// it is done: the server detaches the session at once, and a relay
+    /// stream is reset, so the rendezvous forgets it. Call it before the
+    /// process exits; later calls fail with [`ClientError::Closed`].
+    pub async fn close_and_wait(&self) {
+        self.connection.close_and_wait(CLOSE_WAIT).await;
     }
 
     /// Sends any request and returns its `result`, or the server's error.
@@ -404,6 +446,14 @@ impl ExecServerClient {
             .call_as(process::METHOD_TERMINATE, json!({"processId": process_id}))
             .await?;
         Ok(result.running)
+    }
+
+    // ----- sessions --------------------------------------------------------
+
+    /// `session/list`: every session of the server with its processes.
+    pub async fn session_list(&self) -> Result<Vec<SessionSummary>, ClientError> {
+        let result: SessionListResult = self.call_as(METHOD_SESSION_LIST, Value::Null).await?;
+        Ok(result.sessions)
     }
 
     // ----- environment -----------------------------------------------------

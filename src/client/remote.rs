@@ -164,8 +164,11 @@ struct Inner {
     generation: AtomicU64,
     /// Held by the one reconnect attempt in progress.
     reconnecting: tokio::sync::Mutex<()>,
-    /// Set when recovery failed for good.
+    /// Set when recovery failed for good: the last attempt's error.
     failure: Mutex<Option<String>>,
+    /// Set by [`RemoteExecServerClient::close`]: a connection that ends is
+    /// not recovered.
+    closing: std::sync::atomic::AtomicBool,
     processes: Mutex<HashMap<String, Tracked>>,
     events: mpsc::Sender<Notification>,
     /// How long one recovery may take.
@@ -224,6 +227,7 @@ impl RemoteExecServerClient {
                 generation: AtomicU64::new(0),
                 reconnecting: tokio::sync::Mutex::new(()),
                 failure: Mutex::new(None),
+                closing: std::sync::atomic::AtomicBool::new(false),
                 processes: Mutex::new(HashMap::new()),
                 events,
                 recovery_window,
@@ -250,6 +254,34 @@ impl RemoteExecServerClient {
         self.inner.generation.load(Ordering::Acquire)
     }
 
+    /// The grace period the server granted the session, when
+    /// [`ConnectOptions::session_grace`] asked for one and the server knows
+    /// the extension.
+    pub async fn session_grace(&self) -> Option<Duration> {
+        self.inner.current.read().await.session_grace()
+    }
+
+    /// Closes the connection cleanly and waits (at most
+    /// [`super::CLOSE_WAIT`]) until it is done, without reconnecting: the
+    /// server detaches the session at once (it lives on for its grace
+    /// period) and a relay stream is reset, so the rendezvous forgets it.
+    pub async fn close(&self) {
+        self.inner.closing.store(true, Ordering::Release);
+        // A reconnect under way holds the connection: do not wait it out.
+        let close = async { self.inner.current.read().await.close_and_wait().await };
+        let _ = tokio::time::timeout(super::CLOSE_WAIT, close).await;
+    }
+
+    /// `session/list` (read-only, retried once).
+    pub async fn session_list(&self) -> Result<Vec<super::SessionSummary>, ClientError> {
+        self.with_connection(
+            crate::protocol::session::METHOD_LIST,
+            true,
+            |inner| async move { inner.current.read().await.session_list().await },
+        )
+        .await
+    }
+
     /// Forwards one connection's notifications; when it ends, recovers.
     fn spawn_pump(&self, mut receiver: mpsc::Receiver<Notification>, generation: u64) {
         let this = self.clone();
@@ -257,7 +289,7 @@ impl RemoteExecServerClient {
             while let Some(notification) = receiver.recv().await {
                 this.deliver(notification).await;
             }
-            if this.inner.events.is_closed() {
+            if this.inner.events.is_closed() || this.inner.closing.load(Ordering::Acquire) {
                 return;
             }
             if let Err(err) = this.recover(generation).await {
@@ -287,10 +319,14 @@ impl RemoteExecServerClient {
         if self.inner.generation.load(Ordering::Acquire) > seen {
             return Ok(());
         }
-        if let Some(failure) = lock(&self.inner.failure).clone() {
-            return Err(ClientError::Disconnected { method: failure });
+        let window = self.inner.recovery_window;
+        if let Some(last) = lock(&self.inner.failure).clone() {
+            return Err(ClientError::Unrecoverable { window, last });
         }
-        let deadline = tokio::time::Instant::now() + self.inner.recovery_window;
+        if self.inner.closing.load(Ordering::Acquire) {
+            return Err(ClientError::Closed);
+        }
+        let deadline = tokio::time::Instant::now() + window;
         let mut delay = Duration::from_millis(100);
         let mut client = self.inner.current.write().await;
         loop {
@@ -302,9 +338,9 @@ impl RemoteExecServerClient {
                     delay = (delay * 2).min(Duration::from_secs(5));
                 }
                 Err(err) => {
-                    let message = format!("reconnect failed: {err}");
-                    *lock(&self.inner.failure) = Some(message.clone());
-                    return Err(ClientError::Disconnected { method: message });
+                    let last = err.to_string();
+                    *lock(&self.inner.failure) = Some(last.clone());
+                    return Err(ClientError::Unrecoverable { window, last });
                 }
             }
         }

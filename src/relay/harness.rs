@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_tungstenite::tungstenite::Message;
 
 use super::channel::Channel;
@@ -95,6 +95,10 @@ pub struct RelayStream {
     pub outbound: mpsc::Sender<Bytes>,
     /// Inbound JSON-RPC messages; ends when the stream does.
     pub inbound: mpsc::Receiver<Vec<u8>>,
+    /// Resolves (with an error) once the stream's socket task has finished:
+    /// after a closed stream's last frames (its reset) were written and the
+    /// socket closed.
+    pub released: oneshot::Receiver<()>,
 }
 
 type Socket = super::executor::RelaySocket;
@@ -182,14 +186,19 @@ pub async fn open(config: Arc<HarnessConfig>) -> Result<RelayStream, HarnessErro
         close_reason: (dialect == Dialect::Reliable).then_some(RESET_HARNESS_CLOSED),
         liveness: None,
     };
+    let (release, released) = oneshot::channel();
+    let stream_side = StreamSide {
+        frames: frames_tx,
+        link: link_tx,
+        _release: release,
+    };
     tokio::spawn(manage_socket(
         config,
         stream_id.clone(),
         dialect,
         ws,
         queue,
-        frames_tx,
-        link_tx,
+        stream_side,
     ));
     let id = stream_id.clone();
     tokio::spawn(async move {
@@ -201,6 +210,7 @@ pub async fn open(config: Arc<HarnessConfig>) -> Result<RelayStream, HarnessErro
         dialect,
         outbound,
         inbound,
+        released,
     })
 }
 
@@ -240,6 +250,16 @@ async fn await_handshake(ws: &mut Socket, stream_id: &str) -> Result<HandshakeRe
     Err(HarnessError::Ended)
 }
 
+/// What a socket manager holds of its stream task.
+struct StreamSide {
+    /// Frames of the stream, for the stream task.
+    frames: mpsc::Sender<RelayMessageFrame>,
+    /// The current link, for the stream task.
+    link: watch::Sender<super::stream::LinkState>,
+    /// Dropped when the manager returns ([`RelayStream::released`]).
+    _release: oneshot::Sender<()>,
+}
+
 /// Runs the stream's socket; for a reliable stream, replaces it when it is lost.
 async fn manage_socket(
     config: Arc<HarnessConfig>,
@@ -247,12 +267,12 @@ async fn manage_socket(
     dialect: Dialect,
     mut ws: Socket,
     mut queue: mpsc::Receiver<Vec<u8>>,
-    frames: mpsc::Sender<RelayMessageFrame>,
-    link: watch::Sender<super::stream::LinkState>,
+    side: StreamSide,
 ) {
+    let StreamSide { frames, link, .. } = &side;
     let mut generation = 1u64;
     loop {
-        let closing = pump(ws, &stream_id, &frames, &mut queue).await;
+        let closing = pump(ws, &stream_id, frames, &mut queue).await;
         if closing || dialect == Dialect::Reference {
             link.send_replace(None);
             // Let the stream drain what it already queued for a reset.
@@ -337,7 +357,10 @@ async fn pump(
                     return false;
                 }
             }
-            _ = frames.closed() => return true,
+            _ = frames.closed() => {
+                let _ = sink.close().await;
+                return true;
+            }
         }
     }
 }

@@ -178,3 +178,36 @@ async fn reads_are_retried_once_and_ambiguous_calls_are_not_replayed() {
         .await
         .expect("terminate"));
 }
+
+#[tokio::test]
+async fn a_closed_client_lets_go_of_its_stream_and_session_at_once() {
+    // A stream whose harness vanished would be held for ten minutes.
+    let rendezvous = Rendezvous::start(&["--resume-hold-secs", "600"]);
+    let _executor = Executor::start(&rendezvous.url, "closing-env", &[], &[]);
+    let config = || HarnessConfig {
+        registry: RegistryClient::new(&rendezvous.url, "closing-env", AuthHeaders::default())
+            .expect("registry"),
+        identity: NoiseIdentity::generate().expect("identity"),
+        offer_reliable: true,
+    };
+    let (client, _events) =
+        RemoteExecServerClient::connect(ConnectOptions::relay(config()), "first")
+            .await
+            .expect("connect");
+    let session = client.session_id().await.expect("session");
+    assert_eq!(rendezvous.streams(), 1);
+    client.close().await;
+    // The reset went out before `close` returned: the rendezvous drops the
+    // stream now, not after its hold.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while rendezvous.streams() != 0 {
+        assert!(std::time::Instant::now() < deadline, "the stream is held");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (again, _events) =
+        RemoteExecServerClient::resume(ConnectOptions::relay(config()), "second", &session)
+            .await
+            .expect("resumed at once, not -32010");
+    assert_eq!(again.session_id().await.as_deref(), Some(session.as_str()));
+    again.close().await;
+}
