@@ -355,14 +355,17 @@ impl ManagedProcess {
         lock(&self.pty_master).take();
     }
 
-    /// Kills the whole tree. Returns whether the process was still running.
+    /// Kills the whole tree: the command, or once it has exited what it
+    /// left running (which holds its output open: it is not closed yet).
+    /// Returns whether the command itself was still running.
     pub fn terminate(&self) -> bool {
-        if self.has_exited() {
+        if self.is_closed() {
             return false;
         }
+        let running = !self.has_exited();
         self.terminated.store(true, Ordering::Relaxed);
         self.kill_tree_now();
-        true
+        running
     }
 
     /// Kills the process group and every descendant, exited or not (a

@@ -515,6 +515,27 @@ async fn terminate_kills_a_setsid_grandchild_holding_the_pipe() {
 }
 
 #[tokio::test]
+async fn terminate_after_the_exit_kills_what_the_command_left_holding_its_output() {
+    let server = Server::start(&[]);
+    let (mut ws, _) = server.session().await;
+    ws.call("process/start", sh("left", "sleep 1000 & echo pid:$!"))
+        .await;
+    let exited = ws.notification("process/exited", "left").await;
+    assert_eq!(exited["exitCode"], 0, "{exited}");
+    let orphan = pids_in(&output_of(&ws.output_until("left", "\n").await))[0];
+    assert!(!is_gone(orphan), "it holds the output open");
+    // The command itself is gone: `running` false, what it left is killed.
+    assert_eq!(
+        ws.call("process/terminate", json!({"processId": "left"}))
+            .await,
+        json!({"running": false})
+    );
+    wait_gone(orphan).await;
+    ws.notification("process/closed", "left").await;
+    assert_no_children(server.pid()).await;
+}
+
+#[tokio::test]
 async fn terminate_kills_a_double_forked_daemon() {
     let server = Server::start(&[]);
     let (mut ws, _) = server.session().await;
