@@ -75,6 +75,7 @@ fn run(mode: Mode, argv: Vec<OsString>) -> i32 {
         Mode::Proxy => crate::net::cli::main(argv),
         Mode::Exec => crate::shell::exec::main(argv),
         Mode::Attach => crate::shell::attach::main(argv),
+        Mode::Ps => crate::shell::ps::main(argv),
         Mode::Cp => crate::shell::cp::main(argv),
     }
 }
@@ -99,6 +100,7 @@ Modes:
   proxy          network proxy that lets through only allowed destinations
   exec           run a command on an exec-server, as if it ran here
   attach         re-attach to a process of a detached session
+  ps             list the sessions and processes of an exec-server
   cp             copy files and directories to or from an exec-server
 
 Run `codexbox <MODE> --help` for the options of a mode.

@@ -13,7 +13,7 @@
 //! - `rendezvous` ([`rendezvous`]) and `connect` ([`connect`]): remote mode's
 //!   registry and relay, and a local bridge to a remote executor; the
 //!   executor side and the wire ([`relay`]) serve `exec-server --remote`;
-//! - `exec`, `attach` and `cp` ([`shell`]): a remote shell for people.
+//! - `exec`, `attach`, `ps` and `cp` ([`shell`]): a remote shell for people.
 //!
 //! The library surface: [`protocol`] types, [`client::ExecServerClient`],
 //! [`server::run_main`] and the sandbox policy types in [`sandbox::policy`].

@@ -43,6 +43,7 @@ pub enum Mode {
     Proxy,
     Exec,
     Attach,
+    Ps,
     Cp,
 }
 
@@ -62,6 +63,7 @@ impl Mode {
             Mode::Proxy => "proxy",
             Mode::Exec => "exec",
             Mode::Attach => "attach",
+            Mode::Ps => "ps",
             Mode::Cp => "cp",
         }
     }
@@ -89,7 +91,7 @@ impl Mode {
     }
 
     pub fn from_subcommand(arg: &OsStr) -> Option<Mode> {
-        const ALL: [Mode; 13] = [
+        const ALL: [Mode; 14] = [
             Mode::ExecServer,
             Mode::LinuxSandbox,
             Mode::Bwrap,
@@ -102,6 +104,7 @@ impl Mode {
             Mode::Proxy,
             Mode::Exec,
             Mode::Attach,
+            Mode::Ps,
             Mode::Cp,
         ];
         ALL.into_iter().find(|mode| arg == mode.subcommand())

@@ -6,8 +6,16 @@
 //! (`process/resize` on SIGWINCH). Ordering, resume and backfill after a
 //! dropped connection are the client's ([`RemoteExecServerClient`]); this
 //! loop only sees one ordered stream of events.
+//!
+//! It can always be left: for an interactive attachment the first SIGINT
+//! goes to the process and the second leaves; SIGTERM and SIGHUP leave —
+//! for the owner of the process (`exec`) after passing the signal on and
+//! giving the process [`Attachment::stop_grace`] to end, so the caller ends
+//! what is left ([`Outcome::Stopped`]); otherwise at once, leaving the
+//! process running ([`Outcome::Detached`]).
 
 use std::io::Read;
+use std::time::Duration;
 
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -34,6 +42,12 @@ pub struct Attachment {
     /// Our SIGINT, SIGTERM, SIGHUP and SIGQUIT go to the process; otherwise
     /// they only end the watch.
     pub forward_signals: bool,
+    /// The process lives and dies with this attachment (`exec`): leaving
+    /// ends it. Otherwise leaving lets it run on.
+    pub owns_process: bool,
+    /// How long a process that was passed SIGTERM or SIGHUP gets to end
+    /// before the attachment stops waiting for it.
+    pub stop_grace: Duration,
     /// The local terminal is in raw mode (line ends need a carriage return).
     pub raw: bool,
     /// The last event already shown (output before it is not repeated).
@@ -50,6 +64,9 @@ pub enum Outcome {
     },
     /// The watch ended on `signal`; the process goes on.
     Detached { signal: i32, after_seq: u64 },
+    /// The owner was told to stop by `signal` before the process closed:
+    /// what is left of it should be ended.
+    Stopped { signal: i32, after_seq: u64 },
     /// The connection is gone and could not be recovered.
     Lost { message: String, after_seq: u64 },
 }
@@ -120,19 +137,10 @@ pub async fn run(
             }
         });
     };
-    let signal_or_detach = |name: &'static str, signo: i32, last_seq: u64| {
-        if attachment.forward_signals {
-            forward(name);
-            None
-        } else {
-            Some(Outcome::Detached {
-                signal: signo,
-                after_seq: last_seq,
-            })
-        }
-    };
+    let mut leaving = Leaving::new(attachment);
     loop {
-        let detached = tokio::select! {
+        let stop_at = leaving.deadline();
+        let decided = tokio::select! {
             notification = events.recv() => {
                 let Some(notification) = notification else {
                     return Outcome::Lost { message: "the client stopped".into(), after_seq: last_seq };
@@ -176,10 +184,10 @@ pub async fn run(
                     },
                 }
             }
-            _ = next(&mut signals.interrupt) => signal_or_detach("interrupt", libc::SIGINT, last_seq),
-            _ = next(&mut signals.terminate) => signal_or_detach("terminate", libc::SIGTERM, last_seq),
-            _ = next(&mut signals.hangup) => signal_or_detach("hangup", libc::SIGHUP, last_seq),
-            _ = next(&mut signals.quit) => signal_or_detach("quit", libc::SIGQUIT, last_seq),
+            _ = next(&mut signals.interrupt) => leaving.signal(Received::Interrupt, &forward),
+            _ = next(&mut signals.terminate) => leaving.signal(Received::Terminate, &forward),
+            _ = next(&mut signals.hangup) => leaving.signal(Received::Hangup, &forward),
+            _ = next(&mut signals.quit) => leaving.signal(Received::Quit, &forward),
             _ = next(&mut signals.window) => {
                 if let Some(size) = terminal::window_size() {
                     let (client, id) = (client.clone(), attachment.process_id.clone());
@@ -191,10 +199,138 @@ pub async fn run(
                 }
                 None
             }
+            _ = sleep_until(stop_at) => leaving.grace_over(),
         };
-        if let Some(outcome) = detached {
-            return outcome;
+        if let Some(leave) = decided {
+            return leave.outcome(last_seq);
         }
+    }
+}
+
+/// A signal the attachment listens to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Received {
+    Interrupt,
+    Terminate,
+    Hangup,
+    Quit,
+}
+
+impl Received {
+    fn signo(self) -> i32 {
+        match self {
+            Self::Interrupt => libc::SIGINT,
+            Self::Terminate => libc::SIGTERM,
+            Self::Hangup => libc::SIGHUP,
+            Self::Quit => libc::SIGQUIT,
+        }
+    }
+
+    /// The `process/signal` name it is passed on as.
+    fn wire_name(self) -> &'static str {
+        match self {
+            Self::Interrupt => "interrupt",
+            Self::Terminate => "terminate",
+            Self::Hangup => "hangup",
+            Self::Quit => "quit",
+        }
+    }
+}
+
+/// How the attachment is to end, decided from the signals it got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leave {
+    Detach(i32),
+    Stop(i32),
+}
+
+impl Leave {
+    fn outcome(self, after_seq: u64) -> Outcome {
+        match self {
+            Self::Detach(signal) => Outcome::Detached { signal, after_seq },
+            Self::Stop(signal) => Outcome::Stopped { signal, after_seq },
+        }
+    }
+}
+
+/// The signal policy of one attachment (see the module documentation).
+#[derive(Debug)]
+struct Leaving {
+    forward_signals: bool,
+    owns_process: bool,
+    stop_grace: Duration,
+    /// A SIGINT was passed on already.
+    interrupted: bool,
+    /// A SIGTERM or SIGHUP was passed on: the signal and when the process's
+    /// time to end is over.
+    stopping: Option<(i32, tokio::time::Instant)>,
+}
+
+impl Leaving {
+    fn new(attachment: &Attachment) -> Self {
+        Self {
+            forward_signals: attachment.forward_signals,
+            owns_process: attachment.owns_process,
+            stop_grace: attachment.stop_grace,
+            interrupted: false,
+            stopping: None,
+        }
+    }
+
+    /// Leaving now, as the owner or not.
+    fn now(&self, signo: i32) -> Leave {
+        if self.owns_process {
+            Leave::Stop(signo)
+        } else {
+            Leave::Detach(signo)
+        }
+    }
+
+    /// What `received` does: passed on (via `forward`), or the end.
+    fn signal(&mut self, received: Received, forward: &dyn Fn(&'static str)) -> Option<Leave> {
+        let signo = received.signo();
+        if !self.forward_signals {
+            return Some(Leave::Detach(signo));
+        }
+        // A second request to stop is obeyed at once.
+        if let Some((first, _)) = self.stopping {
+            return (received != Received::Quit).then_some(Leave::Stop(first));
+        }
+        match received {
+            Received::Quit => {
+                forward(received.wire_name());
+                None
+            }
+            Received::Interrupt if !self.interrupted => {
+                forward(received.wire_name());
+                self.interrupted = true;
+                None
+            }
+            Received::Interrupt => Some(self.now(signo)),
+            Received::Terminate | Received::Hangup if self.owns_process => {
+                forward(received.wire_name());
+                self.stopping = Some((signo, tokio::time::Instant::now() + self.stop_grace));
+                None
+            }
+            Received::Terminate | Received::Hangup => Some(Leave::Detach(signo)),
+        }
+    }
+
+    /// When the process's time to end after a passed-on signal is over.
+    fn deadline(&self) -> Option<tokio::time::Instant> {
+        self.stopping.map(|(_, at)| at)
+    }
+
+    /// That time is over: stop waiting.
+    fn grace_over(&self) -> Option<Leave> {
+        self.stopping.map(|(signo, _)| Leave::Stop(signo))
+    }
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

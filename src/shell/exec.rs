@@ -1,24 +1,34 @@
 //! `codexbox exec`: run one command on an exec-server (direct or through a
 //! registry) as if it ran here — output streamed as it comes, stdin with
-//! `-i`, a terminal with `-t`, signals passed on, the exit status passed
-//! through — or start it detached (`--detach`) for `codexbox attach`.
+//! `-i`, a terminal with `-t` (when there is one here: like `ssh`, `-t`
+//! without a terminal on stdin warns and runs without one), signals passed
+//! on, the exit status passed through, and stopped (with the command) on a
+//! second Ctrl-C or a SIGTERM — or start it detached (`--detach`), its
+//! session kept for `--session-grace-secs`, for `codexbox attach`.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::IsTerminal;
+use std::time::Duration;
 
 use clap::Parser;
 
 use super::attachment::{self, Attachment};
+use super::hint::{human_duration, AttachCommand};
 use super::target::TargetArgs;
 use super::terminal::{self, RawMode};
-use super::{finish, ConnectionArgs, ShellError};
+use super::{ConnectionArgs, Place, ShellError};
 use crate::client::{RemoteExecServerClient, StartParams};
 use crate::protocol::path::WirePath;
 use crate::protocol::process::{EnvInherit, EnvPolicy};
 use crate::protocol::sandbox::FileSystemSandboxContext;
 
 const NAME: &str = "codexbox exec";
+/// How long a detached command's session survives without a client, unless
+/// `--session-grace-secs` says otherwise.
+const DETACHED_SESSION_GRACE: Duration = Duration::from_secs(3600);
+/// How long a command passed SIGTERM or SIGHUP gets to end before it is killed.
+const STOP_GRACE_MS: u64 = 3000;
 
 /// Which of the server's variables the command inherits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -69,6 +79,15 @@ struct Args {
     /// Start the command, print how to attach to it, and exit.
     #[arg(short = 'd', long)]
     detach: bool,
+    /// How long the server keeps the command's session (and the command)
+    /// once no client is attached (default with --detach: 3600; otherwise
+    /// the server's own). The server bounds it by its maximum.
+    #[arg(long, value_name = "SECS")]
+    session_grace_secs: Option<u64>,
+    /// Milliseconds a command passed SIGTERM or SIGHUP gets to end before it
+    /// is killed.
+    #[arg(long, value_name = "MS", default_value_t = STOP_GRACE_MS, hide = true)]
+    stop_grace_ms: u64,
     /// The command and its arguments.
     #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     command: Vec<OsString>,
@@ -76,11 +95,7 @@ struct Args {
 
 /// Entry point of the `exec` mode.
 pub fn main(argv: Vec<OsString>) -> i32 {
-    let args: Args = match crate::startup::parse(&argv) {
-        Ok(args) => args,
-        Err(code) => return code,
-    };
-    finish(NAME, super::run_async(NAME, run(args)))
+    super::main_with(NAME, &argv, run)
 }
 
 /// Parses `-e` entries: `K=V`, or `K` for this process's value of `K`
@@ -123,11 +138,25 @@ fn command_strings(command: &[OsString]) -> Result<Vec<String>, ShellError> {
         .collect()
 }
 
+/// The terminal and stdin a command gets: `-t` only with a terminal on
+/// stdin here (else a warning, and stdin is sent instead, as `ssh` does).
+fn terminal_choice(args: &Args, stdin_is_terminal: bool) -> (bool, bool) {
+    if args.tty && !args.detach && !stdin_is_terminal {
+        eprintln!(
+            "{NAME}: stdin is not a terminal: the command runs without one (-t ignored) and gets this stdin"
+        );
+        return (false, true);
+    }
+    (args.tty, args.stdin)
+}
+
 async fn run(args: Args) -> Result<i32, ShellError> {
     let local_env = |name: &str| std::env::var(name).ok();
     let argv = command_strings(&args.command)?;
+    let stdin_is_terminal = std::io::stdin().is_terminal();
+    let (tty, stdin) = terminal_choice(&args, stdin_is_terminal);
     let mut env = env_entries(&args.env, &local_env)?;
-    if args.tty && !env.contains_key("TERM") {
+    if tty && !env.contains_key("TERM") {
         env.insert(
             "TERM".into(),
             local_env("TERM").unwrap_or_else(|| "xterm".into()),
@@ -139,9 +168,17 @@ async fn run(args: Args) -> Result<i32, ShellError> {
         .map(crate::sandbox::debug::read_profile)
         .transpose()
         .map_err(ShellError::Usage)?;
-    let options = args
+    let target = args.target.flags(&local_env)?;
+    let mut options = args
         .connection
         .apply(args.target.connect_options(&local_env)?);
+    let grace = args
+        .session_grace_secs
+        .map(Duration::from_secs)
+        .or(args.detach.then_some(DETACHED_SESSION_GRACE));
+    if let Some(grace) = grace {
+        options = options.session_grace(grace);
+    }
     let (client, mut events) = RemoteExecServerClient::connect(options, NAME).await?;
     let server_cwd = client.environment_info().await?.cwd;
     let cwd = super::remote_path(server_cwd.as_deref(), args.cwd.as_deref().unwrap_or("."))?;
@@ -158,7 +195,7 @@ async fn run(args: Args) -> Result<i32, ShellError> {
             serde_json::to_value(context).map_err(|err| ShellError::Usage(err.to_string()))
         })
         .transpose()?;
-    let interactive_terminal = args.tty && std::io::stdin().is_terminal() && !args.detach;
+    let interactive_terminal = tty && stdin_is_terminal && !args.detach;
     let params = StartParams {
         env,
         env_policy: Some(EnvPolicy {
@@ -170,13 +207,11 @@ async fn run(args: Args) -> Result<i32, ShellError> {
             ..EnvPolicy::default()
         }),
         sandbox,
-        size: args
-            .tty
-            .then(|| terminal::window_size().unwrap_or_default()),
+        size: tty.then(|| terminal::window_size().unwrap_or_default()),
         ..StartParams::new(process_id.clone(), argv.clone())
             .cwd(WirePath::native(&cwd))
-            .tty(args.tty)
-            .pipe_stdin(args.stdin && !args.tty)
+            .tty(tty)
+            .pipe_stdin(stdin && !tty)
     };
     // Raw mode before the start, so no key typed meanwhile is echoed here.
     let raw = if interactive_terminal {
@@ -186,29 +221,70 @@ async fn run(args: Args) -> Result<i32, ShellError> {
     };
     if let Err(err) = client.process_start(&params).await {
         drop(raw);
+        client.close().await;
         return Err(ShellError::Start {
             command: argv.join(" "),
             source: err,
         });
     }
+    let session = client.session_id().await.unwrap_or_default();
     if args.detach {
-        let session = client.session_id().await.unwrap_or_default();
-        let line = super::attach_args(&session, &process_id, args.tty, args.stdin, 0);
-        crate::startup::announce(&crate::terminal_text::escape(&line));
+        let granted = client.session_grace().await;
+        client.close().await;
+        announce_detached(&target, &session, &process_id, tty, stdin, granted);
         return Ok(0);
     }
     let attachment = Attachment {
         process_id,
-        tty: args.tty,
-        stdin: args.stdin || interactive_terminal,
+        tty,
+        stdin: stdin || interactive_terminal,
         forward_signals: true,
+        owns_process: true,
+        stop_grace: Duration::from_millis(args.stop_grace_ms),
         raw: raw.is_some(),
         after_seq: 0,
     };
     let outcome = attachment::run(&client, &mut events, &attachment).await;
     drop(raw);
-    let session = client.session_id().await.unwrap_or_default();
-    Ok(super::report(NAME, &session, &attachment, outcome))
+    let place = Place {
+        name: NAME,
+        target: &target,
+        session: &session,
+    };
+    let code = super::report(&place, &client, &attachment, outcome).await;
+    client.close().await;
+    Ok(code)
+}
+
+/// Prints the `attach` command of a detached command on stdout and how long
+/// its session is kept on stderr.
+fn announce_detached(
+    target: &[String],
+    session: &str,
+    process: &str,
+    tty: bool,
+    stdin: bool,
+    granted: Option<Duration>,
+) {
+    let command = AttachCommand {
+        target,
+        session,
+        process,
+        after_seq: Some(0),
+        tty,
+        stdin,
+    };
+    crate::startup::announce(&command.to_string());
+    match granted {
+        Some(grace) => eprintln!(
+            "{NAME}: detached; the server keeps the command for {} after its last client leaves (list with: codexbox ps {})",
+            human_duration(grace.as_secs()),
+            crate::terminal_text::Escaped(&super::hint::shell_words(target))
+        ),
+        None => eprintln!(
+            "{NAME}: detached; the server did not say how long it keeps the command without a client (its own session grace period: 30 s unless configured)"
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -1,17 +1,21 @@
 //! The front ends for people: `codexbox exec` (run a command on an
 //! exec-server as if it ran here), `codexbox attach` (re-attach to a
-//! process of a detached session) and `codexbox cp` (copy files and trees
-//! both ways). They are thin: connecting is [`target`]'s, the terminal
-//! [`terminal`]'s, the I/O loop of an attached process [`attachment`]'s,
-//! and everything on the wire the client library's
-//! ([`crate::client::RemoteExecServerClient`],
+//! process of a detached session), `codexbox ps` (list the sessions to
+//! attach to) and `codexbox cp` (copy files and trees both ways). They are
+//! thin: connecting is [`target`]'s, the terminal [`terminal`]'s, the I/O
+//! loop of an attached process [`attachment`]'s, the command lines printed
+//! for a person [`hint`]'s, and everything on the wire the client
+//! library's ([`crate::client::RemoteExecServerClient`],
 //! [`crate::client::ExecServerClient`] and its transfers). Exit codes are
-//! decided here, in [`ShellError::exit_code`] and [`report`].
+//! decided here, in [`ShellError::exit_code`] and [`report`], which also
+//! ends the command of an `exec` that was told to stop.
 
 pub mod attach;
 pub mod attachment;
 pub mod cp;
 pub mod exec;
+pub mod hint;
+pub mod ps;
 pub mod target;
 pub mod terminal;
 
@@ -39,7 +43,7 @@ pub enum ShellError {
     Target(#[from] target::TargetError),
     #[error("{0}")]
     Client(#[from] ClientError),
-    #[error("cannot start `{command}`: {source}")]
+    #[error("cannot start `{command}`: {}", reason(source))]
     Start {
         command: String,
         #[source]
@@ -49,6 +53,15 @@ pub enum ShellError {
     Terminal(#[from] terminal::TerminalError),
     #[error("{0}")]
     Failed(String),
+}
+
+/// Why a request failed, for a person: the server's own words when it
+/// answered with an error, the client's otherwise.
+fn reason(err: &ClientError) -> String {
+    match err {
+        ClientError::Rpc(rpc) => rpc.message.clone(),
+        other => other.to_string(),
+    }
 }
 
 impl ShellError {
@@ -81,6 +94,20 @@ pub struct ConnectionArgs {
 impl ConnectionArgs {
     fn apply(&self, options: ConnectOptions) -> ConnectOptions {
         options.recovery_window(Duration::from_secs(self.reconnect_secs))
+    }
+}
+
+/// The entry point of a front end: parses `argv` as `A`, runs `run` on a
+/// fresh runtime and turns its result into the exit code.
+fn main_with<A, F, Fut>(name: &str, argv: &[std::ffi::OsString], run: F) -> i32
+where
+    A: clap::Parser,
+    F: FnOnce(A) -> Fut,
+    Fut: Future<Output = Result<i32, ShellError>>,
+{
+    match crate::startup::parse::<A>(argv) {
+        Ok(args) => finish(name, run_async(name, run(args))),
+        Err(code) => code,
     }
 }
 
@@ -148,42 +175,51 @@ pub fn remote_path(server_cwd: Option<&str>, text: &str) -> Result<PathBuf, Shel
     Ok(clean)
 }
 
-/// The `codexbox attach` command that continues an attachment after
-/// `after_seq` (escaped: the session id is the server's).
-pub fn attach_hint(session: &str, attachment: &Attachment, after_seq: u64) -> String {
-    let args = attach_args(
-        session,
-        &attachment.process_id,
-        attachment.tty,
-        attachment.stdin,
-        after_seq,
-    );
-    format!("codexbox attach {}", Escaped(&args))
+/// Where an attachment runs, for the lines printed when it ends.
+#[derive(Debug, Clone, Copy)]
+pub struct Place<'a> {
+    /// `codexbox exec` or `codexbox attach`.
+    pub name: &'a str,
+    /// The flags naming the server ([`target::TargetArgs::flags`]).
+    pub target: &'a [String],
+    pub session: &'a str,
 }
 
-/// The `attach` flags that pick up process `process_id` of `session` after
-/// `after_seq`, with a terminal (`-t`) and stdin (`-i`) as given.
-pub fn attach_args(
-    session: &str,
-    process_id: &str,
-    tty: bool,
-    stdin: bool,
-    after_seq: u64,
-) -> String {
-    let mut args = format!("--session {session} --process {process_id} --after-seq {after_seq}");
-    if tty {
-        args.push_str(" -t");
+impl Place<'_> {
+    /// The `codexbox attach` command that continues `attachment` after
+    /// `after_seq`.
+    pub fn attach_command<'b>(
+        &'b self,
+        attachment: &'b Attachment,
+        after_seq: u64,
+    ) -> hint::AttachCommand<'b> {
+        hint::AttachCommand {
+            target: self.target,
+            session: self.session,
+            process: &attachment.process_id,
+            after_seq: Some(after_seq),
+            tty: attachment.tty,
+            stdin: attachment.stdin,
+        }
     }
-    if stdin {
-        args.push_str(" -i");
-    }
-    args
 }
+
+/// How long the owner of a process waits for the server to end it when it
+/// was told to stop.
+const STOP_WAIT: Duration = Duration::from_secs(5);
 
 /// Prints what an attachment's end means and returns the exit code: the
 /// command's own (0–255, 128+N for signal N), 128+N when our signal N ended
-/// a watch, [`EXIT_CONNECTION`] when the connection was lost for good.
-fn report(name: &str, session: &str, attachment: &Attachment, outcome: Outcome) -> i32 {
+/// a watch, [`EXIT_CONNECTION`] when the connection was lost for good. The
+/// process of an attachment told to stop ([`Outcome::Stopped`]) is ended
+/// first (`process/terminate`, bounded by [`STOP_WAIT`]).
+async fn report(
+    place: &Place<'_>,
+    client: &crate::client::RemoteExecServerClient,
+    attachment: &Attachment,
+    outcome: Outcome,
+) -> i32 {
+    let name = place.name;
     match outcome {
         Outcome::Closed {
             exit_code,
@@ -201,15 +237,38 @@ fn report(name: &str, session: &str, attachment: &Attachment, outcome: Outcome) 
         Outcome::Detached { signal, after_seq } => {
             eprintln!(
                 "{name}: detached; the process goes on. To continue: {}",
-                attach_hint(session, attachment, after_seq)
+                place.attach_command(attachment, after_seq)
             );
             128 + signal
         }
+        Outcome::Stopped { signal, after_seq } => {
+            let what = crate::process::kill::signal_name(signal);
+            let terminated =
+                tokio::time::timeout(STOP_WAIT, client.process_terminate(&attachment.process_id))
+                    .await;
+            match terminated {
+                Ok(Ok(true)) => eprintln!("{name}: stopped by {what}; the command was killed"),
+                Ok(Ok(false)) => eprintln!(
+                    "{name}: stopped by {what}; the command had already exited, and what it left running was killed"
+                ),
+                Ok(Err(err)) => eprintln!(
+                    "{name}: stopped by {what} without reaching the server ({}); the command may still be running: {}",
+                    Escaped(&err.to_string()),
+                    place.attach_command(attachment, after_seq)
+                ),
+                Err(_) => eprintln!(
+                    "{name}: stopped by {what} without an answer from the server within {} s; the command may still be running: {}",
+                    STOP_WAIT.as_secs(),
+                    place.attach_command(attachment, after_seq)
+                ),
+            }
+            128 + signal
+        }
         Outcome::Lost { message, after_seq } => {
+            eprintln!("{name}: {}.", Escaped(&message));
             eprintln!(
-                "{name}: lost the connection: {}\n{name}: the process may go on for the server's session grace period; to continue: {}",
-                Escaped(&message),
-                attach_hint(session, attachment, after_seq)
+                "{name}: the command may still be running (for the session's grace period); to continue: {}",
+                place.attach_command(attachment, after_seq)
             );
             EXIT_CONNECTION
         }
@@ -246,19 +305,5 @@ mod tests {
         assert_eq!(start.exit_code(), EXIT_NOT_STARTED);
         assert_eq!(ShellError::Client(ClientError::Closed).exit_code(), 255);
         assert_eq!(ShellError::Usage("x".into()).exit_code(), 2);
-        let attachment = Attachment {
-            process_id: "p".into(),
-            tty: false,
-            stdin: false,
-            forward_signals: true,
-            raw: false,
-            after_seq: 0,
-        };
-        let closed = |exit_code| Outcome::Closed {
-            exit_code,
-            sandbox_denied: false,
-        };
-        assert_eq!(report("t", "s", &attachment, closed(143)), 143);
-        assert_eq!(report("t", "s", &attachment, closed(-1)), 255);
     }
 }

@@ -93,22 +93,25 @@ pub fn read_token(
     }
 }
 
+/// The exec-server as the flags and variables name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Named {
+    Url(String),
+    Registry {
+        registry: String,
+        environment: String,
+    },
+}
+
 impl TargetArgs {
-    /// How to connect: flags first, then the variables (`env` reads them).
-    pub fn connect_options(
-        &self,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<ConnectOptions, TargetError> {
+    /// Which server: flags first, then the variables (`env` reads them).
+    fn named(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<Named, TargetError> {
         let from_env = |name: &str| env(name).filter(|value| !value.trim().is_empty());
         if let Some(url) = &self.url {
             if self.registry.is_some() || self.environment_id.is_some() {
                 return Err(TargetError::Both);
             }
-            let mut options = ConnectOptions::new(url.clone());
-            if let Some(token) = read_token(self.token_file.as_deref(), AUTH_TOKEN_ENV, env)? {
-                options = options.auth_token(token);
-            }
-            return Ok(options);
+            return Ok(Named::Url(url.clone()));
         }
         let registry = self
             .registry
@@ -120,16 +123,67 @@ impl TargetArgs {
             .clone()
             .or_else(|| from_env(NOISE_ENVIRONMENT_ID_ENV))
             .ok_or(TargetError::NoEnvironment)?;
-        let token = read_token(self.token_file.as_deref(), NOISE_AUTH_TOKEN_ENV, env)?;
-        let account = from_env(NOISE_ACCOUNT_ID_ENV);
-        let config = harness_config(
-            registry.trim(),
-            environment.trim(),
-            token.as_deref(),
-            account.as_deref(),
-            true,
-        )?;
-        Ok(ConnectOptions::relay(config))
+        Ok(Named::Registry {
+            registry: registry.trim().to_owned(),
+            environment: environment.trim().to_owned(),
+        })
+    }
+
+    /// How to connect: flags first, then the variables (`env` reads them).
+    pub fn connect_options(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<ConnectOptions, TargetError> {
+        match self.named(env)? {
+            Named::Url(url) => {
+                let mut options = ConnectOptions::new(url);
+                if let Some(token) = read_token(self.token_file.as_deref(), AUTH_TOKEN_ENV, env)? {
+                    options = options.auth_token(token);
+                }
+                Ok(options)
+            }
+            Named::Registry {
+                registry,
+                environment,
+            } => {
+                let token = read_token(self.token_file.as_deref(), NOISE_AUTH_TOKEN_ENV, env)?;
+                let account = env(NOISE_ACCOUNT_ID_ENV).filter(|value| !value.trim().is_empty());
+                let config = harness_config(
+                    &registry,
+                    &environment,
+                    token.as_deref(),
+                    account.as_deref(),
+                    true,
+                )?;
+                Ok(ConnectOptions::relay(config))
+            }
+        }
+    }
+
+    /// The flags that name the same server from any shell: `--url URL`, or
+    /// `--registry URL --environment-id ID` (also when they came from the
+    /// variables), and `--token-file` as an absolute path when one was
+    /// given. A token from a variable is never written out: the same
+    /// variable must be set where the flags are used.
+    pub fn flags(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<Vec<String>, TargetError> {
+        let mut flags = match self.named(env)? {
+            Named::Url(url) => vec!["--url".to_owned(), url],
+            Named::Registry {
+                registry,
+                environment,
+            } => vec![
+                "--registry".to_owned(),
+                registry,
+                "--environment-id".to_owned(),
+                environment,
+            ],
+        };
+        if let Some(file) = &self.token_file {
+            let absolute = std::path::absolute(file).unwrap_or_else(|_| file.clone());
+            flags.push("--token-file".to_owned());
+            flags.push(absolute.to_string_lossy().into_owned());
+        }
+        Ok(flags)
     }
 }
 
@@ -185,6 +239,41 @@ mod tests {
         ] {
             assert_eq!(err.exit_code(), 2);
         }
+    }
+
+    #[test]
+    fn the_flags_name_the_same_server_wherever_it_came_from() {
+        let direct = args(Some("ws://127.0.0.1:1"), None, None).flags(&no_env);
+        assert_eq!(
+            direct.ok(),
+            Some(vec!["--url".into(), "ws://127.0.0.1:1".into()])
+        );
+        let from_variables = args(None, None, None).flags(&|name| match name {
+            NOISE_REGISTRY_URL_ENV => Some(" http://127.0.0.1:9 ".into()),
+            NOISE_ENVIRONMENT_ID_ENV => Some("dev".into()),
+            NOISE_AUTH_TOKEN_ENV => Some("secret".into()),
+            _ => None,
+        });
+        assert_eq!(
+            from_variables.ok(),
+            Some(vec![
+                "--registry".into(),
+                "http://127.0.0.1:9".into(),
+                "--environment-id".into(),
+                "dev".into()
+            ])
+        );
+        let with_file = TargetArgs {
+            token_file: Some(PathBuf::from("token")),
+            ..args(Some("ws://127.0.0.1:1"), None, None)
+        }
+        .flags(&no_env)
+        .unwrap_or_default();
+        let file = with_file.last().map(PathBuf::from).unwrap_or_default();
+        assert!(
+            file.is_absolute() && file.ends_with("token"),
+            "{with_file:?}"
+        );
     }
 
     #[test]

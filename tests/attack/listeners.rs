@@ -215,13 +215,19 @@ fn the_owner_uses_connect_without_copying_a_token() {
         None,
     );
     assert_eq!(detached.code, 0, "{}", detached.stderr);
+    // `codexbox attach --url URL --session S --process P --after-seq 0`.
     let line = detached.stdout_text();
-    let mut args = vec!["attach", "--url", url, "--from-start"];
+    assert!(
+        line.starts_with(&format!("codexbox attach --url {url} ")),
+        "{line}"
+    );
+    let mut args = vec!["--from-start"];
     let flags: Vec<&str> = line
         .split_whitespace()
+        .skip(1)
         .filter(|word| *word != "--after-seq" && *word != "0")
         .collect();
-    args.extend(flags);
+    args.splice(0..0, flags);
     let attached = run(&args, None);
     assert_eq!(attached.code, 3, "{line}: {}", attached.stderr);
     assert_eq!(attached.stdout_text(), "later\n");

@@ -51,6 +51,42 @@ pub fn run(args: &[&str], stdin: Option<Vec<u8>>) -> Run {
     finish(&mut command, stdin, &format!("{args:?}"))
 }
 
+/// A directory holding `codexbox` (a symlink to the binary under test), to
+/// put first on `PATH` when running a command line codexbox printed.
+fn codexbox_on_path() -> std::path::PathBuf {
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("codexbox-on-path");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        // Made aside and renamed into place: test processes may race here.
+        let fresh = dir.join(format!("codexbox.{}", std::process::id()));
+        let _ = std::fs::remove_file(&fresh);
+        std::os::unix::fs::symlink(BIN, &fresh).expect("symlink codexbox");
+        std::fs::rename(&fresh, dir.join("codexbox")).expect("rename codexbox");
+        dir
+    })
+    .clone()
+}
+
+/// `sh -c LINE` with the binary under test as `codexbox` on `PATH`: a
+/// command line codexbox printed for a person, pasted into a shell.
+pub fn pasted(line: &str) -> Command {
+    let path = format!(
+        "{}:{}",
+        codexbox_on_path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut command = Command::new("sh");
+    command
+        .args(["-c", line])
+        .env("PATH", path)
+        .env_remove("CODEXBOX_AUTH_TOKEN")
+        .env_remove("CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN")
+        .env_remove("CODEX_EXEC_SERVER_NOISE_REGISTRY_URL")
+        .env_remove("CODEX_EXEC_SERVER_NOISE_ENVIRONMENT_ID");
+    command
+}
+
 /// Runs a prepared command to its end, feeding `stdin`.
 // Reaped by waitpid in `wait_measured`, which clippy cannot see.
 #[allow(clippy::zombie_processes)]
@@ -419,7 +455,12 @@ impl Streaming {
     /// Starts `codexbox ARGS…` with stdin from `/dev/null` (or a pipe kept
     /// open when `stdin_pipe`). Reaped in `finish` (wait4) or on drop.
     pub fn start(args: &[&str], stdin_pipe: bool) -> Streaming {
-        let mut child = spawn_piped(&mut command(args), stdin_pipe, &format!("{args:?}"));
+        Self::spawn(command(args), stdin_pipe, &format!("{args:?}"))
+    }
+
+    /// Starts a prepared command (see [`start`](Self::start)).
+    pub fn spawn(mut command: Command, stdin_pipe: bool, what: &str) -> Streaming {
+        let mut child = spawn_piped(&mut command, stdin_pipe, what);
         let stdout = Arc::new(std::sync::Mutex::new(Vec::new()));
         let stderr = Arc::new(std::sync::Mutex::new(Vec::new()));
         let readers = vec![
@@ -431,7 +472,7 @@ impl Streaming {
             stdout,
             stderr,
             readers,
-            what: format!("{args:?}"),
+            what: what.to_owned(),
             reaped: false,
         }
     }
@@ -463,6 +504,20 @@ impl Streaming {
         }
     }
 
+    /// Waits (bounded) until stderr holds `needle`.
+    pub fn wait_for_stderr(&self, needle: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.stderr().contains(needle) {
+            assert!(
+                Instant::now() < deadline,
+                "{}: stderr never showed {needle:?}; stderr {}",
+                self.what,
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Sends `signal` to the front end itself.
     pub fn signal(&self, signal: i32) {
         // SAFETY: kill takes a pid and a signal number, no pointers.
@@ -483,6 +538,15 @@ impl Streaming {
             stderr: self.stderr(),
             max_rss_kib,
         }
+    }
+}
+
+/// Waits (bounded) until process `pid` no longer runs (blocking).
+pub fn wait_gone_blocking(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !super::client::is_gone(pid) {
+        assert!(Instant::now() < deadline, "process {pid} is still running");
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

@@ -6,7 +6,7 @@
 
 use crate::common::client::{Fifo, Server};
 use crate::common::relay::{seq_output, Executor, Faults, Proxy, Rendezvous};
-use crate::common::shell::{release, run, Run, Streaming};
+use crate::common::shell::{finish, pasted, release, run, Run, Streaming};
 
 fn exec(url: &str, extra: &[&str], command: &[&str], stdin: Option<Vec<u8>>) -> Run {
     let mut args = vec!["exec", "--url", url];
@@ -391,18 +391,38 @@ fn random_cuts_while_output_streams_keep_it_exact() {
     );
 }
 
-/// `--session S --process P --after-seq 0` from `exec --detach`.
-fn detached(server_url: &str, script: &str) -> Vec<String> {
+/// What `exec --detach` printed: the `attach` line, its session and process.
+struct Detached {
+    line: String,
+    session: String,
+    process: String,
+}
+
+fn detached(server_url: &str, script: &str) -> Detached {
     let out = exec(server_url, &["--detach"], &["sh", "-c", script], None);
     assert_eq!(out.code, 0, "{out:?}");
-    let line = out.stdout_text();
-    let words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
-    assert_eq!(words.len(), 6, "{line:?}");
+    let line = out.stdout_text().trim_end().to_owned();
+    let words: Vec<&str> = line.split(' ').collect();
+    assert_eq!(words.len(), 10, "{line:?}");
     assert_eq!(
-        (words[0].as_str(), words[2].as_str(), words[4].as_str()),
-        ("--session", "--process", "--after-seq")
+        [words[0], words[1], words[2], words[3], words[4], words[6], words[8], words[9]],
+        [
+            "codexbox",
+            "attach",
+            "--url",
+            server_url,
+            "--session",
+            "--process",
+            "--after-seq",
+            "0"
+        ],
+        "{line:?}"
     );
-    words
+    Detached {
+        session: words[5].to_owned(),
+        process: words[7].to_owned(),
+        line,
+    }
 }
 
 #[test]
@@ -413,10 +433,8 @@ fn detach_then_attach_continues_the_stream() {
         "echo first; read x < {}; echo second; exit 6",
         fifo.path_str()
     );
-    let words = detached(&server.url, &script);
-    let mut args = vec!["attach", "--url", &server.url];
-    args.extend(words.iter().map(String::as_str));
-    let attached = Streaming::start(&args, false);
+    let detached = detached(&server.url, &script);
+    let attached = Streaming::spawn(pasted(&detached.line), false, &detached.line);
     attached.wait_for("first\n");
     release(&fifo.path, b"go\n");
     let done = attached.finish();
@@ -433,8 +451,8 @@ fn attach_follows_from_now_from_a_seq_or_from_the_start() {
         "echo early; while [ ! -e {} ]; do echo tick; sleep 0.05; done; echo late; exit 3",
         stop.display()
     );
-    let words = detached(&server.url, &script);
-    let (session, process) = (words[1].as_str(), words[3].as_str());
+    let detached = detached(&server.url, &script);
+    let (session, process) = (detached.session.as_str(), detached.process.as_str());
     let attach = |extra: &[&str]| {
         let mut args = vec![
             "attach",
@@ -454,14 +472,22 @@ fn attach_follows_from_now_from_a_seq_or_from_the_start() {
     peek.signal(libc::SIGINT);
     let peeked = peek.finish();
     assert_eq!(peeked.code, 128 + libc::SIGINT, "{peeked:?}");
-    let hint = format!("codexbox attach --session {session} --process {process} --after-seq ");
-    let after: u64 = peeked
+    let hint = format!(
+        "codexbox attach --url {} --session {session} --process {process} --after-seq ",
+        server.url
+    );
+    let continuation = peeked
         .stderr
-        .split(&hint)
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|seq| seq.parse().ok())
+        .lines()
+        .find_map(|line| {
+            line.split_once("To continue: ")
+                .map(|(_, hint)| hint.to_owned())
+        })
         .unwrap_or_else(|| panic!("no continuation in {:?}", peeked.stderr));
+    let after: u64 = continuation
+        .strip_prefix(&hint)
+        .and_then(|seq| seq.parse().ok())
+        .unwrap_or_else(|| panic!("not {hint:?}N: {continuation:?}"));
     assert!(after >= 1, "{peeked:?}");
     // From now: live output, but not what came before.
     let now = Streaming::start(&strs(&attach(&[])), false);
@@ -471,9 +497,9 @@ fn attach_follows_from_now_from_a_seq_or_from_the_start() {
     assert_eq!(now.code, 3, "{now:?}");
     assert!(!now.stdout_text().contains("early"), "{now:?}");
     assert!(now.stdout_text().ends_with("tick\nlate\n"), "{now:?}");
-    // After the seq the watcher printed, then from the start: together the
-    // two halves are the whole stream, nothing lost, nothing twice.
-    let rest = run(&strs(&attach(&["--after-seq", &after.to_string()])), None);
+    // The continuation the watcher printed, pasted, then from the start:
+    // together the two halves are the whole stream, nothing lost, nothing twice.
+    let rest = finish(&mut pasted(&continuation), None, &continuation);
     let whole = run(&strs(&attach(&["--from-start"])), None);
     assert_eq!((rest.code, whole.code), (3, 3), "{rest:?} {whole:?}");
     assert!(

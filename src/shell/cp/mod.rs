@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use clap::Parser;
 
 use super::target::TargetArgs;
-use super::{finish, remote_path, ShellError};
+use super::{remote_path, ShellError};
 use crate::client::{ClientError, ExecServerClient};
 use crate::protocol::envelope::code::NOT_FOUND;
 use crate::protocol::fs::{GetMetadataResponse, OpenMode};
@@ -83,11 +83,7 @@ enum Direction {
 
 /// Entry point of the `cp` mode.
 pub fn main(argv: Vec<OsString>) -> i32 {
-    let args: Args = match crate::startup::parse(&argv) {
-        Ok(args) => args,
-        Err(code) => return code,
-    };
-    finish(NAME, super::run_async(NAME, run(args)))
+    super::main_with(NAME, &argv, run)
 }
 
 /// `SRC/.` or `.`: copy what is in the directory, not the directory.
@@ -113,15 +109,32 @@ async fn run(args: Args) -> Result<i32, ShellError> {
             ))
         }
     };
-    let options = args.target.connect_options(&local_env)?;
+    // Nothing to resume: its session goes away with it.
+    let options = args
+        .target
+        .connect_options(&local_env)?
+        .session_grace(std::time::Duration::ZERO);
     let mut client = ExecServerClient::connect_with(options).await?;
     client.initialize(NAME, None).await?;
+    let outcome = copy_all(&client, &args, direction, &source, &destination).await;
+    client.close_and_wait().await;
+    outcome
+}
+
+/// Copies `source` to `destination` as `direction` says, reporting problems.
+async fn copy_all(
+    client: &ExecServerClient,
+    args: &Args,
+    direction: Direction,
+    source: &str,
+    destination: &str,
+) -> Result<i32, ShellError> {
     let server_cwd = client.environment_info().await?.cwd;
-    let contents = names_contents(&source);
+    let contents = names_contents(source);
     let remote = |text: &str| remote_path(server_cwd.as_deref(), text);
     let (source, destination) = match direction {
-        Direction::Upload => (PathBuf::from(source), remote(&destination)?),
-        Direction::Download => (remote(&source)?, PathBuf::from(destination)),
+        Direction::Upload => (PathBuf::from(source), remote(destination)?),
+        Direction::Download => (remote(source)?, PathBuf::from(destination)),
     };
     if source.file_name().is_none() && !contents {
         return Err(ShellError::Usage(format!(
@@ -131,7 +144,7 @@ async fn run(args: Args) -> Result<i32, ShellError> {
         )));
     }
     let mut copy = Copy {
-        client: &client,
+        client,
         direction,
         strict: args.strict,
         problems: 0,
@@ -140,8 +153,8 @@ async fn run(args: Args) -> Result<i32, ShellError> {
         created: Default::default(),
     };
     let (source_side, destination_side) = match direction {
-        Direction::Upload => (Side::Local, Side::Remote(&client)),
-        Direction::Download => (Side::Remote(&client), Side::Local),
+        Direction::Upload => (Side::Local, Side::Remote(client)),
+        Direction::Download => (Side::Remote(client), Side::Local),
     };
     let mut problems = Vec::new();
     let items = source_side.walk(&source, args.strict, &mut problems).await;
@@ -485,8 +498,13 @@ impl Failure {
         }
     }
 
+    /// The server's own words for an error it answered (`No such file or
+    /// directory (os error 2)`), the client's otherwise.
     fn rpc(err: ClientError) -> Self {
-        Self::remote(err)
+        match err {
+            ClientError::Rpc(rpc) => Self::remote(rpc.message),
+            other => Self::remote(other),
+        }
     }
 
     fn transfer(err: crate::client::transfer::TransferError) -> Self {
