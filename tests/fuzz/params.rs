@@ -101,7 +101,9 @@ fn fs<T: DeserializeOwned>(params: &Value) -> Result<(), RpcError> {
 pub fn decode(method: &str, params: &Value) -> Result<(), RpcError> {
     match method {
         "initialize" => process::<InitializeParams>(params).map(drop),
-        "environment/info" | "environment/status" => process::<NoParams>(params).map(drop),
+        "environment/info" | "environment/status" | "session/list" => {
+            process::<NoParams>(params).map(drop)
+        }
         "process/start" => {
             let start = process::<StartParams>(params)?;
             if let Some(launch) = &start.network_proxy {
