@@ -83,6 +83,21 @@ pub fn split_pattern(pattern: &str) -> Option<(PathBuf, String)> {
     Some((PathBuf::from(root), pattern[slash + 1..].to_owned()))
 }
 
+/// Groups `patterns` by search root (sorted), and lists those that would
+/// scan from `/` (in their order): [`expand`]'s first step, shared with the
+/// incremental index so both group and skip alike.
+pub fn group_by_root(patterns: &[String]) -> (BTreeMap<PathBuf, Vec<String>>, Vec<String>) {
+    let mut groups: BTreeMap<PathBuf, Vec<String>> = BTreeMap::new();
+    let mut skipped = Vec::new();
+    for pattern in patterns {
+        match split_pattern(pattern) {
+            Some((root, glob)) => groups.entry(root).or_default().push(glob),
+            None => skipped.push(pattern.clone()),
+        }
+    }
+    (groups, skipped)
+}
+
 /// Expands `patterns` (absolute) into the paths to mask.
 pub fn expand(
     patterns: &[String],
@@ -93,13 +108,8 @@ pub fn expand(
     if max_depth == Some(0) {
         return Ok(out);
     }
-    let mut groups: BTreeMap<PathBuf, Vec<String>> = BTreeMap::new();
-    for pattern in patterns {
-        match split_pattern(pattern) {
-            Some((root, glob)) => groups.entry(root).or_default().push(glob),
-            None => out.skipped.push(pattern.clone()),
-        }
-    }
+    let (groups, skipped) = group_by_root(patterns);
+    out.skipped = skipped;
     for (root, globs) in groups {
         if !root.is_dir() {
             continue;
