@@ -2,6 +2,7 @@
 pub mod bwrap_args;
 pub mod cli;
 pub mod debug;
+pub mod deny_index;
 pub mod doctor;
 pub mod glob;
 pub mod inner;
