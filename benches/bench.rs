@@ -5,6 +5,7 @@
 
 mod bwrap;
 mod common;
+mod deny_index;
 mod fs;
 mod net;
 mod outside;
@@ -23,9 +24,11 @@ fn main() {
         println!("benchmark skipped: run scripts/bench (cargo bench --bench bench)");
         return;
     }
-    let areas: [(&str, Area); 7] = [
+    // An area may have several entries: they run in this order.
+    let areas: [(&str, Area); 8] = [
         ("process", process::run),
         ("sandbox", sandbox::run),
+        ("sandbox", deny_index::run),
         ("bwrap", bwrap::run),
         ("fs", fs::run),
         ("relay", relay::run),
