@@ -1,7 +1,7 @@
 //! What the long-running modes (exec-server, rendezvous, connect, proxy) do
 //! once dispatch chose them: parse their flags, build their tokio runtime
-//! (dispatch runs before any runtime exists) and print their one stdout
-//! line.
+//! (dispatch runs before any runtime exists), take over SIGINT and SIGTERM
+//! and print their one stdout line.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -103,4 +103,44 @@ pub fn tune_allocator(memory: Memory) {
     }
     #[cfg(not(target_env = "gnu"))]
     let _ = memory;
+}
+
+/// How a stop was asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// SIGINT: stop at once.
+    Now,
+    /// SIGTERM: stop after draining, where the mode drains.
+    Drain,
+}
+
+/// A shutdown future completing with `()` means [`Stop::Now`].
+impl From<()> for Stop {
+    fn from((): ()) -> Self {
+        Stop::Now
+    }
+}
+
+/// Completes on SIGINT ([`Stop::Now`]) or SIGTERM ([`Stop::Drain`]).
+///
+/// The handlers are installed when this is called, not when the future is
+/// first polled: a mode calls it before it prints its stdout line, so a
+/// signal sent by whoever read that line never meets the default action
+/// (which would end the process before it cleans up). Must be called
+/// inside a Tokio runtime.
+pub fn stop_signal() -> impl std::future::Future<Output = Stop> + Send + 'static {
+    use tokio::signal::unix::{signal, SignalKind};
+    let handlers = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    );
+    async move {
+        let (Ok(mut int), Ok(mut term)) = handlers else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = int.recv() => Stop::Now,
+            _ = term.recv() => Stop::Drain,
+        }
+    }
 }

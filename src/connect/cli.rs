@@ -136,8 +136,8 @@ pub fn main(argv: Vec<OsString>) -> i32 {
     };
     let served = runtime.block_on(async {
         let listener = tokio::net::TcpListener::from_std(listener)?;
-        crate::startup::announce(&format!("ws://{addr}"));
         let shutdown = crate::server::shutdown_signal();
+        crate::startup::announce(&format!("ws://{addr}"));
         super::serve(listener, Arc::new(config), token, shutdown).await;
         Ok::<(), std::io::Error>(())
     });

@@ -157,19 +157,9 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         };
         // Handlers first: a SIGTERM right after the URL line must not kill
         // the proxy before the audit log is flushed.
-        use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut term), Ok(mut int)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) else {
-            eprintln!("{PREFIX}: cannot install signal handlers");
-            return 1;
-        };
+        let stop = crate::startup::stop_signal();
         announce(&handle);
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
+        stop.await;
         handle.shutdown().await;
         0
     })

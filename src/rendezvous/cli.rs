@@ -153,8 +153,9 @@ pub fn main(argv: Vec<OsString>) -> i32 {
                 return 1;
             }
         };
+        let shutdown = crate::server::shutdown_signal();
         crate::startup::announce(&rendezvous.url());
-        rendezvous.run(crate::server::shutdown_signal()).await;
+        rendezvous.run(shutdown).await;
         0
     })
 }

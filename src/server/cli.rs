@@ -143,12 +143,12 @@ pub fn main(argv: Vec<OsString>) -> i32 {
             let shared = super::shared_state(paths, config, Vec::new());
             let registry_state = shared.registry.clone();
             let outcome =
-                crate::relay::executor::run(shared, registry, super::drain::stop_signal()).await;
+                crate::relay::executor::run(shared, registry, crate::startup::stop_signal()).await;
             super::shutdown_cleanup(registry_state).await;
             outcome.map_err(|err| err.to_string())
         }),
         None => runtime
-            .block_on(super::run(paths, config, super::drain::stop_signal()))
+            .block_on(async { super::run(paths, config, crate::startup::stop_signal()).await })
             .map_err(|err| err.to_string()),
     };
     // The stdin reader of the stdio transport may sit in a blocking read.

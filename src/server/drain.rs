@@ -8,7 +8,7 @@
 //!
 //! The transports decide what "no new connection" means for them (the
 //! listener is dropped; the executor resets new streams); this module owns
-//! the signals and the waiting.
+//! the waiting (the signals are `startup::stop_signal`).
 
 use std::future::Future;
 use std::time::Duration;
@@ -21,36 +21,7 @@ const DRAIN_POLL: Duration = Duration::from_millis(50);
 /// one closed, while any session is still attached.
 pub const DRAIN_FLUSH: Duration = Duration::from_secs(2);
 
-/// How a stop was asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stop {
-    /// Kill everything and exit.
-    Now,
-    /// Drain, then stop.
-    Drain,
-}
-
-/// A shutdown future completing with `()` means [`Stop::Now`].
-impl From<()> for Stop {
-    fn from((): ()) -> Self {
-        Stop::Now
-    }
-}
-
-/// Completes on SIGINT ([`Stop::Now`]) or SIGTERM ([`Stop::Drain`]).
-pub async fn stop_signal() -> Stop {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = int.recv() => Stop::Now,
-        _ = term.recv() => Stop::Drain,
-    }
-}
+pub use crate::startup::Stop;
 
 /// Drains `registry` for up to `grace` (nothing when it is zero): refuses
 /// new processes, waits for the running ones to close, then gives attached

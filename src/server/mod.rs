@@ -62,9 +62,13 @@ pub async fn run_main(paths: ExecServerRuntimePaths, listen: ListenUrl) -> Resul
     run(paths, ServerConfig::new(listen), shutdown_signal()).await
 }
 
-/// Completes on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    drain::stop_signal().await;
+/// Completes on SIGINT or SIGTERM, whose handlers are installed at the
+/// call (see [`crate::startup::stop_signal`]).
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    let stop = crate::startup::stop_signal();
+    async move {
+        stop.await;
+    }
 }
 
 /// Runs the server until `shutdown` completes: [`bind`], print the bound

@@ -12,6 +12,7 @@ mod process;
 mod schema;
 mod session;
 mod smoke;
+mod stop;
 mod traced_schema;
 mod transport;
 mod wire;
