@@ -39,6 +39,7 @@
 
 pub mod accept;
 pub mod arg0;
+pub mod backoff;
 pub mod bwrap;
 pub mod client;
 pub mod connect;

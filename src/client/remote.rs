@@ -36,6 +36,7 @@ use super::{
     ClientError, ConnectOptions, EnvironmentInfo, ExecServerClient, Notification, PtySize,
     ReadParams, ReadResult, StartParams, WriteResult,
 };
+use crate::backoff::Backoff;
 use crate::protocol::process::{self as wire, NOTIFY_CLOSED, NOTIFY_EXITED, NOTIFY_OUTPUT};
 use crate::relay::credentials::{
     harness_auth, NOISE_ACCOUNT_ID_ENV, NOISE_AUTH_TOKEN_ENV, NOISE_ENVIRONMENT_ID_ENV,
@@ -53,6 +54,10 @@ pub const NOTIFY_OUTPUT_TRUNCATED: &str = "process/outputTruncated";
 /// The local notification announcing that the connection could not be
 /// recovered (`{message}`); nothing follows it.
 pub const NOTIFY_CONNECTION_LOST: &str = "client/connectionLost";
+/// Reconnect delays within the recovery window ([`Backoff`]: the first at
+/// most this long, doubling up to [`RECONNECT_MAX`]).
+const RECONNECT_FIRST: Duration = Duration::from_millis(100);
+const RECONNECT_MAX: Duration = Duration::from_secs(5);
 /// Events of one process held back while an earlier one is missing.
 const MAX_HELD_EVENTS: usize = 256;
 
@@ -327,15 +332,15 @@ impl RemoteExecServerClient {
             return Err(ClientError::Closed);
         }
         let deadline = tokio::time::Instant::now() + window;
-        let mut delay = Duration::from_millis(100);
+        let mut backoff = Backoff::new(RECONNECT_FIRST, RECONNECT_MAX);
         let mut client = self.inner.current.write().await;
         loop {
+            let delay = backoff.next_delay();
             match client.reconnect().await {
                 Ok(_) => break,
                 Err(err) if tokio::time::Instant::now() + delay < deadline => {
                     tracing::debug!("exec-server reconnect failed: {err}");
                     tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
                 }
                 Err(err) => {
                     let last = err.to_string();

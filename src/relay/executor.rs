@@ -36,6 +36,7 @@ use super::registry_client::{RegistryClient, RegistryError};
 use super::stream::{drive, LinkState, Outbox, StreamIo};
 use super::tls::MaybeTls;
 use super::{Dialect, MAX_WEBSOCKET_MESSAGE_BYTES, RESET_PROTOCOL_ERROR, RESET_SHUTTING_DOWN};
+use crate::backoff::Backoff;
 use crate::server::connection::Shared;
 use crate::server::drain::{self, Stop};
 use crate::server::liveness::Liveness;
@@ -52,12 +53,11 @@ pub const MAX_AUTHORIZATION_BYTES: usize = 4096;
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 /// Without any message from the rendezvous for this long, the socket is dropped.
 pub const PEER_TIMEOUT: Duration = Duration::from_secs(60);
-/// First reconnect delay after a failed connect (doubling up to [`MAX_BACKOFF`]).
-pub const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
+/// Longest first reconnect delay, after a socket that was up ends (each
+/// failed attempt doubles it up to [`MAX_BACKOFF`]; see [`crate::backoff`]).
+pub const INITIAL_BACKOFF: Duration = Duration::from_millis(250);
 /// Longest reconnect delay.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
-/// Delay before reconnecting after a socket that was up ends.
-const RECONNECT_AFTER_DROP: Duration = Duration::from_millis(100);
 /// Frames queued for the socket writer.
 const SOCKET_OUTBOX: usize = 1024;
 /// Frames queued per stream before the demux refuses more.
@@ -200,19 +200,17 @@ pub async fn run(
 }
 
 async fn connect_loop(executor: Arc<Executor>) -> Result<(), ExecutorError> {
-    let mut backoff = INITIAL_BACKOFF;
+    let mut backoff = Backoff::new(INITIAL_BACKOFF, MAX_BACKOFF);
     let mut generation = 0u64;
     loop {
         let url = lock(&executor.registration).url.clone();
         match dial(&url).await {
             Ok(ws) => {
-                backoff = INITIAL_BACKOFF;
+                backoff.reset();
                 generation += 1;
                 tracing::info!(url = %redact(&url), "connected to the rendezvous");
                 let reason = serve_socket(&executor, ws, generation).await;
                 tracing::info!(?reason, "rendezvous connection ended");
-                tokio::time::sleep(RECONNECT_AFTER_DROP).await;
-                continue;
             }
             Err(DialError::Rejected(status)) if (400..500).contains(&status) => {
                 tracing::info!(status, "rendezvous refused the URL; registering again");
@@ -222,8 +220,7 @@ async fn connect_loop(executor: Arc<Executor>) -> Result<(), ExecutorError> {
             }
             Err(err) => tracing::warn!("cannot reach the rendezvous: {err}"),
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+        backoff.wait().await;
     }
 }
 

@@ -26,6 +26,7 @@ use super::registry_api::ConnectResponse;
 use super::registry_client::{RegistryClient, RegistryError};
 use super::stream::{drive, StreamIo};
 use super::Dialect;
+use crate::backoff::Backoff;
 
 /// Time allowed for the socket and the handshake of a new stream.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -35,7 +36,8 @@ pub const RESET_HARNESS_CLOSED: &str = "harness_closed";
 const SOCKET_OUTBOX: usize = 256;
 /// Messages queued between the stream and the application, each way.
 const APPLICATION_QUEUE: usize = 128;
-/// Reconnect delays of a reliable stream (doubling).
+/// Reconnect delays of a reliable stream ([`Backoff`]: the first at most
+/// this long, doubling up to [`RECONNECT_MAX`]).
 const RECONNECT_FIRST: Duration = Duration::from_millis(50);
 const RECONNECT_MAX: Duration = Duration::from_secs(2);
 
@@ -282,7 +284,7 @@ async fn manage_socket(
         // Drop the lost socket's queue so the stream stops writing into it
         // (its sends fail and it waits for the next link).
         drop(std::mem::replace(&mut queue, mpsc::channel(1).1));
-        let mut delay = RECONNECT_FIRST;
+        let mut backoff = Backoff::new(RECONNECT_FIRST, RECONNECT_MAX);
         ws = loop {
             if frames.is_closed() {
                 return;
@@ -291,8 +293,7 @@ async fn manage_socket(
                 Ok((_, ws)) => break ws,
                 Err(err) => tracing::debug!(stream = %stream_id, "relay reconnect failed: {err}"),
             }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(RECONNECT_MAX);
+            backoff.wait().await;
         };
         generation += 1;
         let (outbox, next_queue) = mpsc::channel(SOCKET_OUTBOX);
