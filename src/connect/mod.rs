@@ -22,11 +22,15 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::relay::harness::{self, HarnessConfig};
+use crate::server::config::{transport_cap, MAX_MESSAGE_BYTES};
 use crate::server::transport::http::AccessPolicy;
 use crate::server::transport::websocket::accept_upgrade;
 
-/// Largest local message (the relay carries up to 64 MiB).
-const MAX_LOCAL_MESSAGE: usize = 128 << 20;
+/// Largest local message read: the exec-server's own transport cap, so a
+/// request larger than the relay stream carries is read and answered with
+/// an error for its id (by the stream, [`harness::open`]) rather than
+/// closing the connection.
+const MAX_LOCAL_MESSAGE: usize = transport_cap(MAX_MESSAGE_BYTES);
 
 /// Serves local connections on `listener` until `shutdown` completes;
 /// only upgrades carrying `Authorization: Bearer TOKEN` when `token` is set.

@@ -178,10 +178,49 @@ pub fn error_id(bytes: &[u8], err: &EnvelopeError) -> RequestId {
 /// the range of numbers: the message is refused all the same, only its id
 /// is wanted).
 pub fn scan_request_id(bytes: &[u8]) -> Option<RequestId> {
+    scan_top_level(bytes)
+        .filter(|top| top.ids == 1 && top.has_method)
+        .and_then(|top| top.id)
+}
+
+/// The `id` of a response (one `id`, no `method`), found by the same scan
+/// as [`scan_request_id`].
+pub fn scan_response_id(bytes: &[u8]) -> Option<RequestId> {
+    scan_top_level(bytes)
+        .filter(|top| top.ids == 1 && !top.has_method)
+        .and_then(|top| top.id)
+}
+
+fn scan_top_level(bytes: &[u8]) -> Option<TopLevel> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let id = de::Deserializer::deserialize_map(&mut de, RequestScan).ok()?;
+    let top = de::Deserializer::deserialize_map(&mut de, RequestScan).ok()?;
     de.end().ok()?;
-    id
+    Some(top)
+}
+
+/// The answer to a message too large for the transport that would carry it
+/// (at most `limit` bytes), e.g. a relay stream: `-32600` with the
+/// request's own id when [`scan_request_id`] finds one, else
+/// [`RequestId::MALFORMED`], as the server answers what exceeds its own cap.
+pub fn refuse_oversize_request(bytes: &[u8], limit: usize, context: &str) -> String {
+    let err = EnvelopeError::TooLarge {
+        size: bytes.len(),
+        limit,
+    };
+    let id = error_id(bytes, &err);
+    encode_error(&id, &RpcError::invalid_request(format!("{context}: {err}")))
+}
+
+/// What goes instead of a response too large for the transport that would
+/// carry it: an error (`-32603`) for the same id. `None` when the message
+/// is no response (nobody waits for it).
+pub fn replace_oversize_response(bytes: &[u8], limit: usize, context: &str) -> Option<String> {
+    let id = scan_response_id(bytes)?;
+    let error = RpcError::internal(format!(
+        "{context}: the answer of {} bytes exceeds the limit of {limit} bytes",
+        bytes.len()
+    ));
+    Some(encode_error(&id, &error))
 }
 
 /// The top-level members [`scan_request_id`] looks at.
@@ -257,11 +296,20 @@ impl<'de> de::Deserialize<'de> for IsString {
     }
 }
 
-/// The visitor of [`scan_request_id`]'s top-level object.
+/// What [`scan_top_level`] found at the top level of a message.
+struct TopLevel {
+    /// The last `id` seen.
+    id: Option<RequestId>,
+    /// How many `id` members there were.
+    ids: usize,
+    has_method: bool,
+}
+
+/// The visitor of [`scan_top_level`]'s object.
 struct RequestScan;
 
 impl<'de> Visitor<'de> for RequestScan {
-    type Value = Option<RequestId>;
+    type Value = TopLevel;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON-RPC object")
     }
@@ -282,7 +330,11 @@ impl<'de> Visitor<'de> for RequestScan {
                 }
             }
         }
-        Ok(id.filter(|_| ids == 1 && has_method))
+        Ok(TopLevel {
+            id,
+            ids,
+            has_method,
+        })
     }
 }
 
@@ -618,6 +670,39 @@ mod tests {
         ] {
             assert_eq!(scan(bad.to_owned()), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn oversize_requests_and_responses_become_errors_for_their_ids() {
+        let big = "A".repeat(1000);
+        let request = format!(r#"{{"id":"w-1","method":"fs/writeFile","params":{{"d":"{big}"}}}}"#);
+        let refused = refuse_oversize_request(request.as_bytes(), 100, "relay");
+        let refused: Value = serde_json::from_str(&refused).unwrap();
+        assert_eq!(refused["id"], "w-1");
+        assert_eq!(refused["error"]["code"], code::INVALID_REQUEST);
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("relay: JSON-RPC message of"),
+            "{message}"
+        );
+        assert!(
+            message.contains("exceeds the limit of 100 bytes"),
+            "{message}"
+        );
+        let unknown = refuse_oversize_request(big.as_bytes(), 100, "relay");
+        assert!(unknown.ends_with(r#""id":-1}"#), "{unknown}");
+
+        let response = format!(r#"{{"id":7,"result":{{"dataBase64":"{big}"}}}}"#);
+        let replaced = replace_oversize_response(response.as_bytes(), 100, "relay").unwrap();
+        let replaced: Value = serde_json::from_str(&replaced).unwrap();
+        assert_eq!(replaced["id"], 7);
+        assert_eq!(replaced["error"]["code"], code::INTERNAL_ERROR);
+        assert_eq!(scan_response_id(request.as_bytes()), None, "a request");
+        let notification = format!(r#"{{"method":"process/output","params":{{"d":"{big}"}}}}"#);
+        assert_eq!(
+            replace_oversize_response(notification.as_bytes(), 100, "relay"),
+            None
+        );
     }
 
     #[test]

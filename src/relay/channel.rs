@@ -22,7 +22,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::frame::{Body, RelayMessageFrame};
-use super::framing::{frame_message, FramingError, MessageDecoder};
+use super::framing::{frame_message, FramingError, MessageDecoder, MessageLimits};
 use super::noise::{NoiseError, Transport};
 use super::reorder::{
     Inserted, ReorderError, ReorderWindow, REFERENCE_MAX_DISTANCE, REFERENCE_MAX_PENDING_BYTES,
@@ -117,6 +117,8 @@ pub struct Channel {
     dialect: Dialect,
     transport: Transport,
     decoder: MessageDecoder,
+    /// The largest message the peer accepts.
+    max_outbound: usize,
     window: ReorderWindow<Incoming>,
     /// Records not sealed yet (the window of a reliable stream may be full).
     outbox: VecDeque<Outgoing>,
@@ -141,8 +143,14 @@ impl std::fmt::Debug for Channel {
 }
 
 impl Channel {
-    /// A stream whose handshake just completed.
-    pub fn new(stream_id: &str, dialect: Dialect, transport: Transport, now: Instant) -> Self {
+    /// A stream whose handshake just completed, carrying messages up to `limits`.
+    pub fn new(
+        stream_id: &str,
+        dialect: Dialect,
+        transport: Transport,
+        limits: MessageLimits,
+        now: Instant,
+    ) -> Self {
         let window = match dialect {
             Dialect::Reference => {
                 ReorderWindow::new(REFERENCE_MAX_DISTANCE, REFERENCE_MAX_PENDING_BYTES)
@@ -155,7 +163,8 @@ impl Channel {
             stream_id: stream_id.to_owned(),
             dialect,
             transport,
-            decoder: MessageDecoder::new(),
+            decoder: MessageDecoder::new(limits.inbound),
+            max_outbound: limits.outbound,
             window,
             outbox: VecDeque::new(),
             unacked: VecDeque::new(),
@@ -176,6 +185,12 @@ impl Channel {
     /// The negotiated dialect.
     pub fn dialect(&self) -> Dialect {
         self.dialect
+    }
+
+    /// The largest message [`queue_message`](Self::queue_message) takes:
+    /// what the peer accepts.
+    pub fn max_outbound_message(&self) -> usize {
+        self.max_outbound
     }
 
     /// Whether another message may be queued: nothing is waiting to be sealed.
@@ -201,7 +216,7 @@ impl Channel {
 
     /// Queues one JSON-RPC message; [`poll_transmit`](Self::poll_transmit) seals it.
     pub fn queue_message(&mut self, message: &[u8]) -> Result<(), ChannelError> {
-        let records = frame_message(message)?;
+        let records = frame_message(message, self.max_outbound)?;
         let count = u32::try_from(records.len()).map_err(|_| ChannelError::SequenceExhausted)?;
         for (index, plaintext) in (0u32..).zip(records) {
             let (segment_index, segment_count) = match self.dialect {
@@ -505,8 +520,8 @@ mod tests {
         let harn = initiator.finish(&msg2).unwrap();
         let now = Instant::now();
         (
-            Channel::new("s1", dialect, harn, now),
-            Channel::new("s1", dialect, exec, now),
+            Channel::new("s1", dialect, harn, MessageLimits::REFERENCE, now),
+            Channel::new("s1", dialect, exec, MessageLimits::REFERENCE, now),
         )
     }
 

@@ -29,11 +29,12 @@ use tokio_tungstenite::WebSocketStream;
 
 use super::channel::Channel;
 use super::frame::{Body, RelayMessageFrame, FEATURE_RELIABLE};
+use super::framing::{advertise, advertised, MessageLimits};
 use super::http_client::{redact, HttpError, HttpUrl};
 use super::noise::{prologue, NoiseError, NoiseIdentity, Responder};
 use super::registry_api::RegisterResponse;
 use super::registry_client::{RegistryClient, RegistryError};
-use super::stream::{drive, LinkState, Outbox, StreamIo};
+use super::stream::{drive, LinkState, Outbox, Oversize, StreamIo};
 use super::tls::MaybeTls;
 use super::{Dialect, MAX_WEBSOCKET_MESSAGE_BYTES, RESET_PROTOCOL_ERROR, RESET_SHUTTING_DOWN};
 use crate::backoff::Backoff;
@@ -142,6 +143,9 @@ struct Pending {
     id: u64,
     responder: Responder,
     reliable: bool,
+    /// The `ack` of the harness's handshake frame: in the reliable dialect,
+    /// the largest message it accepts.
+    max_message: u32,
 }
 
 /// The outcome of one `validate` call.
@@ -357,6 +361,7 @@ fn start_handshake(
             id,
             responder,
             reliable: frame.ack_bits & FEATURE_RELIABLE != 0,
+            max_message: frame.ack,
         },
     );
     let (registry, tx) = (executor.registry.clone(), validated_tx.clone());
@@ -406,12 +411,21 @@ fn finish_handshake(
             return true;
         }
     };
-    let (dialect, features) = if entry.reliable {
-        (Dialect::Reliable, FEATURE_RELIABLE)
+    // A reliable stream carries what each end says it accepts: the server's
+    // own cap inbound, the harness's outbound.
+    let mut reply = RelayMessageFrame::handshake(&stream_id, msg2, 0);
+    let (dialect, limits) = if entry.reliable {
+        let said = advertise(executor.shared.config.max_message_bytes);
+        reply = reply.with_ack(said, FEATURE_RELIABLE);
+        let limits = MessageLimits {
+            outbound: advertised(entry.max_message),
+            inbound: advertised(said),
+        };
+        (Dialect::Reliable, limits)
     } else {
-        (Dialect::Reference, 0)
+        (Dialect::Reference, MessageLimits::REFERENCE)
     };
-    let reply = RelayMessageFrame::handshake(&stream_id, msg2, features).to_bytes();
+    let reply = reply.to_bytes();
     if outbox.try_send(reply).is_err() {
         return false;
     }
@@ -421,7 +435,7 @@ fn finish_handshake(
     let liveness = Liveness::new(dialect == Dialect::Reliable);
     let (to_application, from_application) =
         relay_transport::open(executor.shared.clone(), &stream_id, liveness.clone());
-    let channel = Channel::new(&stream_id, dialect, transport, Instant::now());
+    let channel = Channel::new(&stream_id, dialect, transport, limits, Instant::now());
     let io = StreamIo {
         frames: frames_rx,
         link: executor.link.subscribe(),
@@ -429,6 +443,7 @@ fn finish_handshake(
         from_application,
         close_reason: None,
         liveness: Some(liveness.clone()),
+        oversize: Oversize::ReplaceResponse,
     };
     lock(&executor.streams).insert(
         stream_id.clone(),

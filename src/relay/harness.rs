@@ -21,10 +21,11 @@ use tokio_tungstenite::tungstenite::Message;
 use super::channel::Channel;
 use super::executor::{dial, DialError, KEEPALIVE_INTERVAL, PEER_TIMEOUT};
 use super::frame::{Body, RelayMessageFrame, FEATURE_RELIABLE};
+use super::framing::{advertise, advertised, MessageLimits};
 use super::noise::{prologue, Initiator, NoiseError, NoiseIdentity};
 use super::registry_api::ConnectResponse;
 use super::registry_client::{RegistryClient, RegistryError};
-use super::stream::{drive, StreamIo};
+use super::stream::{drive, Oversize, StreamIo};
 use super::Dialect;
 use crate::backoff::Backoff;
 
@@ -36,6 +37,10 @@ pub const RESET_HARNESS_CLOSED: &str = "harness_closed";
 const SOCKET_OUTBOX: usize = 256;
 /// Messages queued between the stream and the application, each way.
 const APPLICATION_QUEUE: usize = 128;
+/// The largest message a harness accepts from a reliable executor (what the
+/// Rust client accepts on a direct connection); the reference dialect's is
+/// the reference's 64 MiB.
+pub const MAX_INBOUND_MESSAGE_BYTES: usize = 256 << 20;
 /// Reconnect delays of a reliable stream ([`Backoff`]: the first at most
 /// this long, doubling up to [`RECONNECT_MAX`]).
 const RECONNECT_FIRST: Duration = Duration::from_millis(50);
@@ -148,15 +153,11 @@ pub async fn open(config: Arc<HarnessConfig>) -> Result<RelayStream, HarnessErro
         bundle.harness_key_authorization.as_bytes(),
     )
     .map_err(HarnessError::Start)?;
-    let features = if config.offer_reliable {
-        FEATURE_RELIABLE
-    } else {
-        0
-    };
-    let hello = [
-        RelayMessageFrame::resume(&stream_id, 0),
-        RelayMessageFrame::handshake(&stream_id, msg1, features),
-    ];
+    let mut offer = RelayMessageFrame::handshake(&stream_id, msg1, 0);
+    if config.offer_reliable {
+        offer = offer.with_ack(advertise(MAX_INBOUND_MESSAGE_BYTES), FEATURE_RELIABLE);
+    }
+    let hello = [RelayMessageFrame::resume(&stream_id, 0), offer];
     for frame in hello {
         ws.feed(Message::Binary(frame.to_bytes().into()))
             .await
@@ -169,12 +170,16 @@ pub async fn open(config: Arc<HarnessConfig>) -> Result<RelayStream, HarnessErro
     let transport = initiator
         .finish(&reply.payload)
         .map_err(HarnessError::Handshake)?;
-    let dialect = if config.offer_reliable && reply.features & FEATURE_RELIABLE != 0 {
-        Dialect::Reliable
+    let (dialect, limits) = if config.offer_reliable && reply.features & FEATURE_RELIABLE != 0 {
+        let limits = MessageLimits {
+            outbound: advertised(reply.max_message),
+            inbound: MAX_INBOUND_MESSAGE_BYTES,
+        };
+        (Dialect::Reliable, limits)
     } else {
-        Dialect::Reference
+        (Dialect::Reference, MessageLimits::REFERENCE)
     };
-    let channel = Channel::new(&stream_id, dialect, transport, Instant::now());
+    let channel = Channel::new(&stream_id, dialect, transport, limits, Instant::now());
     let (frames_tx, frames_rx) = mpsc::channel(APPLICATION_QUEUE);
     let (outbox, queue) = mpsc::channel(SOCKET_OUTBOX);
     let (link_tx, link_rx) = watch::channel(Some((1u64, outbox)));
@@ -187,6 +192,7 @@ pub async fn open(config: Arc<HarnessConfig>) -> Result<RelayStream, HarnessErro
         from_application,
         close_reason: (dialect == Dialect::Reliable).then_some(RESET_HARNESS_CLOSED),
         liveness: None,
+        oversize: Oversize::AnswerRequest,
     };
     let (release, released) = oneshot::channel();
     let stream_side = StreamSide {
@@ -216,10 +222,12 @@ pub async fn open(config: Arc<HarnessConfig>) -> Result<RelayStream, HarnessErro
     })
 }
 
-/// msg2 and the feature bits of its frame.
+/// msg2 and what its frame says: the feature bits (`ack_bits`) and, from a
+/// reliable executor, the largest message it accepts (`ack`).
 struct HandshakeReply {
     payload: Vec<u8>,
     features: u32,
+    max_message: u32,
 }
 
 async fn await_handshake(ws: &mut Socket, stream_id: &str) -> Result<HandshakeReply, HarnessError> {
@@ -242,6 +250,7 @@ async fn await_handshake(ws: &mut Socket, stream_id: &str) -> Result<HandshakeRe
                 return Ok(HandshakeReply {
                     payload: handshake.payload,
                     features: frame.ack_bits,
+                    max_message: frame.ack,
                 })
             }
             Some(Body::Reset(_)) => return Err(HarnessError::Reset),

@@ -5,8 +5,9 @@
 //! - [`frame`]: the protobuf `RelayMessageFrame` and its validation;
 //! - [`noise`]: identities, the prologue, the hybrid IK handshake and the
 //!   record ciphers;
-//! - [`framing`] and [`reorder`]: length-prefixed messages inside records,
-//!   and the receive window that releases records in nonce order;
+//! - [`framing`] and [`reorder`]: length-prefixed messages inside records
+//!   (and how large each stream lets them be), and the receive window that
+//!   releases records in nonce order;
 //! - [`channel`]: one stream's protocol state (both dialects, including the
 //!   reliable layer's acknowledgements, retransmission and resume), with no
 //!   I/O, so every rule is unit-tested;

@@ -10,6 +10,10 @@
 //! stream ends with its link; a reliable one pauses while there is none and
 //! resumes (`resume` frame, retransmission) on the next.
 //!
+//! A message larger than the peer accepts never ends the stream: it is
+//! answered or replaced by an error for its id ([`Oversize`]), and
+//! everything else goes on.
+//!
 //! An executor's stream also reports to its connection's [`Liveness`]:
 //! every frame from the harness is heard, a takeover probe sends a `resume`
 //! (a live reliable peer answers it with an acknowledgement at once), and a
@@ -24,6 +28,7 @@ use tokio::sync::{mpsc, watch};
 use super::channel::{Channel, ChannelError};
 use super::frame::RelayMessageFrame;
 use super::{Dialect, RESET_CONNECTION_CLOSED};
+use crate::protocol::envelope;
 use crate::server::liveness::Liveness;
 
 /// Decoded messages waiting for the application before frames stop being read.
@@ -57,6 +62,21 @@ impl StreamEnd {
     }
 }
 
+/// What a stream does with an application message larger than its peer
+/// accepts (its [`Channel::max_outbound_message`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Oversize {
+    /// The harness's: the request is answered to the application with
+    /// `-32600` for its own id, as an exec-server answers what exceeds its cap.
+    AnswerRequest,
+    /// The executor's: the peer gets an error for the response's id instead
+    /// (a notification too large is dropped).
+    ReplaceResponse,
+}
+
+/// How the errors about oversize messages begin.
+const OVERSIZE_CONTEXT: &str = "the relay stream cannot carry this message";
+
 /// The channels a stream task works with.
 pub struct StreamIo<T> {
     /// Frames of this stream, from the physical reader.
@@ -72,6 +92,8 @@ pub struct StreamIo<T> {
     pub close_reason: Option<&'static str>,
     /// The liveness of the connection this stream carries (executor side).
     pub liveness: Option<Arc<Liveness>>,
+    /// What becomes of a message too large for the peer.
+    pub oversize: Oversize,
 }
 
 async fn probe_requested(liveness: &Option<Arc<Liveness>>) {
@@ -166,7 +188,33 @@ pub async fn drive<T: AsRef<[u8]>>(
                     }
                     return StreamEnd::ApplicationClosed;
                 };
-                if let Err(err) = channel.queue_message(message.as_ref()) {
+                let message = message.as_ref();
+                let limit = channel.max_outbound_message();
+                if message.len() > limit {
+                    tracing::warn!(
+                        stream = %channel.stream_id(),
+                        bytes = message.len(),
+                        limit,
+                        "a message is larger than the relay peer accepts: answered with an error"
+                    );
+                    match io.oversize {
+                        Oversize::AnswerRequest => undelivered.push_back(
+                            envelope::refuse_oversize_request(message, limit, OVERSIZE_CONTEXT)
+                                .into_bytes(),
+                        ),
+                        Oversize::ReplaceResponse => {
+                            let replaced =
+                                envelope::replace_oversize_response(message, limit, OVERSIZE_CONTEXT);
+                            if let Some(error) = replaced {
+                                if let Err(err) = channel.queue_message(error.as_bytes()) {
+                                    return err.into();
+                                }
+                            }
+                        }
+                    }
+                    continue;
+                }
+                if let Err(err) = channel.queue_message(message) {
                     return err.into();
                 }
             }

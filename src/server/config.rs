@@ -82,8 +82,17 @@ impl ServerConfig {
     /// [`MIN_TRANSPORT_CAP`], so a small `--max-message-bytes` still answers
     /// oversized messages.
     pub fn transport_cap(&self) -> usize {
-        self.max_message_bytes
-            .saturating_mul(2)
-            .max(MIN_TRANSPORT_CAP)
+        transport_cap(self.max_message_bytes)
+    }
+}
+
+/// The transport cap for a JSON limit of `max_message_bytes` (see
+/// [`ServerConfig::transport_cap`]).
+pub const fn transport_cap(max_message_bytes: usize) -> usize {
+    let doubled = max_message_bytes.saturating_mul(2);
+    if doubled > MIN_TRANSPORT_CAP {
+        doubled
+    } else {
+        MIN_TRANSPORT_CAP
     }
 }

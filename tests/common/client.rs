@@ -386,10 +386,15 @@ impl Raw {
     /// The next message from the socket (not the backlog); `None` when the
     /// connection closed.
     pub async fn recv_socket(&mut self) -> Option<Value> {
+        self.recv_socket_within(WAIT).await
+    }
+
+    /// Like [`recv_socket`](Self::recv_socket), waiting up to `limit`.
+    pub async fn recv_socket_within(&mut self, limit: Duration) -> Option<Value> {
         loop {
-            let frame = match tokio::time::timeout(WAIT, self.ws.next()).await {
+            let frame = match tokio::time::timeout(limit, self.ws.next()).await {
                 Ok(frame) => frame,
-                Err(_) => panic!("no message within {WAIT:?}; backlog {:?}", self.backlog),
+                Err(_) => panic!("no message within {limit:?}; backlog {:?}", self.backlog),
             };
             match frame {
                 Some(Ok(Message::Text(text))) => match serde_json::from_str(&text) {
@@ -423,6 +428,12 @@ impl Raw {
     /// Waits for the response (or error) with `id`, keeping everything else
     /// in the backlog.
     pub async fn response(&mut self, id: &Value) -> Value {
+        self.response_within(id, WAIT).await
+    }
+
+    /// Like [`response`](Self::response), waiting up to `limit` for each
+    /// message (for answers that take long to build, e.g. huge files).
+    pub async fn response_within(&mut self, id: &Value, limit: Duration) -> Value {
         if let Some(pos) = self
             .backlog
             .iter()
@@ -433,7 +444,7 @@ impl Raw {
             }
         }
         loop {
-            let Some(message) = self.recv_socket().await else {
+            let Some(message) = self.recv_socket_within(limit).await else {
                 panic!("connection closed while waiting for response {id}");
             };
             if message.get("id") == Some(id) && message.get("method").is_none() {

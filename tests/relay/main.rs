@@ -6,6 +6,7 @@ mod common;
 
 mod client;
 mod interop;
+mod large;
 mod properties;
 mod remote;
 mod security;

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use codexbox::relay::channel::{Channel, RETRANSMIT_AFTER};
 use codexbox::relay::frame::{FrameHeader, RelayMessageFrame};
-use codexbox::relay::framing::{frame_message, MessageDecoder, MAX_RECORD_PLAINTEXT};
+use codexbox::relay::framing::{
+    frame_message, MessageDecoder, MessageLimits, MAX_RECORD_PLAINTEXT, REFERENCE_MAX_MESSAGE_BYTES,
+};
 use codexbox::relay::noise::{prologue, Initiator, NoiseIdentity, Responder};
 use codexbox::relay::Dialect;
 use proptest::prelude::*;
@@ -24,8 +26,8 @@ fn channels(dialect: Dialect) -> (Channel, Channel) {
     let harn = initiator.finish(&msg2).expect("finish");
     let now = Instant::now();
     (
-        Channel::new("stream", dialect, harn, now),
-        Channel::new("stream", dialect, exec, now),
+        Channel::new("stream", dialect, harn, MessageLimits::REFERENCE, now),
+        Channel::new("stream", dialect, exec, MessageLimits::REFERENCE, now),
     )
 }
 
@@ -77,11 +79,11 @@ proptest! {
     ) {
         let mut stream = Vec::new();
         for message in &messages {
-            for record in frame_message(message).expect("frame") {
+            for record in frame_message(message, REFERENCE_MAX_MESSAGE_BYTES).expect("frame") {
                 stream.extend(record);
             }
         }
-        let mut decoder = MessageDecoder::new();
+        let mut decoder = MessageDecoder::new(REFERENCE_MAX_MESSAGE_BYTES);
         let mut out = Vec::new();
         let mut rest = &stream[..];
         let mut cut = cuts.iter().cycle();
@@ -97,7 +99,7 @@ proptest! {
 
     #[test]
     fn record_layer_never_panics_on_garbage(records in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..300), 0..20)) {
-        let mut decoder = MessageDecoder::new();
+        let mut decoder = MessageDecoder::new(REFERENCE_MAX_MESSAGE_BYTES);
         for record in records {
             if decoder.push(&record).is_err() {
                 break;
