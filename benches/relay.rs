@@ -78,11 +78,11 @@ fn start_remote(env: &str) -> BenchResult<(Running, Running, String)> {
 
 fn relay_options(url: &str, env: &str, identity: &NoiseIdentity) -> BenchResult<ConnectOptions> {
     let registry = RegistryClient::new(url, env, AuthHeaders::default())?;
-    Ok(ConnectOptions::relay(HarnessConfig {
+    Ok(ConnectOptions::relay(HarnessConfig::new(
         registry,
-        identity: identity.clone(),
-        offer_reliable: true,
-    }))
+        identity.clone(),
+        true,
+    )))
 }
 
 async fn open(

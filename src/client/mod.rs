@@ -196,6 +196,10 @@ impl ConnectOptions {
     /// How long a [`RemoteExecServerClient`] tries to reconnect.
     pub fn recovery_window(mut self, window: std::time::Duration) -> Self {
         self.recovery_window = window;
+        // Opening a relay stream retries within the same window.
+        if let Some(relay) = &mut self.relay {
+            std::sync::Arc::make_mut(relay).open_window = window;
+        }
         self
     }
 

@@ -120,11 +120,11 @@ pub fn harness_config(
     offer_reliable: bool,
 ) -> Result<HarnessConfig, RemoteConfigError> {
     let auth = harness_auth(registry_url, token, account_id)?;
-    Ok(HarnessConfig {
-        registry: RegistryClient::new(registry_url, environment_id, auth)?,
-        identity: NoiseIdentity::generate()?,
+    Ok(HarnessConfig::new(
+        RegistryClient::new(registry_url, environment_id, auth)?,
+        NoiseIdentity::generate()?,
         offer_reliable,
-    })
+    ))
 }
 
 /// Per-process ordering state.

@@ -13,7 +13,13 @@
 //!   [`RETRANSMIT_AFTER`], or at once when the peer's `resume` asks;
 //! - records already received are dropped (and acknowledged again);
 //! - `heartbeat` frames keep acknowledgements flowing on an idle stream, and
-//!   a peer silent for [`PEER_SILENCE_TIMEOUT`] ends it.
+//!   a peer silent for [`PEER_SILENCE_TIMEOUT`] ends it;
+//! - after a new link, only `resume` (repeated on the retransmission
+//!   schedule) and acknowledgements go out until the peer is heard on it:
+//!   resending the whole replay buffer into a rendezvous where the peer is
+//!   not attached yet would be dropped there, and on a path that cuts
+//!   connections after a few hundred kilobytes it would use up every new
+//!   connection before anything useful crossed it.
 //!
 //! In the reference dialect nothing is retained and a record beyond the
 //! receive window is fatal, as the reference has it.
@@ -130,6 +136,25 @@ pub struct Channel {
     ack_due: Option<Instant>,
     last_sent: Instant,
     last_heard: Instant,
+    /// Set by a new link until the peer is heard (see the module doc).
+    awaiting_peer: Option<AwaitingPeer>,
+}
+
+/// A reliable stream's new link on which the peer was not heard yet.
+#[derive(Debug, Clone, Copy)]
+struct AwaitingPeer {
+    /// When `resume` goes out again.
+    resume_due: Instant,
+    /// `resume` frames sent on this link so far.
+    resumes: u32,
+}
+
+/// The retransmission interval after `tries` retransmissions: doubling from
+/// [`RETRANSMIT_AFTER`] up to [`RETRANSMIT_MAX`].
+fn retransmit_interval(tries: u32) -> Duration {
+    RETRANSMIT_AFTER
+        .saturating_mul(1 << tries.min(3))
+        .min(RETRANSMIT_MAX)
 }
 
 impl std::fmt::Debug for Channel {
@@ -174,6 +199,7 @@ impl Channel {
             ack_due: None,
             last_sent: now,
             last_heard: now,
+            awaiting_peer: None,
         }
     }
 
@@ -247,6 +273,25 @@ impl Channel {
     /// an owed acknowledgement, a heartbeat. Frames come out in send order.
     pub fn poll_transmit(&mut self, now: Instant) -> Result<Vec<RelayMessageFrame>, ChannelError> {
         let mut out = Vec::new();
+        if let Some(waiting) = self.awaiting_peer {
+            if waiting.resume_due <= now {
+                let resume = RelayMessageFrame::resume(&self.stream_id, self.window.next_seq());
+                let resume = self.with_ack(resume);
+                out.push(resume);
+                self.awaiting_peer = Some(AwaitingPeer {
+                    resume_due: now + retransmit_interval(waiting.resumes),
+                    resumes: waiting.resumes.saturating_add(1),
+                });
+            }
+            if out.is_empty() && self.ack_is_due(now) {
+                let frame = RelayMessageFrame::ack_only(&self.stream_id);
+                out.push(self.with_ack(frame));
+            }
+            if !out.is_empty() {
+                self.last_sent = now;
+            }
+            return Ok(out);
+        }
         if self.dialect == Dialect::Reliable {
             self.retransmit_due(now, &mut out);
         }
@@ -285,8 +330,7 @@ impl Channel {
             out.push(frame);
         }
         if self.dialect == Dialect::Reliable {
-            let ack_now = self.acks_owed >= ACK_EVERY || self.ack_due.is_some_and(|due| due <= now);
-            if out.is_empty() && ack_now {
+            if out.is_empty() && self.ack_is_due(now) {
                 let frame = RelayMessageFrame::ack_only(&self.stream_id);
                 out.push(self.with_ack(frame));
             }
@@ -302,17 +346,16 @@ impl Channel {
         Ok(out)
     }
 
+    fn ack_is_due(&self, now: Instant) -> bool {
+        self.acks_owed >= ACK_EVERY || self.ack_due.is_some_and(|due| due <= now)
+    }
+
     fn retransmit_due(&mut self, now: Instant, out: &mut Vec<RelayMessageFrame>) {
         let mut resend = Vec::new();
         for record in self.unacked.iter_mut().filter(|r| !r.acked) {
             let due = match record.sent_at {
                 None => true,
-                Some(at) => {
-                    let backoff = RETRANSMIT_AFTER
-                        .saturating_mul(1 << record.tries.min(3))
-                        .min(RETRANSMIT_MAX);
-                    now.saturating_duration_since(at) >= backoff
-                }
+                Some(at) => now.saturating_duration_since(at) >= retransmit_interval(record.tries),
             };
             if due {
                 if record.sent_at.is_some() {
@@ -346,14 +389,15 @@ impl Channel {
         if let Some(due) = self.ack_due {
             deadline = deadline.min(due);
         }
+        if let Some(waiting) = self.awaiting_peer {
+            // Nothing else goes out until the peer is heard.
+            return Some(deadline.min(waiting.resume_due));
+        }
         for record in self.unacked.iter().filter(|r| !r.acked) {
             let Some(at) = record.sent_at else {
                 return Some(self.last_sent);
             };
-            let backoff = RETRANSMIT_AFTER
-                .saturating_mul(1 << record.tries.min(3))
-                .min(RETRANSMIT_MAX);
-            deadline = deadline.min(at + backoff);
+            deadline = deadline.min(at + retransmit_interval(record.tries));
         }
         Some(deadline)
     }
@@ -374,12 +418,17 @@ impl Channel {
     }
 
     /// The frame an endpoint sends after its link came back: where it wants
-    /// the peer to resume. Everything not acknowledged is marked for
-    /// retransmission by the next [`poll_transmit`](Self::poll_transmit).
-    pub fn resume_after_reconnect(&mut self) -> RelayMessageFrame {
+    /// the peer to resume. Until the peer is heard again, only this frame
+    /// (repeated) and acknowledgements go out; then everything not
+    /// acknowledged is retransmitted at once.
+    pub fn resume_after_reconnect(&mut self, now: Instant) -> RelayMessageFrame {
         for record in self.unacked.iter_mut() {
             record.sent_at = None;
         }
+        self.awaiting_peer = Some(AwaitingPeer {
+            resume_due: now + retransmit_interval(0),
+            resumes: 1,
+        });
         let frame = RelayMessageFrame::resume(&self.stream_id, self.window.next_seq());
         self.with_ack(frame)
     }
@@ -391,6 +440,11 @@ impl Channel {
         self.with_ack(frame)
     }
 
+    /// Whether a new link waits for the peer to be heard on it.
+    pub fn is_awaiting_peer(&self) -> bool {
+        self.awaiting_peer.is_some()
+    }
+
     /// Handles one inbound frame of this stream.
     pub fn receive(
         &mut self,
@@ -398,6 +452,8 @@ impl Channel {
         now: Instant,
     ) -> Result<Received, ChannelError> {
         self.last_heard = now;
+        // The peer is there: what waited for it may go.
+        self.awaiting_peer = None;
         let mut received = Received::default();
         let Some(body) = frame.body else {
             return Ok(received);
@@ -663,7 +719,7 @@ mod tests {
         let frames = a.poll_transmit(now).unwrap();
         deliver(&mut b, frames[..2].to_vec(), now);
         // b's link dropped; it comes back and asks for seq 2 on.
-        let resume = b.resume_after_reconnect();
+        let resume = b.resume_after_reconnect(now);
         assert_eq!(resume.kind(), "resume");
         assert_eq!(resume.ack, 2);
         deliver(&mut a, vec![resume], now);
@@ -677,6 +733,46 @@ mod tests {
             .collect();
         assert_eq!(seqs, vec![2, 3]);
         assert_eq!(deliver(&mut b, resent, now).len(), 2);
+    }
+
+    #[test]
+    fn a_new_link_carries_only_resume_until_the_peer_is_heard() {
+        let (mut a, mut b) = pair(Dialect::Reliable);
+        let t0 = Instant::now();
+        for _ in 0..4 {
+            a.queue_message(&vec![b'r'; 50_000]).unwrap();
+        }
+        let sent = a.poll_transmit(t0).unwrap();
+        assert_eq!(sent.len(), 4);
+        // a's link drops with everything unacknowledged; a new one comes.
+        let resume = a.resume_after_reconnect(t0);
+        assert_eq!(resume.kind(), "resume");
+        assert!(a.is_awaiting_peer());
+        a.queue_message(b"{\"new\":1}").unwrap();
+        assert!(
+            a.poll_transmit(t0).unwrap().is_empty(),
+            "no retransmission and no new data before the peer is heard"
+        );
+        // Nobody answers: resume goes again on the retransmission schedule.
+        assert_eq!(a.next_deadline(), Some(t0 + RETRANSMIT_AFTER));
+        let again = a.poll_transmit(t0 + RETRANSMIT_AFTER).unwrap();
+        let kinds: Vec<&str> = again.iter().map(|f| f.kind()).collect();
+        assert_eq!(kinds, vec!["resume"]);
+        let later = t0 + RETRANSMIT_AFTER + Duration::from_millis(10);
+        assert!(a.poll_transmit(later).unwrap().is_empty());
+        assert_eq!(
+            a.next_deadline(),
+            Some(t0 + RETRANSMIT_AFTER + 2 * RETRANSMIT_AFTER)
+        );
+        // The peer's resume arrives: everything goes, the new message too.
+        let peer = b.resume_after_reconnect(later);
+        let got = deliver(&mut a, vec![peer], later);
+        assert!(got.is_empty());
+        assert!(!a.is_awaiting_peer());
+        let frames = a.poll_transmit(later).unwrap();
+        let data = frames.iter().filter(|f| f.kind() == "data").count();
+        assert_eq!(data, 5, "four retransmissions and the new message");
+        assert_eq!(deliver(&mut b, frames, later).len(), 5);
     }
 
     #[test]

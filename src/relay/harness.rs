@@ -1,7 +1,9 @@
 //! The harness side of a virtual stream: fetch a single-use bundle from the
 //! registry, open one rendezvous WebSocket for the stream, run the Noise
 //! handshake (offering the reliable dialect), then hand the application a
-//! pair of channels carrying whole JSON-RPC messages.
+//! pair of channels carrying whole JSON-RPC messages. What may pass while a
+//! stream opens (the executor offline for a moment, a cut socket) is tried
+//! again within a window.
 //!
 //! The socket is watched by a manager task. In the reference dialect its
 //! loss ends the stream (the caller recovers with a session resume on a new
@@ -31,6 +33,12 @@ use crate::backoff::Backoff;
 
 /// Time allowed for the socket and the handshake of a new stream.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long opening a stream retries what may pass by default (the
+/// reference's recovery window).
+pub const OPEN_WINDOW: Duration = Duration::from_secs(25);
+/// Delays between attempts to open a stream ([`Backoff`]).
+const OPEN_RETRY_FIRST: Duration = Duration::from_millis(100);
+const OPEN_RETRY_MAX: Duration = Duration::from_secs(2);
 /// Reset reason a harness sends when its application closes a reliable stream.
 pub const RESET_HARNESS_CLOSED: &str = "harness_closed";
 /// Frames queued for the socket writer.
@@ -90,6 +98,21 @@ pub struct HarnessConfig {
     pub identity: NoiseIdentity,
     /// Offer the reliable dialect (a reference executor ignores the offer).
     pub offer_reliable: bool,
+    /// How long [`open`] keeps trying what may pass (the environment's
+    /// executor offline, a socket cut, ...).
+    pub open_window: Duration,
+}
+
+impl HarnessConfig {
+    /// A harness of `registry`'s environment with the default [`OPEN_WINDOW`].
+    pub fn new(registry: RegistryClient, identity: NoiseIdentity, offer_reliable: bool) -> Self {
+        Self {
+            registry,
+            identity,
+            offer_reliable,
+            open_window: OPEN_WINDOW,
+        }
+    }
 }
 
 /// An open stream, as the application sees it.
@@ -133,9 +156,30 @@ async fn connect_socket(config: &HarnessConfig) -> Result<(ConnectResponse, Sock
     }
 }
 
-/// Opens a new stream: bundle, socket, handshake.
+/// Opens a new stream: bundle, socket, handshake. What may pass (the
+/// registry's `409 environment_offline` while the executor is away, a cut
+/// socket, a reset from the rendezvous) is tried again, with [`Backoff`],
+/// for up to the config's `open_window`.
 pub async fn open(config: Arc<HarnessConfig>) -> Result<RelayStream, HarnessError> {
-    let (bundle, mut ws) = connect_socket(&config).await?;
+    let deadline = tokio::time::Instant::now() + config.open_window;
+    let mut backoff = Backoff::new(OPEN_RETRY_FIRST, OPEN_RETRY_MAX);
+    loop {
+        match open_once(&config).await {
+            Err(err) if err.is_retryable() => {
+                let delay = backoff.next_delay();
+                if tokio::time::Instant::now() + delay >= deadline {
+                    return Err(err);
+                }
+                tracing::info!("relay stream not open yet, trying again: {err}");
+                tokio::time::sleep(delay).await;
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
+async fn open_once(config: &Arc<HarnessConfig>) -> Result<RelayStream, HarnessError> {
+    let (bundle, mut ws) = connect_socket(config).await?;
     let executor_key = bundle
         .executor_public_key
         .decode()
@@ -201,7 +245,7 @@ pub async fn open(config: Arc<HarnessConfig>) -> Result<RelayStream, HarnessErro
         _release: release,
     };
     tokio::spawn(manage_socket(
-        config,
+        config.clone(),
         stream_id.clone(),
         dialect,
         ws,

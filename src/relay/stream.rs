@@ -242,7 +242,7 @@ pub async fn drive<T: AsRef<[u8]>>(
                         return StreamEnd::LinkLost;
                     }
                 } else if let Some((_, outbox)) = &next {
-                    let resume = channel.resume_after_reconnect();
+                    let resume = channel.resume_after_reconnect(Instant::now());
                     if !send_all(outbox, vec![resume]).await {
                         link = None;
                         continue;

@@ -139,6 +139,9 @@ struct Environment {
     harness_sockets: HashMap<u64, HarnessSocket>,
     /// Since when no executor socket is connected (`None` while one is).
     offline_since: Option<Instant>,
+    /// Resets for the executor decided while its socket was away (a held
+    /// stream whose harness did not come back), sent when it is back.
+    undelivered: Vec<Bytes>,
 }
 
 impl Environment {
@@ -275,6 +278,16 @@ impl Hub {
             .is_some_and(|env| env.executor.is_some())
     }
 
+    /// Whether harnesses should get a bundle: the executor's socket is
+    /// connected, or it is momentarily away while reliable streams wait
+    /// for it (a harness of such a stream must be able to come back, so
+    /// that the stream resumes as soon as the executor does).
+    pub fn admits_harnesses(&self, environment_id: &str) -> bool {
+        lock(&self.environments)
+            .get(environment_id)
+            .is_some_and(|env| env.executor.is_some() || !env.streams.is_empty())
+    }
+
     /// Whether a harness socket of `caller` may open on the environment
     /// (checked before the upgrade is accepted).
     pub fn harness_may_connect(&self, environment_id: &str, caller: Option<&str>) -> bool {
@@ -320,15 +333,23 @@ impl Hub {
     }
 
     /// An executor socket connected; a previous one is told to close.
-    pub fn executor_connected(&self, environment_id: &str, link: Link) {
+    /// Returns the resets decided while no executor socket was there.
+    pub fn executor_connected(&self, environment_id: &str, link: Link) -> Vec<Delivery> {
         let epoch = self.epoch();
         let mut environments = lock(&self.environments);
         let env = environments.entry(environment_id.to_owned()).or_default();
         env.executor_epoch = epoch;
         env.offline_since = None;
-        if let Some(old) = env.executor.replace(link) {
+        if let Some(old) = env.executor.replace(link.clone()) {
             old.closer.notify_one();
         }
+        std::mem::take(&mut env.undelivered)
+            .into_iter()
+            .map(|bytes| Delivery {
+                to: link.clone(),
+                bytes,
+            })
+            .collect()
     }
 
     /// The executor socket `socket` ended. Reference-dialect streams are
@@ -392,7 +413,15 @@ impl Hub {
             return Action::Drop;
         }
         let Some(route) = env.streams.get_mut(&frame.stream_id) else {
-            return Action::Drop;
+            // A stream the executor resumes after a reconnect but that is
+            // gone here (its hold expired, the rendezvous restarted): it
+            // will not come back, say so.
+            return match frame.body {
+                Some(BodyKind::Resume) => {
+                    Action::Reply(reset(&frame.stream_id, RESET_UNKNOWN_STREAM))
+                }
+                _ => Action::Drop,
+            };
         };
         match frame.body {
             Some(BodyKind::Handshake) => {
@@ -447,7 +476,13 @@ impl Hub {
         };
         let holder = env.streams.get(stream_id).map(|route| {
             let held_here = route.harness.as_ref().map(|h| h.socket == link.socket);
-            (held_here, route.harness_key == who.key)
+            // A reliable stream's harness that comes back on a new socket
+            // before its old one's loss was noticed here takes it over.
+            let taken_over = route.reliable && held_here == Some(false);
+            (
+                held_here.filter(|_| !taken_over),
+                route.harness_key == who.key,
+            )
         });
         match holder {
             Some((Some(true), _)) => {}
@@ -619,13 +654,19 @@ impl Hub {
             return Vec::new();
         }
         env.streams.remove(&hold.stream_id);
-        env.executor
-            .iter()
-            .map(|executor| Delivery {
+        let gone = reset(&hold.stream_id, RESET_HARNESS_GONE);
+        match &env.executor {
+            Some(executor) => vec![Delivery {
                 to: executor.clone(),
-                bytes: reset(&hold.stream_id, RESET_HARNESS_GONE),
-            })
-            .collect()
+                bytes: gone,
+            }],
+            // The executor's socket is momentarily away too: it gets the
+            // reset when it is back (see `executor_connected`).
+            None => {
+                env.undelivered.push(gone);
+                Vec::new()
+            }
+        }
     }
 }
 
@@ -962,6 +1003,93 @@ mod tests {
         hub.sweep(minute + Duration::from_secs(60));
         assert_eq!(hub.environment_count(), 1);
         assert!(hub.is_online("live"));
+    }
+
+    #[test]
+    fn a_held_stream_outlives_a_momentary_executor_loss_and_its_expiry_reaches_it_later() {
+        let hub = hub();
+        let (exec, _) = link(&hub);
+        let (harn, _) = link(&hub);
+        hub.executor_connected("e", exec.clone());
+        assert!(hub.admits_harnesses("e"));
+        let offer = RelayMessageFrame::handshake("s", vec![1], FEATURE_RELIABLE);
+        hub.from_harness("e", &harn, &who("k"), &h(offer));
+        let accept = RelayMessageFrame::handshake("s", vec![2], FEATURE_RELIABLE);
+        hub.from_executor("e", exec.socket, &h(accept));
+
+        // Both sockets are cut; the stream is held for both.
+        let (_, held) = hub.executor_gone("e", exec.socket);
+        assert!(held.is_some());
+        let (_, holds) = hub.harness_gone("e", harn.socket);
+        assert!(!hub.is_online("e"));
+        assert!(
+            hub.admits_harnesses("e"),
+            "a harness may fetch a bundle to come back to its held stream"
+        );
+        // The harness does not return in time, while the executor is away.
+        assert!(hub.expire_harness_hold(&holds[0]).is_empty());
+        assert!(!hub.admits_harnesses("e"), "nothing is held any more");
+        // The executor comes back: it learns at once.
+        let (again, _) = link(&hub);
+        let resets = hub.executor_connected("e", again.clone());
+        assert_eq!(resets.len(), 1);
+        assert_eq!(resets[0].to.socket, again.socket);
+        let frame = RelayMessageFrame::from_bytes(&resets[0].bytes).unwrap();
+        assert!(matches!(frame.body, Some(Body::Reset(r)) if r.reason == RESET_HARNESS_GONE));
+        assert!(hub.executor_connected("e", again).is_empty(), "only once");
+    }
+
+    #[test]
+    fn a_reliable_streams_harness_back_on_a_new_socket_takes_it_over() {
+        let hub = hub();
+        let (exec, _) = link(&hub);
+        hub.executor_connected("e", exec.clone());
+        let (old, _) = link(&hub);
+        for (stream, features) in [("rel", FEATURE_RELIABLE), ("ref", 0)] {
+            let offer = RelayMessageFrame::handshake(stream, vec![1], features);
+            hub.from_harness("e", &old, &who("k"), &h(offer));
+            let accept = RelayMessageFrame::handshake(stream, vec![2], features);
+            hub.from_executor("e", exec.socket, &h(accept));
+        }
+        // The old socket is dead but its close was not seen yet; the
+        // harness resumes on a new one.
+        let (new, _) = link(&hub);
+        let resume = |stream| h(RelayMessageFrame::resume(stream, 4));
+        let stranger = hub.from_harness("e", &new, &who("other"), &resume("rel"));
+        assert_eq!(
+            reply_reason(&stranger).as_deref(),
+            Some(RESET_STREAM_IN_USE)
+        );
+        let reference = hub.from_harness("e", &new, &who("k"), &resume("ref"));
+        assert_eq!(
+            reply_reason(&reference).as_deref(),
+            Some(RESET_STREAM_IN_USE)
+        );
+        let back = hub.from_harness("e", &new, &who("k"), &resume("rel"));
+        assert_eq!(socket_of(&back), Some(exec.socket));
+        let to_harness =
+            hub.from_executor("e", exec.socket, &h(RelayMessageFrame::heartbeat("rel")));
+        assert_eq!(socket_of(&to_harness), Some(new.socket));
+        // The old socket's close, seen late, leaves the stream alone.
+        let (resets, holds) = hub.harness_gone("e", old.socket);
+        assert_eq!(resets.len(), 1, "only the reference stream is reset");
+        assert!(holds.is_empty());
+        assert_eq!(hub.stream_count(), 1);
+    }
+
+    #[test]
+    fn an_executor_resuming_a_stream_that_is_gone_gets_a_reset() {
+        let hub = hub();
+        let (exec, _) = link(&hub);
+        hub.executor_connected("e", exec.clone());
+        let resume = hub.from_executor("e", exec.socket, &h(RelayMessageFrame::resume("old", 9)));
+        assert_eq!(reply_reason(&resume).as_deref(), Some(RESET_UNKNOWN_STREAM));
+        // Other frames of unknown streams are still dropped silently.
+        let data = RelayMessageFrame::data("old", 9, 0, 1, vec![1]);
+        assert!(matches!(
+            hub.from_executor("e", exec.socket, &h(data)),
+            Action::Drop
+        ));
     }
 
     #[test]

@@ -216,11 +216,12 @@ impl RegistryState {
         let harness_key = request.harness_public_key.decode().map_err(invalid_key)?;
         // An unknown environment is "offline" too: after a restart the
         // registry knows nothing until the executor registers again, and
-        // harnesses should keep retrying meanwhile.
+        // harnesses should keep retrying meanwhile. An executor socket that
+        // is momentarily away while streams wait for it is not offline.
         let registration = self
             .hub
             .registration(environment_id)
-            .filter(|_| self.hub.is_online(environment_id))
+            .filter(|_| self.hub.admits_harnesses(environment_id))
             .ok_or_else(|| {
                 Answer::error(
                     409,

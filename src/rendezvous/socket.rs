@@ -76,7 +76,10 @@ pub async fn serve<S>(
         PING_INTERVAL,
     ));
     match &role {
-        SocketRole::Executor => hub.executor_connected(&environment_id, link.clone()),
+        SocketRole::Executor => {
+            let resets = hub.executor_connected(&environment_id, link.clone());
+            tokio::spawn(deliver(resets));
+        }
         SocketRole::Harness(who) => {
             if !hub.harness_connected(&environment_id, link.clone(), who) {
                 tracing::info!(environment = %environment_id, "closing a harness socket: its token holds as many as it may");

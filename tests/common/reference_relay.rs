@@ -22,6 +22,8 @@ use super::client::WAIT;
 
 /// Plaintext per record, as the reference cuts messages.
 const RECORD: usize = 61440;
+/// How long the reference executor double waits for its local server.
+const LOCAL_SILENCE: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Checks a frame has the reference's shape: no ack fields, single segments.
 pub fn assert_reference_shape(frame: &RelayMessageFrame) {
@@ -221,11 +223,18 @@ impl ReferenceHarness {
 
     /// The next JSON-RPC message.
     pub async fn recv(&mut self) -> Value {
+        self.recv_within(WAIT).await
+    }
+
+    /// The next JSON-RPC message, waiting up to `limit` for each frame.
+    pub async fn recv_within(&mut self, limit: std::time::Duration) -> Value {
         if !self.backlog.is_empty() {
             return self.backlog.remove(0);
         }
         loop {
-            let frame = next_frame(&mut self.ws).await.expect("stream ended");
+            let frame = next_frame_within(&mut self.ws, limit)
+                .await
+                .expect("stream ended");
             if frame.stream_id != self.stream_id {
                 continue;
             }
@@ -288,8 +297,16 @@ impl ReferenceHarness {
 pub async fn next_frame(
     ws: &mut codexbox::relay::executor::RelaySocket,
 ) -> Option<RelayMessageFrame> {
+    next_frame_within(ws, WAIT).await
+}
+
+/// The next frame, waiting up to `limit`; `None` when the socket ended.
+pub async fn next_frame_within(
+    ws: &mut codexbox::relay::executor::RelaySocket,
+    limit: std::time::Duration,
+) -> Option<RelayMessageFrame> {
     loop {
-        let message = tokio::time::timeout(WAIT, ws.next()).await.ok()??;
+        let message = tokio::time::timeout(limit, ws.next()).await.ok()??;
         match message {
             Ok(Message::Binary(bytes)) => {
                 return Some(
@@ -392,7 +409,9 @@ impl ReferenceExecutor {
                                         let Some(text) = text else { return };
                                         local_ws.send_text(text).await;
                                     }
-                                    reply = local_ws.recv_socket() => {
+                                    // The local server may be silent for long
+                                    // (a request that waits); the task ends with the double.
+                                    reply = local_ws.recv_socket_within(LOCAL_SILENCE) => {
                                         let Some(reply) = reply else { return };
                                         for bytes in sender.frames(reply.to_string().as_bytes()) {
                                             if out.send(bytes).await.is_err() {

@@ -1,7 +1,9 @@
 //! Remote-mode test utilities: start the real `codexbox rendezvous`, a
 //! remote executor (`exec-server --remote`) and `codexbox connect`, each
 //! killed on drop; and a TCP proxy between peers and the rendezvous that
-//! records what it relays, delays chunks and cuts connections at random.
+//! records what it relays, delays chunks and cuts connections: all at once
+//! at random moments, each after a byte budget, or each after a random
+//! lifetime (every random choice from the test's seed).
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
@@ -283,6 +285,11 @@ pub struct Faults {
     pub max_delay: Option<Duration>,
     /// Keep a copy of every relayed byte (see [`Proxy::seen`]).
     pub record: bool,
+    /// Cut each connection once it has relayed this many bytes (both
+    /// directions together; the chunk that reaches the budget is cut short).
+    pub budget: Option<usize>,
+    /// Cut each connection after a lifetime drawn uniformly from this range.
+    pub lifetime: Option<(Duration, Duration)>,
 }
 
 /// Shared state of a proxy.
@@ -324,6 +331,19 @@ impl Rng {
         let micros = u64::try_from(limit.as_micros()).unwrap_or(u64::MAX).max(1);
         Duration::from_micros(self.next() % micros)
     }
+
+    fn between(&mut self, (low, high): (Duration, Duration)) -> Duration {
+        low + self.below(high.saturating_sub(low))
+    }
+}
+
+/// What the two directions of one proxied connection share.
+#[derive(Default)]
+struct Connection {
+    /// Bytes relayed so far, both ways.
+    relayed: std::sync::atomic::AtomicUsize,
+    /// Set when the connection's own fault (budget, lifetime) cut it.
+    cut: AtomicBool,
 }
 
 impl Proxy {
@@ -434,15 +454,64 @@ async fn run_proxy(
         let (a_read, a_write) = inbound.into_split();
         let (b_read, b_write) = outbound.into_split();
         let seed = seed.wrapping_add(connection.wrapping_mul(0x9e37_79b9));
-        tokio::spawn(pipe(a_read, b_write, state.clone(), epoch, faults, seed));
-        tokio::spawn(pipe(
-            b_read,
-            a_write,
-            state.clone(),
+        let shared = Arc::new(Connection::default());
+        if let Some(range) = faults.lifetime {
+            let lifetime = Rng(seed | 1).between(range);
+            let (shared, state) = (shared.clone(), state.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(lifetime).await;
+                shared.cut.store(true, Ordering::SeqCst);
+                state.cuts.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+        let link = Pipe {
+            state: state.clone(),
+            connection: shared.clone(),
             epoch,
             faults,
-            seed ^ 0xdead,
-        ));
+        };
+        tokio::spawn(pipe(a_read, b_write, link, seed));
+        let link = Pipe {
+            state: state.clone(),
+            connection: shared,
+            epoch,
+            faults,
+        };
+        tokio::spawn(pipe(b_read, a_write, link, seed ^ 0xdead));
+    }
+}
+
+/// What one direction of a proxied connection knows.
+struct Pipe {
+    state: Arc<ProxyState>,
+    connection: Arc<Connection>,
+    /// The proxy-wide epochs at accept.
+    epoch: Epochs,
+    faults: Faults,
+}
+
+impl Pipe {
+    fn is_cut(&self) -> bool {
+        self.state.cut_epoch.load(Ordering::SeqCst) != self.epoch.cut
+            || self.connection.cut.load(Ordering::SeqCst)
+    }
+
+    fn is_frozen(&self) -> bool {
+        self.state.freeze_epoch.load(Ordering::SeqCst) != self.epoch.freeze
+    }
+
+    /// How much of `n` bytes may still go; cuts the connection when that
+    /// reaches its budget.
+    fn take_budget(&self, n: usize) -> usize {
+        let Some(budget) = self.faults.budget else {
+            return n;
+        };
+        let before = self.connection.relayed.fetch_add(n, Ordering::SeqCst);
+        let allowed = budget.saturating_sub(before).min(n);
+        if before + n >= budget && !self.connection.cut.swap(true, Ordering::SeqCst) {
+            self.state.cuts.fetch_add(1, Ordering::SeqCst);
+        }
+        allowed
     }
 }
 
@@ -456,28 +525,24 @@ struct Epochs {
 async fn pipe(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    state: Arc<ProxyState>,
-    epoch: Epochs,
-    faults: Faults,
+    link: Pipe,
     seed: u64,
 ) {
     let mut rng = Rng(seed | 1);
     let mut buf = vec![0u8; 64 * 1024];
-    let cut = || state.cut_epoch.load(Ordering::SeqCst) != epoch.cut;
-    let frozen = || state.freeze_epoch.load(Ordering::SeqCst) != epoch.freeze;
     loop {
-        if frozen() {
+        if link.is_frozen() {
             // Hold both sockets, forward nothing, until cut.
-            while !cut() {
+            while !link.is_cut() {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             return;
         }
         let read = tokio::time::timeout(Duration::from_millis(20), from.read(&mut buf)).await;
-        if cut() {
+        if link.is_cut() {
             return;
         }
-        if frozen() {
+        if link.is_frozen() {
             continue;
         }
         let n = match read {
@@ -485,15 +550,16 @@ async fn pipe(
             Ok(Ok(0)) | Ok(Err(_)) => return,
             Ok(Ok(n)) => n,
         };
-        if let Some(limit) = faults.max_delay {
+        if let Some(limit) = link.faults.max_delay {
             tokio::time::sleep(rng.below(limit)).await;
         }
-        if faults.record {
-            if let Ok(mut seen) = state.seen.lock() {
+        let n = link.take_budget(n);
+        if link.faults.record {
+            if let Ok(mut seen) = link.state.seen.lock() {
                 seen.extend_from_slice(&buf[..n]);
             }
         }
-        if to.write_all(&buf[..n]).await.is_err() || cut() {
+        if to.write_all(&buf[..n]).await.is_err() || link.is_cut() {
             return;
         }
     }

@@ -31,13 +31,12 @@ async fn setup(env: &str) -> Setup {
     let rendezvous = Rendezvous::start(&["--public-url", &proxy.url()]);
     proxy.set_target(rendezvous.addr());
     let executor = Executor::start(&rendezvous.url, env, &[], &[]);
-    let config = HarnessConfig {
-        registry: RegistryClient::new(&rendezvous.url, env, AuthHeaders::default())
-            .expect("registry"),
-        identity: NoiseIdentity::generate().expect("identity"),
+    let config = HarnessConfig::new(
+        RegistryClient::new(&rendezvous.url, env, AuthHeaders::default()).expect("registry"),
+        NoiseIdentity::generate().expect("identity"),
         // The reference dialect: a cut is visible and the client recovers.
-        offer_reliable: false,
-    };
+        false,
+    );
     let (client, events) =
         RemoteExecServerClient::connect(ConnectOptions::relay(config), "relay-client")
             .await
@@ -184,11 +183,13 @@ async fn a_closed_client_lets_go_of_its_stream_and_session_at_once() {
     // A stream whose harness vanished would be held for ten minutes.
     let rendezvous = Rendezvous::start(&["--resume-hold-secs", "600"]);
     let _executor = Executor::start(&rendezvous.url, "closing-env", &[], &[]);
-    let config = || HarnessConfig {
-        registry: RegistryClient::new(&rendezvous.url, "closing-env", AuthHeaders::default())
-            .expect("registry"),
-        identity: NoiseIdentity::generate().expect("identity"),
-        offer_reliable: true,
+    let config = || {
+        HarnessConfig::new(
+            RegistryClient::new(&rendezvous.url, "closing-env", AuthHeaders::default())
+                .expect("registry"),
+            NoiseIdentity::generate().expect("identity"),
+            true,
+        )
     };
     let (client, _events) =
         RemoteExecServerClient::connect(ConnectOptions::relay(config()), "first")

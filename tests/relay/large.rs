@@ -177,7 +177,7 @@ async fn the_executor_replaces_an_oversize_answer_in_the_reference_dialect_and_t
         .send(json!({"id": 901, "method": "fs/readFile", "params": {"path": path}}))
         .await;
     let replaced = loop {
-        let message = harness.recv().await;
+        let message = harness.recv_within(HUGE_WAIT).await;
         assert_ne!(message["id"], 900, "the gate is still closed: {message}");
         if message["id"] == 901 {
             break message;

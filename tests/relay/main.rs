@@ -5,6 +5,7 @@
 mod common;
 
 mod client;
+mod flaky;
 mod interop;
 mod large;
 mod properties;

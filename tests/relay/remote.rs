@@ -157,7 +157,7 @@ async fn output_survives_connection_cuts_byte_exact_with_the_reliable_relay() {
         Faults {
             cut_every: Some(Duration::from_millis(700)),
             max_delay: Some(Duration::from_micros(300)),
-            record: false,
+            ..Faults::default()
         },
         42,
     );
