@@ -1,16 +1,18 @@
 //! The tokens of codexbox's own loopback listeners, and how codexbox's
 //! clients find them without the user copying anything.
 //!
-//! A listener that must not serve every local process (`codexbox connect`)
-//! [`generate`]s a random token at start and [`publish`]es it in the
-//! private runtime directory ([`crate::sandbox::state::state_dir`]: owned
-//! by the user, mode 0700, hidden inside every bubblewrap sandbox), as
-//! `listeners/IP:PORT`, mode 0600, holding an exclusive `flock` for as long
-//! as it serves. A client given no token [`find`]s the one published for
-//! the exact loopback address it dials, and uses it only while that lock
-//! is held (a listener killed without cleaning up leaves a file nobody
-//! uses, removed by the next [`publish`]). Another user cannot enter the
-//! directory; a sandboxed command does not see it.
+//! A listener that must not serve every local process (`codexbox connect`,
+//! `codexbox rendezvous`) [`generate`]s random tokens at start and
+//! [`publish_for`]es them in the private runtime directory
+//! ([`crate::sandbox::state::state_dir`]: owned by the user, mode 0700,
+//! hidden inside every bubblewrap sandbox), as `listeners/IP:PORT` (what a
+//! [`Holder`] may do is a suffix of the name), mode 0600, holding an
+//! exclusive `flock` for as long as it serves. A client given no token
+//! [`find_for`]s the one published for the exact loopback address it
+//! dials, and uses it only while that lock is held (a listener killed
+//! without cleaning up leaves a file nobody uses, removed by the next
+//! publication). Another user cannot enter the directory; a sandboxed
+//! command does not see it.
 //!
 //! Every file is opened without following a symlink and refused unless it
 //! is a regular file of ours that nobody else may read.
@@ -60,10 +62,43 @@ pub fn generate() -> Result<String, ListenerTokenError> {
     Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
 }
 
+/// What the holder of a published token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holder {
+    /// Use a local endpoint (`codexbox connect`'s WebSocket): `IP:PORT`.
+    Client,
+    /// Register and serve environments at a rendezvous (its `register`
+    /// and `validate` calls): `IP:PORT.rendezvous-executor`.
+    Executor,
+    /// Reach environments through a rendezvous (its `connect` call):
+    /// `IP:PORT.rendezvous-harness`.
+    Harness,
+}
+
+impl Holder {
+    /// The file name of the token for the listener at `addr`.
+    fn file_name(self, addr: SocketAddr) -> String {
+        match self {
+            Holder::Client => addr.to_string(),
+            Holder::Executor => format!("{addr}.rendezvous-executor"),
+            Holder::Harness => format!("{addr}.rendezvous-harness"),
+        }
+    }
+}
+
 /// The loopback address a `ws://IP:PORT[/…]` URL dials, if it names one
 /// literally (the only addresses tokens are published for).
 pub fn loopback_address(url: &str) -> Option<SocketAddr> {
-    let rest = url.strip_prefix("ws://")?;
+    loopback_address_of(url, "ws://")
+}
+
+/// The same for an `http://IP:PORT[/…]` URL (a rendezvous's registry).
+pub fn loopback_http_address(url: &str) -> Option<SocketAddr> {
+    loopback_address_of(url.trim(), "http://")
+}
+
+fn loopback_address_of(url: &str, scheme: &str) -> Option<SocketAddr> {
+    let rest = url.strip_prefix(scheme)?;
     let authority = rest.split(['/', '?', '#']).next()?;
     authority
         .parse::<SocketAddr>()
@@ -96,13 +131,23 @@ impl Drop for Published {
     }
 }
 
-/// Writes `token` for the listener at `addr` (blocking; small files in the
-/// runtime directory).
+/// Writes `token` for the local endpoint at `addr` ([`Holder::Client`]).
 pub fn publish(addr: SocketAddr, token: &str) -> Result<Published, ListenerTokenError> {
+    publish_for(addr, Holder::Client, token)
+}
+
+/// Writes `token` for `holder`s of the listener at `addr` (blocking; small
+/// files in the runtime directory).
+pub fn publish_for(
+    addr: SocketAddr,
+    holder: Holder,
+    token: &str,
+) -> Result<Published, ListenerTokenError> {
     let dir = listeners_dir(true)?;
     prune(&dir);
-    let path = dir.join(addr.to_string());
-    let temporary = dir.join(format!(".{addr}.{}", std::process::id()));
+    let name = holder.file_name(addr);
+    let path = dir.join(&name);
+    let temporary = dir.join(format!(".{name}.{}", std::process::id()));
     let write_error = |source| ListenerTokenError::Write {
         path: path.clone(),
         source,
@@ -134,10 +179,16 @@ pub fn publish(addr: SocketAddr, token: &str) -> Result<Published, ListenerToken
     Ok(Published { path, file })
 }
 
-/// The token a live codexbox listener of ours published for `addr`.
-/// Blocking (one small file).
+/// The token a live codexbox listener of ours published for the local
+/// endpoint at `addr` ([`Holder::Client`]).
 pub fn find(addr: SocketAddr) -> Option<String> {
-    let path = listeners_dir(false).ok()?.join(addr.to_string());
+    find_for(addr, Holder::Client)
+}
+
+/// The token a live codexbox listener of ours at `addr` published for
+/// `holder`s. Blocking (one small file).
+pub fn find_for(addr: SocketAddr, holder: Holder) -> Option<String> {
+    let path = listeners_dir(false).ok()?.join(holder.file_name(addr));
     // A shared lock we can take means no listener holds its exclusive one:
     // the file is left over from one that is gone.
     let file = match Flock::lock(open_private(&path)?, FlockArg::LockSharedNonblock) {
@@ -227,6 +278,23 @@ mod tests {
         assert_eq!(loopback_address("ws://localhost:4000"), None);
         assert_eq!(loopback_address("unix:///run/x.sock"), None);
         assert_eq!(loopback_address("wss://127.0.0.1:4000"), None);
+        assert_eq!(loopback_http_address(" http://127.0.0.1:4000/p "), Some(v4));
+        assert_eq!(loopback_http_address("https://127.0.0.1:4000"), None);
+        assert_eq!(loopback_http_address("ws://127.0.0.1:4000"), None);
+    }
+
+    #[test]
+    fn each_holder_has_its_own_file_per_address() {
+        let addr: SocketAddr = "127.0.0.1:4000".parse().unwrap();
+        let names = [Holder::Client, Holder::Executor, Holder::Harness].map(|h| h.file_name(addr));
+        assert_eq!(
+            names,
+            [
+                "127.0.0.1:4000",
+                "127.0.0.1:4000.rendezvous-executor",
+                "127.0.0.1:4000.rendezvous-harness"
+            ]
+        );
     }
 
     #[test]

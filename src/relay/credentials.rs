@@ -4,8 +4,10 @@
 //! (default `~/.codex`): its API key, or its ChatGPT access token with the
 //! account id. API keys go only to loopback registries or `https://`
 //! `openai.com`/`openai.org` hosts (the reference's rule), and no token is
-//! ever sent to a non-loopback `http://` registry. Without any credential the executor
-//! registers without an `Authorization` header (an open self-hosted registry).
+//! ever sent to a non-loopback `http://` registry. Without any credential
+//! the executor registers without one of its own: a registry on a literal
+//! loopback address then gets the token a codexbox rendezvous there
+//! published (see [`super::registry_client`]), any other none.
 
 use std::path::{Path, PathBuf};
 

@@ -2,7 +2,10 @@
 //! and endpoint formation as the reference does them, `register`, `connect`
 //! (10 s for the whole exchange) and `validate`, the checks on each answer,
 //! and the reference's error texts, including which errors a recovering
-//! harness may retry.
+//! harness may retry. A client without credentials of its own, calling a
+//! registry on a literal loopback address, sends the token a codexbox
+//! rendezvous there published for the call's role
+//! ([`crate::listener_token`]).
 
 use std::time::Duration;
 
@@ -16,6 +19,7 @@ use super::registry_api::{
     ConnectRequest, ConnectResponse, ErrorBody, RegisterRequest, RegisterResponse, RegistryCall,
     ValidateRequest, ValidateResponse, ENVIRONMENT_OFFLINE, SECURITY_PROFILE,
 };
+use crate::listener_token::{self, Holder};
 
 /// Time allowed for a whole `connect` exchange.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -177,7 +181,9 @@ impl RegistryClient {
         timeout: Option<Duration>,
     ) -> Result<R, RegistryError> {
         let body = serde_json::to_vec(body).map_err(RegistryError::Decode)?;
-        let response = post_json(&self.endpoint(call), &self.auth.0, &body, timeout).await?;
+        let published = self.published_auth(call).await;
+        let headers = published.as_ref().unwrap_or(&self.auth);
+        let response = post_json(&self.endpoint(call), &headers.0, &body, timeout).await?;
         let status = response.status;
         if (200..300).contains(&status) {
             return serde_json::from_slice(&response.body).map_err(RegistryError::Decode);
@@ -218,6 +224,26 @@ impl RegistryClient {
                 .or_else(|| preview(&response.body))
                 .unwrap_or_else(|| fallback.into()),
         })
+    }
+
+    /// Without headers of its own: the token a codexbox rendezvous on the
+    /// registry's literal loopback address published for `call`'s role
+    /// (executors register and validate, harnesses connect), read at each
+    /// call so that the token of a restarted rendezvous is picked up.
+    async fn published_auth(&self, call: RegistryCall) -> Option<AuthHeaders> {
+        if !self.auth.is_empty() {
+            return None;
+        }
+        let addr = listener_token::loopback_http_address(&self.base)?;
+        let holder = match call {
+            RegistryCall::Register | RegistryCall::Validate => Holder::Executor,
+            RegistryCall::Connect => Holder::Harness,
+        };
+        let token = tokio::task::spawn_blocking(move || listener_token::find_for(addr, holder))
+            .await
+            .ok()
+            .flatten()?;
+        Some(AuthHeaders::bearer(&token))
     }
 
     fn check_identity(&self, environment_id: &str, profile: &str) -> Result<(), RegistryError> {

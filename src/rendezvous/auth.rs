@@ -1,9 +1,10 @@
 //! Who may call the registry: bearer tokens from `--tokens FILE`, one
 //! `TOKEN ENVIRONMENT-ID|* executor|harness|both` per line, `#` comments.
 //! The file is parsed whole (a bad line names its number and nothing
-//! changes) and can be reloaded while serving (SIGHUP). Without a token file
-//! every caller is allowed (loopback-only deployments; the CLI refuses a
-//! public bind without one unless told otherwise).
+//! changes) and can be reloaded while serving (SIGHUP). Without a token
+//! file the table holds the two tokens the rendezvous generated
+//! ([`TokenTable::from_entries`]); only `--insecure-no-auth` lets every
+//! caller in.
 
 use std::path::Path;
 
@@ -67,6 +68,19 @@ impl std::fmt::Debug for TokenTable {
 }
 
 impl TokenTable {
+    /// A table of `(token, grant)` pairs valid for every environment.
+    pub fn from_entries(entries: Vec<(String, Grant)>) -> Self {
+        let entries = entries
+            .into_iter()
+            .map(|(token, grant)| Entry {
+                token,
+                environment: None,
+                grant,
+            })
+            .collect();
+        Self { entries }
+    }
+
     /// Reads and parses `path`.
     pub fn load(path: &Path) -> Result<Self, TokenFileError> {
         let text = std::fs::read_to_string(path).map_err(|source| TokenFileError::Read {

@@ -1,6 +1,7 @@
 //! Command line of `codexbox rendezvous`: parses flags, refuses a public
-//! bind without a token file, sets up logging and the runtime, prints the
-//! `http://IP:PORT` line and serves until SIGINT/SIGTERM.
+//! bind without a token file, warns when told to serve without tokens, sets
+//! up logging and the runtime, prints the `http://IP:PORT` line and serves
+//! until SIGINT/SIGTERM.
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -24,12 +25,20 @@ struct Args {
     #[arg(long, value_name = "URL")]
     public_url: Option<String>,
     /// Who may register and connect: `TOKEN ENVIRONMENT-ID|* executor|harness|both`
-    /// per line, `#` comments; reloaded on SIGHUP.
+    /// per line, `#` comments; reloaded on SIGHUP. Without it, an executor
+    /// token and a harness token are generated and published for your own
+    /// codexbox executors and clients.
     #[arg(long, value_name = "FILE")]
     tokens: Option<PathBuf>,
-    /// Allow a non-loopback --listen without --tokens (anyone may register).
+    /// Serve without tokens: every process that reaches the port (any local
+    /// process on loopback) may register environments and run commands on
+    /// their executors.
     #[arg(long)]
     insecure_no_auth: bool,
+    /// Origin allowed to call (repeatable); a request with any other
+    /// Origin header gets 403.
+    #[arg(long, value_name = "ORIGIN")]
+    allow_origin: Vec<String>,
     /// Lifetime of the WebSocket URLs and harness key authorizations handed out.
     #[arg(long, value_name = "SECS", default_value_t = 300)]
     url_ttl_secs: u64,
@@ -113,6 +122,8 @@ fn build_config(args: &Args) -> Result<RendezvousConfig, String> {
     let mut config = RendezvousConfig::new(listen);
     config.public_url = args.public_url.clone();
     config.tokens_file = args.tokens.clone();
+    config.insecure_no_auth = args.insecure_no_auth && args.tokens.is_none();
+    config.allowed_origins = args.allow_origin.clone();
     config.url_ttl = Duration::from_secs(args.url_ttl_secs.max(1));
     config.max_connections = args.max_connections;
     config.max_pending_connections = max_pending;
@@ -142,6 +153,12 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         }
     };
     logging::init(args.log_format);
+    if config.insecure_no_auth {
+        eprintln!(
+            "{name}: warning: serving {} without tokens (--insecure-no-auth): every process that reaches it can register any environment, taking over its streams, and run commands on every registered executor",
+            config.listen
+        );
+    }
     let Some(runtime) = crate::startup::runtime(name, crate::startup::Threads::PerCpu) else {
         return 1;
     };

@@ -3,8 +3,11 @@
 //! ([`registry`]), `GET /readyz`, and the relay WebSocket at `/relay`
 //! ([`socket`], routing in [`hub`]); URLs and harness key authorizations are
 //! signed ([`signing`]); callers are authorized by the token file
-//! ([`auth`]); connection slots are shared out by [`admission`], and every
-//! request must arrive whole within the request deadline. All state is in memory: a restart forgets registrations and
+//! ([`auth`]), or else by an executor and a harness token generated at
+//! start and published for the user's own codexbox peers
+//! ([`crate::listener_token`]); connection slots are shared out by
+//! [`admission`], and every request must arrive whole within the request
+//! deadline. All state is in memory: a restart forgets registrations and
 //! streams, and both executors (401 on their next upgrade → register again)
 //! and harnesses (409 `environment_offline` until then → retry) recover.
 //! It routes ciphertext by `stream_id` and never sees plaintext.
@@ -28,6 +31,7 @@ use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::protocol::{Role as WsRole, WebSocketConfig};
 use tokio_tungstenite::WebSocketStream;
 
+use crate::listener_token::{self, Holder, Published};
 use crate::relay::registry_api::RegistryCall;
 use crate::server::transport::http::{self, RequestHead};
 use admission::{Admission, Slot};
@@ -48,6 +52,10 @@ pub struct RendezvousConfig {
     /// `http(s)://host[:port][/prefix]` advertised in registry answers.
     pub public_url: Option<String>,
     pub tokens_file: Option<PathBuf>,
+    /// Without a token file: serve everyone instead of publishing tokens.
+    pub insecure_no_auth: bool,
+    /// `Origin` header values that are not refused.
+    pub allowed_origins: Vec<String>,
     pub url_ttl: Duration,
     /// TCP connections served at once (HTTP and WebSocket).
     pub max_connections: usize,
@@ -68,6 +76,8 @@ impl RendezvousConfig {
             listen,
             public_url: None,
             tokens_file: None,
+            insecure_no_auth: false,
+            allowed_origins: Vec::new(),
             url_ttl: Duration::from_secs(300),
             max_connections: 4096,
             max_pending_connections: 1024,
@@ -100,6 +110,8 @@ pub enum RendezvousError {
     Random(String),
     #[error("--public-url must start with http:// or https://: `{0}`")]
     PublicUrl(String),
+    #[error("cannot publish the executor and harness tokens: {0}; pass --tokens FILE, or --insecure-no-auth to serve without tokens")]
+    Publish(#[from] crate::listener_token::ListenerTokenError),
 }
 
 /// A bound rendezvous, not serving yet.
@@ -107,6 +119,8 @@ pub struct Rendezvous {
     listener: TcpListener,
     state: Arc<RegistryState>,
     config: RendezvousConfig,
+    /// The generated tokens' files: they go when the rendezvous does.
+    published: Vec<Published>,
 }
 
 /// `http(s)://…` → `ws(s)://…`, trailing slashes removed.
@@ -122,9 +136,11 @@ fn ws_base(public_url: &str) -> Option<String> {
 }
 
 impl Rendezvous {
-    /// Binds and loads the token file.
+    /// Binds and loads the token file; without one (and without
+    /// `insecure_no_auth`), generates the executor and harness tokens and
+    /// publishes them for this address.
     pub async fn bind(config: RendezvousConfig) -> Result<Self, RendezvousError> {
-        let tokens = match &config.tokens_file {
+        let file_tokens = match &config.tokens_file {
             Some(path) => Some(auth::TokenTable::load(path)?),
             None => None,
         };
@@ -147,10 +163,21 @@ impl Rendezvous {
         };
         let signer =
             signing::Signer::generate().map_err(|e| RendezvousError::Random(e.to_string()))?;
+        let track_callers = file_tokens.is_some();
+        let (tokens, published) = match file_tokens {
+            Some(table) => (Some(table), Vec::new()),
+            None if config.insecure_no_auth => (None, Vec::new()),
+            None => {
+                let (table, published) = publish_tokens(local)?;
+                (Some(table), published)
+            }
+        };
         let state = Arc::new(RegistryState {
             hub: Hub::new(config.limits),
             signer,
             tokens: RwLock::new(tokens),
+            track_callers,
+            allowed_origins: config.allowed_origins.clone(),
             ws_base,
             url_ttl: config.url_ttl,
         });
@@ -158,6 +185,7 @@ impl Rendezvous {
             listener,
             state,
             config,
+            published,
         })
     }
 
@@ -175,6 +203,7 @@ impl Rendezvous {
             listener,
             state,
             config,
+            published,
         } = self;
         let config = Arc::new(config);
         let reload = tokio::spawn(reload_on_sighup(state.clone(), config.tokens_file.clone()));
@@ -194,7 +223,28 @@ impl Rendezvous {
         }
         reload.abort();
         sweeper.abort();
+        drop(published);
     }
+}
+
+/// An executor token and a harness token for the rendezvous at `addr`,
+/// published where the user's codexbox executors and harnesses find them
+/// (a registry URL naming this address literally), and the table that
+/// admits them.
+fn publish_tokens(addr: SocketAddr) -> Result<(auth::TokenTable, Vec<Published>), RendezvousError> {
+    let mut entries = Vec::new();
+    let mut published = Vec::new();
+    for (holder, grant) in [
+        (Holder::Executor, auth::Grant::Executor),
+        (Holder::Harness, auth::Grant::Harness),
+    ] {
+        let token = listener_token::generate()?;
+        let file = listener_token::publish_for(addr, holder, &token)?;
+        tracing::info!(path = %file.path().display(), ?grant, "token published for this user's codexbox peers");
+        published.push(file);
+        entries.push((token, grant));
+    }
+    Ok((auth::TokenTable::from_entries(entries), published))
 }
 
 /// Expires unused claims, idle harness sockets and environments without
@@ -314,8 +364,10 @@ where
         }
         Err(http::HeadError::Closed | http::HeadError::Io(_)) => return Outcome::Done,
     };
-    // Browsers never need this service: refuse anything a page could send.
-    if head.header("origin").is_some() {
+    // Browsers never need this service: refuse anything a page could send
+    // (unless its origin is allowed).
+    let origin = head.header("origin");
+    if origin.is_some_and(|origin| !state.allowed_origins.iter().any(|o| o == origin)) {
         let cross_origin = Answer::error(
             403,
             "Forbidden",

@@ -28,8 +28,13 @@ pub const MAX_ENVIRONMENT_ID_BYTES: usize = 256;
 pub struct RegistryState {
     pub hub: Arc<Hub>,
     pub signer: Signer,
-    /// `None`: no token file, everyone may call.
+    /// `None`: no tokens at all (`--insecure-no-auth`), everyone may call.
     pub tokens: RwLock<Option<TokenTable>>,
+    /// Whether tokens name callers (a token file: per-token limits apply);
+    /// the generated tokens are every local peer's alike.
+    pub track_callers: bool,
+    /// `Origin` header values that are not refused.
+    pub allowed_origins: Vec<String>,
     /// `ws://…` or `wss://…` base of the URLs handed out.
     pub ws_base: String,
     /// Lifetime of URLs and authorizations.
@@ -127,6 +132,7 @@ impl RegistryState {
         if let Some(table) = tokens.as_ref() {
             caller = authorization
                 .and_then(bearer_token)
+                .filter(|_| self.track_callers)
                 .map(|token| self.signer.caller_id(token));
             table
                 .check(authorization, environment_id, grant)

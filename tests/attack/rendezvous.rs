@@ -1,11 +1,16 @@
-//! Denial of service against `codexbox rendezvous`, through the real binary
-//! while a real executor serves: requests that never finish (a body that
-//! never comes, a head or body trickled a byte at a time) against the
-//! connection slots; one harness token claiming every stream or opening
-//! socket after socket; one harness sending garbage handshakes next to
-//! another harness's stream; and registrations with long ids, or never
-//! followed by an executor. Each attack is paired with the legitimate work
-//! that must still get through.
+//! Attacks on `codexbox rendezvous`, through the real binary while a real
+//! executor serves. Who may use a rendezvous started without a token file
+//! on loopback: another local user (uid 65534 through `setpriv`) and a
+//! sandboxed command with network access (each launcher) can neither
+//! register an environment (taking over its streams) nor run a command on
+//! a registered executor, while the owner's codexbox peers find the
+//! published tokens by themselves; browser origins are refused. Denial of
+//! service: requests that never finish (a body that never comes, a head or
+//! body trickled a byte at a time) against the connection slots; one
+//! harness token claiming every stream or opening socket after socket; one
+//! harness sending garbage handshakes next to another harness's stream;
+//! and registrations with long ids, or never followed by an executor. Each
+//! attack is paired with the legitimate work that must still get through.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -15,9 +20,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::common::client::WAIT;
+use crate::common::client::{BIN, WAIT};
+use crate::common::redteam::{against, available, Launcher, Tree};
 use crate::common::reference_relay::ReferenceHarness;
 use crate::common::relay::{Executor, Rendezvous, EXECUTOR_CONNECTED};
+use crate::common::shell::{command, finish, run, Run};
 use codexbox::relay::executor::{dial, DialError, RelaySocket};
 use codexbox::relay::frame::{Body, RelayMessageFrame};
 use codexbox::relay::noise::NoiseIdentity;
@@ -418,4 +425,191 @@ async fn long_environment_ids_are_refused_and_idle_environments_forgotten() {
     wait_for_figure(&rendezvous, "environments", 1).await;
     harness_gets_through(&rendezvous, "e-live", None).await;
     assert_eq!(readyz(&rendezvous).await.1["environments"], 1);
+}
+
+/// The unprivileged local user of these attacks.
+const NOBODY: &str = "65534";
+
+fn text(path: &std::path::Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+/// Where a rendezvous at `url` publishes the token for `suffix`
+/// (`rendezvous-executor` or `rendezvous-harness`).
+fn published_token_file(url: &str, suffix: &str) -> std::path::PathBuf {
+    let dir = codexbox::sandbox::state::state_dir().expect("runtime directory");
+    let addr = url.trim_start_matches("http://");
+    dir.join("listeners").join(format!("{addr}.{suffix}"))
+}
+
+/// `codexbox ARGS…` as uid 65534, with no credential and a home of nothing.
+fn as_nobody(args: &[&str]) -> Run {
+    let mut attack = std::process::Command::new("setpriv");
+    attack
+        .args(["--reuid", NOBODY, "--regid", NOBODY, "--clear-groups", BIN])
+        .args(args)
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("CODEX_API_KEY")
+        .env_remove("CODEX_ACCESS_TOKEN")
+        .env_remove("CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN")
+        .env("HOME", "/nonexistent")
+        .env("CODEX_HOME", "/nonexistent");
+    finish(&mut attack, None, &format!("{args:?} as uid 65534"))
+}
+
+fn assert_unauthorized(run: &Run, what: &str) {
+    assert_ne!(run.code, 0, "{what}: {}", run.stderr);
+    assert!(
+        run.stderr.contains("401 Unauthorized"),
+        "{what}: the rendezvous was not reached and refused: {}",
+        run.stderr
+    );
+}
+
+#[test]
+fn another_user_can_neither_register_nor_reach_environments_of_a_default_rendezvous() {
+    use std::os::unix::fs::MetadataExt;
+    let tree = Tree::new();
+    let rendezvous = Rendezvous::start(&[]);
+    let url = rendezvous.url.as_str();
+    let _executor = Executor::start(url, "env-owned", &[], &[]);
+
+    // Run a command on the owner's executor.
+    let marker = tree.outside.join("by-nobody");
+    let touch = [
+        "exec",
+        "--registry",
+        url,
+        "--environment-id",
+        "env-owned",
+        "--",
+    ];
+    let mut attack = touch.to_vec();
+    attack.extend(["touch", text(&marker)]);
+    assert_unauthorized(&as_nobody(&attack), "exec as uid 65534");
+    assert!(!marker.exists(), "uid 65534 ran a command on the executor");
+    // Register the owner's environment, which would take its streams over.
+    let takeover = as_nobody(&[
+        "exec-server",
+        "--remote",
+        url,
+        "--environment-id",
+        "env-owned",
+    ]);
+    assert_unauthorized(&takeover, "a registration as uid 65534");
+
+    // The same command as the owner lands, with no token handed over.
+    let by_owner = tree.outside.join("by-owner");
+    let mut owned = touch.to_vec();
+    owned.extend(["touch", text(&by_owner)]);
+    let ran = run(&owned, None);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(by_owner.exists(), "the owner's environment was not reached");
+    // Found in files only the owner may read.
+    for suffix in ["rendezvous-executor", "rendezvous-harness"] {
+        let file = published_token_file(url, suffix);
+        let meta = std::fs::symlink_metadata(&file).expect("a published token");
+        assert!(meta.file_type().is_file());
+        assert_eq!(meta.mode() & 0o777, 0o600, "{}", file.display());
+        assert_eq!(meta.uid(), nix::unistd::geteuid().as_raw());
+    }
+}
+
+/// From inside `codexbox sandbox -P workspace --network`, neither the
+/// published tokens nor a registration or a command through the owner's
+/// loopback rendezvous: the tokens are in the private runtime directory
+/// the sandbox hides.
+fn sandboxed_command_cannot_use_a_default_rendezvous(launcher: Launcher) {
+    let tree = Tree::new();
+    let rendezvous = Rendezvous::start(&[]);
+    let url = rendezvous.url.as_str();
+    let _executor = Executor::start(url, "env-sandboxed", &[], &[]);
+    let marker = tree.outside.join("by-sandboxed-command");
+    let tokens = ["rendezvous-executor", "rendezvous-harness"]
+        .map(|suffix| published_token_file(url, suffix).display().to_string());
+    let script = format!(
+        "cat {tokens} 2>/dev/null && echo token-readable
+timeout 20 \"$0\" exec-server --remote {url} --environment-id env-sandboxed
+echo registered=$?
+exec \"$0\" exec --registry {url} --environment-id env-sandboxed -- touch {marker}",
+        tokens = tokens.join(" "),
+        marker = text(&marker),
+    );
+    let mut attack = command(&["sandbox", "-P", "workspace", "--network", "-C"]);
+    attack
+        .arg(&tree.ws)
+        .args(launcher.flags())
+        .args(["--", "sh", "-c", &script, BIN]);
+    launcher.apply(&mut attack);
+    let attacked = finish(&mut attack, None, "a sandboxed command");
+    let out = attacked.stdout_text();
+    assert!(
+        !out.contains("token-readable"),
+        "{launcher:?}: the sandbox read a published token"
+    );
+    assert!(
+        out.contains("registered=1"),
+        "{launcher:?}: the registration was not refused: {out} {}",
+        attacked.stderr
+    );
+    assert_unauthorized(&attacked, &format!("{launcher:?} sandbox"));
+    assert_eq!(
+        attacked.stderr.matches("401 Unauthorized").count(),
+        2,
+        "{launcher:?}: both calls refused: {}",
+        attacked.stderr
+    );
+    assert!(
+        !marker.exists(),
+        "{launcher:?}: a sandboxed command ran a command on the executor"
+    );
+}
+
+against!(sandboxed_command_cannot_use_a_default_rendezvous: system, builtin, landlock);
+
+/// `GET /readyz` with `Origin: origin`; the status.
+async fn readyz_from(rendezvous: &Rendezvous, origin: &str) -> Option<u16> {
+    let request = format!("GET /readyz HTTP/1.1\r\nHost: r\r\nOrigin: {origin}\r\n\r\n");
+    let mut stream = send_raw(rendezvous, request.as_bytes()).await;
+    answer_of(&mut stream).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browser_origins_are_refused_unless_allowed() {
+    let rendezvous = Rendezvous::start(&["--allow-origin", "https://console.example"]);
+    assert_eq!(
+        readyz_from(&rendezvous, "https://evil.example").await,
+        Some(403)
+    );
+    assert_eq!(readyz_from(&rendezvous, "null").await, Some(403));
+    assert_eq!(
+        readyz_from(&rendezvous, "https://console.example").await,
+        Some(200)
+    );
+    assert_eq!(readyz(&rendezvous).await.0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_tokens_only_when_told_and_it_says_so() {
+    let key = NoiseIdentity::generate()
+        .expect("identity")
+        .public_key()
+        .encode();
+    // A default rendezvous refuses a caller without its token...
+    let guarded = Rendezvous::start(&[]);
+    let refused = registry(&guarded, "e-open", Some("guess"))
+        .register(&key)
+        .await;
+    assert!(
+        matches!(refused, Err(RegistryError::Authentication { .. })),
+        "{refused:?}"
+    );
+    // ...and one told to serve everyone says so, and does.
+    let mut open = Rendezvous::start(&["--insecure-no-auth"]);
+    open.proc
+        .wait_stderr("without tokens (--insecure-no-auth)", 1);
+    assert!(!published_token_file(&open.url, "rendezvous-harness").exists());
+    let stranger = RegistryClient::new(&open.url, "e-open", AuthHeaders::bearer("anything"))
+        .expect("registry client");
+    stranger.register(&key).await.expect("an open registry");
 }

@@ -4,6 +4,7 @@
 //! verify the certificate against the roots `SSL_CERT_FILE` (or
 //! `CODEX_CA_CERTIFICATE`) names, and refuse it without them.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -62,10 +63,21 @@ async fn terminator() -> (
 async fn remote_mode_works_over_https_and_wss_and_checks_the_certificate() {
     let (addr, target) = terminator().await;
     let public = format!("https://localhost:{}", addr.port());
-    let rendezvous = Rendezvous::start(&["--public-url", &public]);
+    // Behind a terminator the peers name another address than the one the
+    // rendezvous listens on: they get their tokens from a token file.
+    let mut tokens = tempfile::NamedTempFile::new().expect("token file");
+    writeln!(tokens, "exec-tok * executor\nharn-tok * harness").expect("write tokens");
+    let tokens_path = tokens.path().to_string_lossy().into_owned();
+    let rendezvous = Rendezvous::start(&["--public-url", &public, "--tokens", &tokens_path]);
     target.send(rendezvous.addr()).expect("terminator running");
     let ca = tls_dir().join("ca.pem").to_string_lossy().into_owned();
-    let trust = [("SSL_CERT_FILE", ca.as_str())];
+    let executor_token = ("CODEX_API_KEY", "exec-tok");
+    let harness_token = ("CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN", "harn-tok");
+    let trust = [
+        ("SSL_CERT_FILE", ca.as_str()),
+        executor_token,
+        harness_token,
+    ];
 
     // Without the test CA the certificate is refused and nothing registers.
     let mut untrusting =
@@ -85,6 +97,8 @@ async fn remote_mode_works_over_https_and_wss_and_checks_the_certificate() {
     let extra_ca = [
         ("SSL_CERT_FILE", "/dev/null"),
         ("CODEX_CA_CERTIFICATE", ca.as_str()),
+        executor_token,
+        harness_token,
     ];
     let _executor = Executor::start(&public, "env-tls-ca", &[], &extra_ca);
     let bridge = Bridge::start(&public, "env-tls-ca", &[], &extra_ca);
