@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::common::client::{Raw, BIN};
-use crate::common::redteam::{against, available, Launcher, Tree};
+use crate::common::redteam::{against, available, networked_workspace_sh, Launcher, Tree};
 use crate::common::relay::{Bridge, Executor, Rendezvous};
-use crate::common::shell::{command, finish, run, Run};
+use crate::common::shell::{finish, run, Run};
 
 /// The unprivileged local user of these attacks.
 const NOBODY: &str = "65534";
@@ -130,13 +130,7 @@ fn sandboxed_command_cannot_run_commands_through_connect(launcher: Launcher) {
         token.display(),
         touch_through(remote.url(), text(&marker)).join(" ")
     );
-    let mut attack = command(&["sandbox", "-P", "workspace", "--network", "-C"]);
-    attack
-        .arg(&tree.ws)
-        .args(launcher.flags())
-        .args(["--", "sh", "-c", &script, BIN]);
-    launcher.apply(&mut attack);
-    let attacked = finish(&mut attack, None, "exec from a sandbox");
+    let attacked = networked_workspace_sh(&tree, launcher, &script, "exec from a sandbox");
     assert!(
         !attacked.stdout_text().contains("token-readable"),
         "{launcher:?}: the sandbox read {}",

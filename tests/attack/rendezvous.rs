@@ -21,10 +21,10 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::common::client::{BIN, WAIT};
-use crate::common::redteam::{against, available, Launcher, Tree};
+use crate::common::redteam::{against, available, networked_workspace_sh, Launcher, Tree};
 use crate::common::reference_relay::ReferenceHarness;
 use crate::common::relay::{Executor, Rendezvous, EXECUTOR_CONNECTED};
-use crate::common::shell::{command, finish, run, Run};
+use crate::common::shell::{finish, run, Run};
 use codexbox::relay::executor::{dial, DialError, RelaySocket};
 use codexbox::relay::frame::{Body, RelayMessageFrame};
 use codexbox::relay::noise::NoiseIdentity;
@@ -535,13 +535,7 @@ exec \"$0\" exec --registry {url} --environment-id env-sandboxed -- touch {marke
         tokens = tokens.join(" "),
         marker = text(&marker),
     );
-    let mut attack = command(&["sandbox", "-P", "workspace", "--network", "-C"]);
-    attack
-        .arg(&tree.ws)
-        .args(launcher.flags())
-        .args(["--", "sh", "-c", &script, BIN]);
-    launcher.apply(&mut attack);
-    let attacked = finish(&mut attack, None, "a sandboxed command");
+    let attacked = networked_workspace_sh(&tree, launcher, &script, "a sandboxed command");
     let out = attacked.stdout_text();
     assert!(
         !out.contains("token-readable"),

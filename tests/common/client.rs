@@ -39,6 +39,20 @@ pub fn unb64(text: &str) -> Vec<u8> {
     }
 }
 
+/// `len` deterministic bytes from `seed` that do not compress into a
+/// pattern a bug could hide in.
+pub fn pseudo_random_bytes(len: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x.to_le_bytes()[0]
+        })
+        .collect()
+}
+
 /// A running `codexbox exec-server`, killed on drop. Its wire trace is on:
 /// when it is dropped, every message it sent, and the params of every
 /// request it accepted, must match the shipped schemas (`common::wire`).

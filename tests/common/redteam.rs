@@ -200,6 +200,24 @@ pub fn command(
 }
 
 /// Runs `sh -c script` in the sandbox and logs what happened.
+/// Runs `sh -c script` (`$0` is the codexbox binary) under `codexbox
+/// sandbox -P workspace --network` in `tree`'s workspace with `launcher`:
+/// a sandboxed command that can reach loopback, as an attacker.
+pub fn networked_workspace_sh(
+    tree: &Tree,
+    launcher: Launcher,
+    script: &str,
+    what: &str,
+) -> super::shell::Run {
+    let mut attack = super::shell::command(&["sandbox", "-P", "workspace", "--network", "-C"]);
+    attack
+        .arg(&tree.ws)
+        .args(launcher.flags())
+        .args(["--", "sh", "-c", script, BIN]);
+    launcher.apply(&mut attack);
+    super::shell::finish(&mut attack, None, what)
+}
+
 pub fn sh(launcher: Launcher, cwd: &Path, profile: &str, extra: &[&str], script: &str) -> Output {
     let out = command(launcher, cwd, profile, extra, &["sh", "-c", script])
         .output()

@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::client::{collect_stderr, stderr_text, wait_exit, Raw, BIN, WAIT};
+use super::client::{
+    assert_well_ordered, collect_stderr, stderr_text, wait_exit, Event, Raw, BIN, WAIT,
+};
 
 /// A child process with its stderr collected, killed on drop.
 pub struct Proc {
@@ -563,6 +565,25 @@ async fn pipe(
             return;
         }
     }
+}
+
+/// The SHA-256 of `data`, in hex (to compare large outputs in messages).
+pub fn sha(data: &[u8]) -> String {
+    use sha2::Digest;
+    format!("{:x}", sha2::Sha256::digest(data))
+}
+
+/// Checks that `events` are well ordered and their output is exactly the
+/// first `len` bytes `seq 1 N` prints: nothing lost, nothing duplicated.
+pub fn assert_seq_output(events: &[Event], len: usize) {
+    assert_well_ordered(events);
+    let mut output = Vec::with_capacity(len);
+    for event in events.iter().filter(|e| e.kind == "output") {
+        output.extend_from_slice(&event.data);
+    }
+    let expected = seq_output(len);
+    assert_eq!(output.len(), expected.len(), "nothing lost or duplicated");
+    assert_eq!(sha(&output), sha(&expected));
 }
 
 /// The bytes `seq 1 N` prints, cut to `len`.

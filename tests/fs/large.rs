@@ -15,18 +15,7 @@ use serde_json::{json, Value};
 
 const MIB: usize = 1024 * 1024;
 
-/// Deterministic bytes that do not compress into a pattern a bug could hide in.
-fn data(len: usize, seed: u32) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x.to_le_bytes()[0]
-        })
-        .collect()
-}
+use crate::common::client::pseudo_random_bytes as data;
 
 /// `VmRSS` and `VmHWM` (peak) of `pid`, in bytes.
 fn memory(pid: u32) -> (usize, usize) {

@@ -9,18 +9,12 @@
 
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
-
-use crate::common::client::{assert_well_ordered, output_of, sh, Raw};
-use crate::common::relay::{seq_output, Bridge, Executor, Faults, Proxy, Rendezvous};
+use crate::common::client::{output_of, sh, Raw};
+use crate::common::relay::{assert_seq_output, Bridge, Executor, Faults, Proxy, Rendezvous};
 
 const KIB: usize = 1024;
 /// More than the 4 MiB a reliable sender keeps unacknowledged.
 const OUTPUT_BYTES: usize = 6_000_000;
-
-fn sha(data: &[u8]) -> String {
-    format!("{:x}", Sha256::digest(data))
-}
 
 /// Runs a command printing [`OUTPUT_BYTES`] through `connect` with every
 /// relay connection going through a proxy with `faults`, and checks the
@@ -39,15 +33,7 @@ async fn output_is_exact_through(faults: Faults, seed: u64) {
             sh("big", &format!("seq 1 2000000 | head -c {OUTPUT_BYTES}")),
         )
         .await;
-    let events = client.events_until_closed("big").await;
-    assert_well_ordered(&events);
-    let mut output = Vec::with_capacity(OUTPUT_BYTES);
-    for event in events.iter().filter(|e| e.kind == "output") {
-        output.extend_from_slice(&event.data);
-    }
-    let expected = seq_output(OUTPUT_BYTES);
-    assert_eq!(output.len(), expected.len(), "nothing lost or duplicated");
-    assert_eq!(sha(&output), sha(&expected));
+    assert_seq_output(&client.events_until_closed("big").await, OUTPUT_BYTES);
 
     // A new local connection opens its own stream while the path flaps.
     let mut second: Raw = bridge.client().await;

@@ -7,33 +7,18 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
-
-use crate::common::client::{b64, error_of, sh, unb64, Raw, Server};
+use crate::common::client::{b64, error_of, pseudo_random_bytes, sh, unb64, Raw, Server};
 use crate::common::reference_relay::{ReferenceExecutor, ReferenceHarness};
-use crate::common::relay::{Bridge, Executor, Rendezvous};
+use crate::common::relay::{sha, Bridge, Executor, Rendezvous};
+use serde_json::{json, Value};
 
 const MIB: usize = 1024 * 1024;
 /// Time a message of a hundred megabytes may take through every hop of a
 /// debug build (bounds a wait; nothing depends on it being short).
 const HUGE_WAIT: Duration = Duration::from_secs(120);
 
-/// Bytes that do not compress into a pattern a bug could hide in.
 fn data(len: usize) -> Vec<u8> {
-    let mut x = 0x2545_f491u32;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x.to_le_bytes()[0]
-        })
-        .collect()
-}
-
-fn sha(data: &[u8]) -> String {
-    format!("{:x}", Sha256::digest(data))
+    pseudo_random_bytes(len, 9)
 }
 
 /// Sends `method` with a string id and returns the whole answer (bounded by

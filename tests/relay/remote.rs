@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use crate::common::client::{assert_well_ordered, output_of, sh, start_params, Raw};
 use crate::common::relay::{
-    seq_output, Bridge, Executor, Faults, Proxy, Rendezvous, EXECUTOR_CONNECTED,
+    assert_seq_output, seq_output, sha, Bridge, Executor, Faults, Proxy, Rendezvous,
+    EXECUTOR_CONNECTED,
 };
 use serde_json::json;
-use sha2::{Digest, Sha256};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn processes_and_files_work_through_the_relay() {
@@ -146,10 +146,6 @@ async fn the_rendezvous_never_relays_plaintext() {
     }
 }
 
-fn sha(data: &[u8]) -> String {
-    format!("{:x}", Sha256::digest(data))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_survives_connection_cuts_byte_exact_with_the_reliable_relay() {
     const BYTES: usize = 100_000_000;
@@ -174,15 +170,7 @@ async fn output_survives_connection_cuts_byte_exact_with_the_reliable_relay() {
             sh("big", &format!("seq 1 20000000 | head -c {BYTES}")),
         )
         .await;
-    let events = client.events_until_closed("big").await;
-    assert_well_ordered(&events);
-    let mut output = Vec::with_capacity(BYTES);
-    for event in events.iter().filter(|e| e.kind == "output") {
-        output.extend_from_slice(&event.data);
-    }
-    let expected = seq_output(BYTES);
-    assert_eq!(output.len(), expected.len(), "nothing lost or duplicated");
-    assert_eq!(sha(&output), sha(&expected));
+    assert_seq_output(&client.events_until_closed("big").await, BYTES);
 
     // A PTY session through the same bridge connection.
     let mut params = start_params("tty", &["sh", "-c", "stty -echo; seq 1 100000"]);
