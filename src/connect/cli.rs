@@ -120,36 +120,37 @@ pub fn main(argv: Vec<OsString>) -> i32 {
             return 1;
         }
     };
-    let (token, published) = if args.insecure_no_auth {
-        eprintln!(
-            "{name}: warning: serving {addr} without a token (--insecure-no-auth): every local process can use the executor with your registry credentials"
-        );
-        (None, None)
-    } else {
-        match publish_token(addr) {
-            Ok((token, published)) => (Some(token), Some(published)),
+    runtime.block_on(async {
+        // Signals are handled from here on: one sent as soon as the token
+        // or the address is out ends the listener cleanly, token and all.
+        let shutdown = crate::server::shutdown_signal();
+        let (token, published) = if args.insecure_no_auth {
+            eprintln!(
+                "{name}: warning: serving {addr} without a token (--insecure-no-auth): every local process can use the executor with your registry credentials"
+            );
+            (None, None)
+        } else {
+            match publish_token(addr) {
+                Ok((token, published)) => (Some(token), Some(published)),
+                Err(err) => {
+                    eprintln!("{name}: {err}; (--insecure-no-auth serves without a token)");
+                    return 1;
+                }
+            }
+        };
+        let listener = match tokio::net::TcpListener::from_std(listener) {
+            Ok(listener) => listener,
             Err(err) => {
-                eprintln!("{name}: {err}; (--insecure-no-auth serves without a token)");
+                eprintln!("{name}: cannot listen on {addr}: {err}");
                 return 1;
             }
-        }
-    };
-    let served = runtime.block_on(async {
-        let listener = tokio::net::TcpListener::from_std(listener)?;
-        let shutdown = crate::server::shutdown_signal();
+        };
         crate::startup::announce(&format!("ws://{addr}"));
         super::serve(listener, Arc::new(config), token, shutdown).await;
-        Ok::<(), std::io::Error>(())
-    });
-    // The token goes with the listener.
-    drop(published);
-    match served {
-        Ok(()) => 0,
-        Err(err) => {
-            eprintln!("{name}: cannot listen on {addr}: {err}");
-            1
-        }
-    }
+        // The token goes with the listener.
+        drop(published);
+        0
+    })
 }
 
 /// A fresh token for the listener at `addr`, published where codexbox's

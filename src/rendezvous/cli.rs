@@ -163,6 +163,9 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         return 1;
     };
     runtime.block_on(async {
+        // Signals are handled from here on: one sent as soon as the tokens
+        // or the address are out ends the rendezvous cleanly, tokens and all.
+        let shutdown = crate::server::shutdown_signal();
         let rendezvous = match Rendezvous::bind(config).await {
             Ok(rendezvous) => rendezvous,
             Err(err) => {
@@ -170,7 +173,6 @@ pub fn main(argv: Vec<OsString>) -> i32 {
                 return 1;
             }
         };
-        let shutdown = crate::server::shutdown_signal();
         crate::startup::announce(&rendezvous.url());
         rendezvous.run(shutdown).await;
         0

@@ -607,3 +607,19 @@ async fn without_tokens_only_when_told_and_it_says_so() {
         .expect("registry client");
     stranger.register(&key).await.expect("an open registry");
 }
+
+#[test]
+fn the_published_tokens_go_with_the_rendezvous() {
+    let mut rendezvous = Rendezvous::start(&[]);
+    let files = ["rendezvous-executor", "rendezvous-harness"]
+        .map(|suffix| published_token_file(&rendezvous.url, suffix));
+    assert!(files.iter().all(|file| file.exists()), "{files:?}");
+    // Stopped as soon as it printed its address: it ends cleanly.
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(rendezvous.proc.child.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    let status = rendezvous.proc.wait().expect("the rendezvous exits");
+    assert!(status.success(), "{status}: {}", rendezvous.proc.stderr());
+    for file in &files {
+        assert!(!file.exists(), "{} outlived its rendezvous", file.display());
+    }
+}
