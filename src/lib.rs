@@ -41,6 +41,7 @@ pub mod accept;
 pub mod arg0;
 pub mod backoff;
 pub mod bwrap;
+pub mod cli;
 pub mod client;
 pub mod connect;
 pub mod fs;
