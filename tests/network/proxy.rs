@@ -78,7 +78,7 @@ fn global_wildcard_allows_every_name_and_is_refused_as_a_deny_entry() {
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr).trim(),
-        "codexbox proxy: invalid value for network.denied_domains: * (allowed exact hosts or scoped wildcards like *.example.com or **.example.com)"
+        "codexbox proxy: invalid value '*' for '--deny <PATTERN>': a deny pattern cannot cover every host; name hosts or scoped wildcards like *.example.com or **.example.com (see --help)"
     );
     let out = Command::new(BIN)
         .args(["proxy", "--allow", "["])
@@ -518,10 +518,9 @@ fn listeners_are_loopback_only() {
         .args(["proxy", "--listen", "0.0.0.0:0"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("refusing to listen on non-loopback address")
-    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("'0.0.0.0:0' for '--listen <ADDR>': not a loopback address"));
 }
 
 /// The namespace tests: a scripted DNS server on 127.0.0.1:53 of a network
