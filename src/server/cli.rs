@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::CommandFactory;
 
 use super::config::{
     ServerConfig, AUTH_TOKEN_ENV, MAX_MESSAGE_BYTES, MAX_PROCESSES_PER_SESSION, MAX_SESSION_GRACE,
@@ -18,8 +18,8 @@ use crate::process::retention::RETAINED_OUTPUT_BYTES;
 use crate::runtime_paths::ExecServerRuntimePaths;
 
 /// Run processes and serve files over JSON-RPC (WebSocket, Unix socket or stdio).
-#[derive(Debug, Parser)]
-#[command(version, about, long_about = None)]
+#[derive(Debug, clap::Parser)]
+#[command(about, long_about = None)]
 struct Args {
     /// Where to listen: ws://IP:PORT, unix:///path/to.sock, or stdio.
     #[arg(long, value_name = "URL", default_value = DEFAULT_LISTEN_URL, conflicts_with = "remote")]
@@ -88,21 +88,23 @@ fn remote_registry(
 ) -> Result<crate::relay::registry_client::RegistryClient, (String, i32)> {
     let env = |name: &str| std::env::var(name).ok();
     let auth = crate::relay::credentials::load(remote, agent_identity, &env)
-        .map_err(|err| (err.to_string(), 1))?;
+        .map_err(|err| (err.to_string(), crate::cli::EXIT_FAILURE))?;
     crate::relay::registry_client::RegistryClient::new(remote, environment_id, auth)
-        .map_err(|err| (err.to_string(), 2))
+        .map_err(|err| (err.to_string(), crate::cli::EXIT_USAGE))
+}
+
+/// The clap definition of this mode (for help, completions, man pages).
+pub fn command() -> clap::Command {
+    Args::command()
 }
 
 /// Entry point of the `exec-server` mode.
 pub fn main(argv: Vec<OsString>) -> i32 {
-    let args: Args = match crate::startup::parse(&argv) {
+    let name = crate::cli::mode_name(&argv, crate::mode::EXEC_SERVER_ARG0);
+    let args: Args = match crate::cli::parse(&argv, &name) {
         Ok(args) => args,
-        Err(code) => return code,
+        Err(exit) => return exit.report(),
     };
-    let name = argv
-        .first()
-        .map(|a| a.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "codex-exec-server".into());
     let remote = match (&args.remote, &args.environment_id) {
         (Some(url), Some(id)) => match remote_registry(url, id, args.use_agent_identity_auth) {
             Ok(registry) => Some(registry),
@@ -145,44 +147,54 @@ pub fn main(argv: Vec<OsString>) -> i32 {
             let outcome =
                 crate::relay::executor::run(shared, registry, crate::startup::stop_signal()).await;
             super::shutdown_cleanup(registry_state).await;
-            outcome.map_err(|err| err.to_string())
+            outcome.map_err(|err| (err.to_string(), crate::cli::EXIT_FAILURE))
         }),
         None => runtime
             .block_on(async { super::run(paths, config, crate::startup::stop_signal()).await })
-            .map_err(|err| err.to_string()),
+            .map_err(|err| (err.to_string(), err.exit_code())),
     };
     // The stdin reader of the stdio transport may sit in a blocking read.
     runtime.shutdown_timeout(Duration::from_millis(200));
     match outcome {
         Ok(()) => 0,
-        Err(err) => {
+        Err((err, code)) => {
             // Remote mode's errors may quote the registry.
             eprintln!("{name}: {}", crate::terminal_text::Escaped(&err));
-            1
+            code
         }
     }
 }
 
 fn build_config(args: Args) -> Result<ServerConfig, (String, i32)> {
     logging::init(args.log_format);
-    let listen: ListenUrl = args.listen.parse().map_err(|e| (format!("{e}"), 2))?;
+    let listen: ListenUrl = args
+        .listen
+        .parse()
+        .map_err(|e| (format!("{e}"), crate::cli::EXIT_USAGE))?;
     let token = match &args.auth_token_file {
         Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
             (
                 format!("cannot read --auth-token-file {}: {e}", path.display()),
-                1,
+                crate::cli::EXIT_FAILURE,
             )
         })?),
         None => std::env::var(AUTH_TOKEN_ENV).ok(),
     }
     .map(|t| t.trim().to_owned());
     if token.as_deref() == Some("") {
-        return Err(("the auth token is empty".into(), 2));
+        let source = match &args.auth_token_file {
+            Some(path) => format!("--auth-token-file {}", path.display()),
+            None => AUTH_TOKEN_ENV.to_owned(),
+        };
+        return Err((
+            format!("the auth token in {source} is empty"),
+            crate::cli::EXIT_USAGE,
+        ));
     }
     if args.max_message_bytes == 0 || args.max_processes == 0 {
         return Err((
             "--max-message-bytes and --max-processes must be greater than zero".into(),
-            2,
+            crate::cli::EXIT_USAGE,
         ));
     }
     Ok(ServerConfig {

@@ -20,10 +20,11 @@ pub enum ListenUrl {
     Unix(PathBuf),
 }
 
-/// Why a `--listen` value was refused (messages as the reference words them).
+/// Why a `--listen` value was refused (messages as the reference words
+/// them, with the Unix socket it lacks).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ListenUrlParseError {
-    #[error("unsupported --listen URL `{0}`; expected `ws://IP:PORT` or `stdio`")]
+    #[error("unsupported --listen URL `{0}`; expected `ws://IP:PORT`, `unix:///PATH` or `stdio`")]
     UnsupportedListenUrl(String),
     #[error("invalid websocket --listen URL `{0}`; expected `ws://IP:PORT`")]
     InvalidWebSocketListenUrl(String),
@@ -109,7 +110,7 @@ mod tests {
                 .parse::<ListenUrl>()
                 .unwrap_err()
                 .to_string(),
-            "unsupported --listen URL `http://127.0.0.1:1234`; expected `ws://IP:PORT` or `stdio`"
+            "unsupported --listen URL `http://127.0.0.1:1234`; expected `ws://IP:PORT`, `unix:///PATH` or `stdio`"
         );
     }
 }

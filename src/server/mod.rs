@@ -56,6 +56,17 @@ pub enum ServerError {
     },
 }
 
+impl ServerError {
+    /// The exit status of the `exec-server` mode: a listen address refused
+    /// for want of a token is a usage error.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            ServerError::UnauthenticatedPublicBind(_) => crate::cli::EXIT_USAGE,
+            ServerError::Bind { .. } => crate::cli::EXIT_FAILURE,
+        }
+    }
+}
+
 /// Runs the server on `listen` with default settings until SIGINT/SIGTERM
 /// (or stdin EOF for stdio). For embedding.
 pub async fn run_main(paths: ExecServerRuntimePaths, listen: ListenUrl) -> Result<(), ServerError> {
