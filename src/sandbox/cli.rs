@@ -8,7 +8,8 @@
 //! (`sandbox::landlock`), or the inner stage (`sandbox::inner`).
 //!
 //! Never panics: every failure is one line `codex-linux-sandbox: …` and exit
-//! 1, usage errors exit 2, the command's status passes through.
+//! 1, usage errors exit 2, a command that cannot be executed 127 (not
+//! found) or 126, the command's status passes through.
 //!
 //! Managed proxy routing (`--allow-network-for-proxy`): the command gets a
 //! network namespace whose only way out is the bridges to the loopback
@@ -20,7 +21,7 @@ use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use clap::{Parser, ValueEnum};
+use clap::{CommandFactory, Parser, ValueEnum};
 
 use crate::sandbox::bwrap_args::{self, BwrapInputs, InnerCommand};
 use crate::sandbox::launcher;
@@ -61,12 +62,17 @@ pub enum Backend {
 #[derive(Debug, Parser)]
 #[command(
     name = "codex-linux-sandbox",
-    version,
-    about = "Run one command inside the Linux sandbox (bubblewrap + seccomp, or Landlock)."
+    about = "Run one command inside the Linux sandbox (bubblewrap + seccomp, or Landlock).",
+    group(
+        clap::ArgGroup::new("profile")
+            .required(true)
+            .multiple(true)
+            .args(["permission_profile", "sandbox_policy", "file_system_sandbox_policy"])
+    )
 )]
 pub struct Args {
     /// Directory that cwd-relative policy entries resolve against.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", required = true)]
     pub sandbox_policy_cwd: Option<PathBuf>,
     /// Working directory of the command (default: the policy cwd).
     #[arg(long, value_name = "DIR")]
@@ -121,12 +127,9 @@ pub struct Args {
     /// Enforcement backend.
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     pub backend: Backend,
-    /// The command to run.
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "COMMAND"
-    )]
+    /// The command to run (after `--`, or from the first argument that is
+    /// not an option).
+    #[arg(trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
 }
 
@@ -149,54 +152,6 @@ fn fail(message: impl std::fmt::Display) -> Failure {
         code: 1,
         message: message.to_string(),
     }
-}
-
-/// How a command line that does not parse ends a sandbox mode.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ParseExit {
-    /// `--help` or `--version`: this text on stdout, exit 0.
-    Print(String),
-    /// A usage error: this one line on stderr, exit 2.
-    Usage(String),
-}
-
-impl ParseExit {
-    /// The exit status.
-    pub fn code(&self) -> i32 {
-        match self {
-            ParseExit::Print(_) => 0,
-            ParseExit::Usage(_) => 2,
-        }
-    }
-
-    /// Prints the text where it goes; returns the exit status.
-    pub fn report(&self) -> i32 {
-        match self {
-            ParseExit::Print(text) => crate::stdout::print(text),
-            ParseExit::Usage(line) => {
-                eprintln!("{line}");
-                self.code()
-            }
-        }
-    }
-}
-
-/// Parses `argv` for a sandbox mode: the arguments, or how the mode ends
-/// (help and version text, or one `prefix: …` usage line). Prints nothing.
-pub fn try_parse_args<A: Parser>(argv: &[OsString], prefix: &str) -> Result<A, ParseExit> {
-    A::try_parse_from(argv).map_err(|e| {
-        use clap::error::ErrorKind;
-        if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-            return ParseExit::Print(e.render().to_string());
-        }
-        let text = e.to_string();
-        let line = text
-            .lines()
-            .next()
-            .unwrap_or("invalid arguments")
-            .trim_start_matches("error: ");
-        ParseExit::Usage(format!("{prefix}: {line} (see --help)"))
-    })
 }
 
 /// The leading flags of a `codex-linux-sandbox` command line, as every caller
@@ -230,9 +185,14 @@ pub fn plantable_args(roots: &[PathBuf]) -> Vec<OsString> {
         .collect()
 }
 
+/// The clap definition of this mode (for help, completions, man pages).
+pub fn command() -> clap::Command {
+    Args::command()
+}
+
 /// Entry point of this mode.
 pub fn main(argv: Vec<OsString>) -> i32 {
-    let args = match try_parse_args::<Args>(&argv, PREFIX) {
+    let args = match crate::cli::parse::<Args>(&argv, PREFIX) {
         Ok(a) => a,
         Err(exit) => return exit.report(),
     };
@@ -457,10 +417,7 @@ fn run_args(args: Args) -> Result<i32, Failure> {
             // always-on seccomp denials even with the network enabled.
             inner::confine(seccomp_mode(prepared.network)).map_err(fail)?;
         }
-        return Err(fail(inner::exec(
-            &args.command,
-            args.command_arg0.as_deref(),
-        )));
+        return Err(exec_failure(&args.command, args.command_arg0.as_deref()));
     }
 
     // WSL1 cannot create the namespaces bubblewrap needs.
@@ -533,10 +490,7 @@ fn inner_stage(args: &Args) -> Result<i32, Failure> {
     if let Some(fd) = args.started_fd {
         inner::signal_started(fd);
     }
-    Err(fail(inner::exec(
-        &args.command,
-        args.command_arg0.as_deref(),
-    )))
+    Err(exec_failure(&args.command, args.command_arg0.as_deref()))
 }
 
 /// The policy Landlock enforces: the request's, with the private state
@@ -582,10 +536,23 @@ fn landlock_backend(args: &Args, prepared: &Prepared) -> Result<i32, Failure> {
     // path does the same before starting the launcher).
     run::cloexec_inherited_fds();
     crate::sandbox::landlock::apply(&resolved, prepared.network, PREFIX).map_err(fail)?;
-    Err(fail(inner::exec(
-        &args.command,
-        args.command_arg0.as_deref(),
-    )))
+    Err(exec_failure(&args.command, args.command_arg0.as_deref()))
+}
+
+/// Execs the command; returns only when that failed, with the status a
+/// shell gives such a command (127 not found, 126 cannot be executed).
+fn exec_failure(command: &[OsString], arg0: Option<&std::ffi::OsStr>) -> Failure {
+    let err = inner::exec(command, arg0);
+    let code = match &err {
+        inner::InnerError::Exec { source, .. } => {
+            crate::cli::exec_failure_status(&std::io::Error::from(*source))
+        }
+        _ => crate::cli::EXIT_FAILURE,
+    };
+    Failure {
+        code,
+        message: err.to_string(),
+    }
 }
 
 fn join_paths(p: &[PathBuf]) -> String {

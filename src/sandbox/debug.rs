@@ -20,10 +20,11 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
+use crate::cli::ParseExit;
 use crate::runtime_paths::ExecServerRuntimePaths;
-use crate::sandbox::cli::{Backend, ParseExit};
+use crate::sandbox::cli::Backend;
 use crate::sandbox::policy::{normalize, NetworkSandboxPolicy, PermissionProfile};
 
 const PREFIX: &str = "codexbox sandbox";
@@ -32,7 +33,6 @@ const PREFIX: &str = "codexbox sandbox";
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "codexbox sandbox",
-    version,
     about = "Run a command the way the exec-server would sandbox it.",
     after_help = "Profiles: read-only (default), workspace, danger-full-access (each also with a leading `:`, as in `-P :workspace`), a PermissionProfile JSON document, or a file holding one."
 )]
@@ -105,7 +105,7 @@ fn removed_form(argv: &[OsString]) -> Option<String> {
         }
         if arg == "--full-auto" {
             return Some(
-                "--full-auto was removed; use `-P :workspace` (the workspace writable, no network)"
+                "--full-auto was removed; use `-P workspace` (the workspace writable, no network)"
                     .into(),
             );
         }
@@ -190,6 +190,17 @@ impl Refusal {
             message: message.into(),
         }
     }
+    /// A command that could not be started: 127 when it does not exist,
+    /// 126 when it cannot be executed, as a shell says.
+    fn not_started(command: &[OsString], err: &std::io::Error) -> Self {
+        let program = command
+            .first()
+            .map_or_else(String::new, |c| c.to_string_lossy().into_owned());
+        Self {
+            code: crate::cli::exec_failure_status(err),
+            message: format!("cannot run {program}: {err}"),
+        }
+    }
 }
 
 /// What to run, resolved from the command line: the profile with the
@@ -215,7 +226,38 @@ pub fn parse(argv: &[OsString]) -> Result<Args, ParseExit> {
     if let Some(message) = removed_form(argv) {
         return Err(ParseExit::Usage(format!("{PREFIX}: {message}")));
     }
-    super::cli::try_parse_args::<Args>(argv, PREFIX)
+    crate::cli::parse::<Args>(argv, PREFIX)
+}
+
+/// The clap definition of this mode (for help, completions, man pages).
+pub fn command() -> clap::Command {
+    Args::command()
+}
+
+/// A flag of the destination policy that would do nothing with the others
+/// given, and why.
+fn idle_network_flag(args: &Args) -> Option<String> {
+    let policy = &args.policy;
+    if args.proxy.is_some() {
+        let own = [
+            ("--allow", !policy.allow.is_empty()),
+            ("--deny", !policy.deny.is_empty()),
+        ]
+        .into_iter()
+        .filter_map(|(flag, given)| given.then_some(flag))
+        .chain(policy.refinements_given())
+        .find(|flag| *flag != "--allow-local-binding")?;
+        return Some(format!(
+            "{own} has no effect with --proxy: the running proxy applies its own policy"
+        ));
+    }
+    if policy.is_set() {
+        return None;
+    }
+    let flag = policy.refinements_given().into_iter().next()?;
+    Some(format!(
+        "{flag} has no effect without --allow, --deny or --proxy (no proxy is started)"
+    ))
 }
 
 /// Resolves the arguments against the directory `here`: reads the profile
@@ -227,10 +269,13 @@ pub fn plan(args: Args, here: &Path) -> Result<Plan, Refusal> {
             "no command given (usage: codexbox sandbox [OPTIONS] -- COMMAND...)",
         ));
     }
+    if let Some(message) = idle_network_flag(&args) {
+        return Err(Refusal::usage(message));
+    }
     let cwd = normalize(&here.join(args.cwd.unwrap_or_else(|| here.to_path_buf())));
     if !cwd.is_dir() {
         return Err(Refusal::failure(format!(
-            "{} is not a directory",
+            "-C {}: not a directory",
             cwd.display()
         )));
     }
@@ -333,14 +378,8 @@ fn run(plan: Plan) -> Result<i32, Refusal> {
             crate::stdout::print(&format!("{}\n", managed.describe()));
         }
     }
-    let status = wait_forwarding_signals(&mut cmd).map_err(|e| {
-        Refusal::failure(format!(
-            "cannot run {}: {e}",
-            plan.command
-                .first()
-                .map_or_else(String::new, |c| c.to_string_lossy().into_owned())
-        ))
-    })?;
+    let status = wait_forwarding_signals(&mut cmd)
+        .map_err(|err| Refusal::not_started(&plan.command, &err))?;
     if let Some(managed) = managed {
         for line in managed.finish() {
             eprintln!("{line}");

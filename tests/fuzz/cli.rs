@@ -16,7 +16,8 @@ use std::process::Output;
 
 use codexbox::bwrap::cli::{self as bwrap_cli, Parsed};
 use codexbox::bwrap::log::Log;
-use codexbox::sandbox::cli::{self as helper_cli, ParseExit};
+use codexbox::cli::ParseExit;
+use codexbox::sandbox::cli as helper_cli;
 use codexbox::sandbox::debug;
 use proptest::prelude::*;
 use serde_json::Value;
@@ -375,7 +376,7 @@ fn linux_sandbox_command_lines_parse_or_refuse_with_status_2_or_1() {
         if command {
             argv.extend(["--".into(), "true".into()]);
         }
-        match helper_cli::try_parse_args::<helper_cli::Args>(&argv, helper_cli::PREFIX) {
+        match codexbox::cli::parse::<helper_cli::Args>(&argv, helper_cli::PREFIX) {
             Err(ParseExit::Print(text)) => prop_assert!(!text.is_empty()),
             Err(ParseExit::Usage(line)) => {
                 prop_assert!(line.starts_with("codex-linux-sandbox: "), "{line}");

@@ -153,7 +153,8 @@ fn usage_errors_exit_2_with_one_line() {
     assert_eq!(err.lines().count(), 1, "{err}");
     let (code, err) = run(&["--sandbox-policy-cwd", "/", "--", "true"]);
     assert_eq!(code, Some(2));
-    assert!(err.contains("missing permission profile"), "{err}");
+    assert!(err.contains("--permission-profile <JSON>"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
     let (code, _) = run(&["--bogus"]);
     assert_eq!(code, Some(2));
     let (code, err) = run(&[
