@@ -113,34 +113,33 @@ pub fn execute(operation: &str, params: Value, streams: Option<&FileStreams>) ->
     }
 }
 
-const USAGE: &str = "\
-Usage: codex-fs-helper [--serve]
+/// Command line of the `fs-helper` mode.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "codex-fs-helper",
+    about = "Sandboxed filesystem worker for the exec-server, over stdin and stdout.",
+    long_about = "Performs filesystem operations for the exec-server. Without arguments it reads \
+one JSON request {\"operation\",\"params\"} from stdin and writes one JSON line answering it."
+)]
+struct Args {
+    /// Read newline-delimited {"id","operation","params"} requests until
+    /// stdin closes, answering each with one line carrying the same id.
+    #[arg(long)]
+    serve: bool,
+}
 
-Performs filesystem operations for the exec-server.
-Without arguments: reads one JSON request {\"operation\",\"params\"} from stdin
-and writes one JSON line answering it.
---serve: reads newline-delimited {\"id\",\"operation\",\"params\"} requests
-until stdin closes, answering each with one line carrying the same id.
-";
+/// The clap definition of this mode (for help, completions, man pages).
+pub fn command() -> clap::Command {
+    <Args as clap::CommandFactory>::command()
+}
 
 /// Entry point of the `fs-helper` mode.
 pub fn main(argv: Vec<OsString>) -> i32 {
-    let mut serve = false;
-    for arg in argv.iter().skip(1) {
-        match arg.to_str() {
-            Some("--serve") => serve = true,
-            Some("-h" | "--help") => {
-                return crate::stdout::print(USAGE);
-            }
-            _ => {
-                eprintln!(
-                    "codex-fs-helper: unexpected argument {:?}\n{USAGE}",
-                    arg.to_string_lossy()
-                );
-                return 2;
-            }
-        }
-    }
+    let name = crate::cli::mode_name(&argv, crate::mode::FS_HELPER_ARG0);
+    let Args { serve } = match crate::cli::parse(&argv, &name) {
+        Ok(args) => args,
+        Err(exit) => return exit.report(),
+    };
     let result = if serve { serve_loop() } else { run_once() };
     match result {
         Ok(()) => 0,

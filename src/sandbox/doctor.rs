@@ -116,35 +116,35 @@ pub struct LauncherReport {
     pub trial: TrialReport,
 }
 
+/// Command line of `codexbox doctor`.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "codexbox doctor",
+    about = "Report what this host supports for sandboxing, and why.",
+    long_about = "Reports what this host supports for sandboxing: kernel, user namespaces \
+(and why not), Landlock ABI, seccomp, bubblewrap (system, bundled, built-in), ripgrep, WSL, \
+and which backend a sandboxed command would use. It runs one tiny trial sandbox through the \
+chosen launcher, so \"works\" means a sandbox was really created.",
+    after_help = "Exit status: 0 when sandboxing works, 1 when it does not, 2 for usage errors."
+)]
+struct Args {
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The clap definition of this mode (for help, completions, man pages).
+pub fn command() -> clap::Command {
+    <Args as clap::CommandFactory>::command()
+}
+
 /// Entry point: `codexbox doctor [--json]`.
 pub fn main(argv: Vec<OsString>) -> i32 {
-    let name = argv
-        .first()
-        .map(|a| a.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "codexbox doctor".to_owned());
-    let mut json = false;
-    for arg in argv.iter().skip(1) {
-        match arg.to_str() {
-            Some("--json") => json = true,
-            Some("-h" | "--help") => {
-                return crate::stdout::print(&format!(
-                    "Usage: {name} [--json]\n\n\
-                     Reports what this host supports for sandboxing: kernel, user namespaces\n\
-                     (and why not), Landlock ABI, seccomp, bubblewrap (system, bundled,\n\
-                     built-in), ripgrep, WSL, and which backend a sandboxed command would use.\n\
-                     Exit status 0 when sandboxing works, 1 otherwise.\n\n\
-                     --json  print one JSON object instead of text\n"
-                ));
-            }
-            _ => {
-                eprintln!(
-                    "{name}: unexpected argument {:?} (usage: {name} [--json])",
-                    arg.to_string_lossy()
-                );
-                return 2;
-            }
-        }
-    }
+    let name = crate::cli::mode_name(&argv, "codexbox doctor");
+    let Args { json } = match crate::cli::parse(&argv, &name) {
+        Ok(args) => args,
+        Err(exit) => return exit.report(),
+    };
     let report = collect();
     let text = if json {
         match serde_json::to_string_pretty(&report) {
