@@ -19,6 +19,8 @@ use crate::relay::credentials::{
 };
 use crate::relay::harness::HarnessConfig;
 
+const NAME: &str = "codexbox connect";
+
 /// Which relay dialect to offer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum DialectChoice {
@@ -30,7 +32,7 @@ pub enum DialectChoice {
 
 /// Expose a remote executor as a local exec-server endpoint.
 #[derive(Debug, Parser)]
-#[command(version, long_about = None)]
+#[command(long_about = None)]
 struct Args {
     /// The environment registry (or set CODEX_EXEC_SERVER_NOISE_REGISTRY_URL).
     #[arg(long, value_name = "URL", env = NOISE_REGISTRY_URL_ENV)]
@@ -67,13 +69,13 @@ fn build(args: &Args) -> Result<(SocketAddr, HarnessConfig), (String, i32)> {
         .map_err(|_| {
             (
                 format!("invalid --listen `{}`; expected ws://IP:PORT", args.listen),
-                2,
+                crate::cli::EXIT_USAGE,
             )
         })?;
     if !listen.ip().is_loopback() {
         return Err((
             format!("refusing to expose the remote executor on non-loopback address {listen}"),
-            2,
+            crate::cli::EXIT_USAGE,
         ));
     }
     let env = |name: &str| std::env::var(name).ok();
@@ -92,22 +94,26 @@ fn build(args: &Args) -> Result<(SocketAddr, HarnessConfig), (String, i32)> {
     Ok((listen, config))
 }
 
+/// The clap definition of this mode (for help, completions, man pages).
+pub fn command() -> clap::Command {
+    <Args as clap::CommandFactory>::command()
+}
+
 /// Entry point of the `connect` mode.
 pub fn main(argv: Vec<OsString>) -> i32 {
-    let args: Args = match crate::startup::parse(&argv) {
+    let args: Args = match crate::cli::parse(&argv, NAME) {
         Ok(args) => args,
-        Err(code) => return code,
+        Err(exit) => return exit.report(),
     };
-    let name = "codexbox connect";
     let (listen, config) = match build(&args) {
         Ok(built) => built,
         Err((message, code)) => {
-            eprintln!("{name}: {message}");
+            eprintln!("{NAME}: {message}");
             return code;
         }
     };
     logging::init(args.log_format);
-    let Some(runtime) = crate::startup::runtime(name, crate::startup::Threads::PerCpu) else {
+    let Some(runtime) = crate::startup::runtime(NAME, crate::startup::Threads::PerCpu) else {
         return 1;
     };
     let bound = std::net::TcpListener::bind(listen)
@@ -116,7 +122,7 @@ pub fn main(argv: Vec<OsString>) -> i32 {
     let (listener, addr) = match bound {
         Ok(bound) => bound,
         Err(err) => {
-            eprintln!("{name}: cannot listen on {listen}: {err}");
+            eprintln!("{NAME}: cannot listen on {listen}: {err}");
             return 1;
         }
     };
@@ -126,14 +132,14 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         let shutdown = crate::server::shutdown_signal();
         let (token, published) = if args.insecure_no_auth {
             eprintln!(
-                "{name}: warning: serving {addr} without a token (--insecure-no-auth): every local process can use the executor with your registry credentials"
+                "{NAME}: warning: serving {addr} without a token (--insecure-no-auth): every local process can use the executor with your registry credentials"
             );
             (None, None)
         } else {
             match publish_token(addr) {
                 Ok((token, published)) => (Some(token), Some(published)),
                 Err(err) => {
-                    eprintln!("{name}: {err}; (--insecure-no-auth serves without a token)");
+                    eprintln!("{NAME}: {err}; (--insecure-no-auth serves without a token)");
                     return 1;
                 }
             }
@@ -141,7 +147,7 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         let listener = match tokio::net::TcpListener::from_std(listener) {
             Ok(listener) => listener,
             Err(err) => {
-                eprintln!("{name}: cannot listen on {addr}: {err}");
+                eprintln!("{NAME}: cannot listen on {addr}: {err}");
                 return 1;
             }
         };

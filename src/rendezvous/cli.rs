@@ -13,9 +13,11 @@ use clap::Parser;
 use super::{Rendezvous, RendezvousConfig};
 use crate::logging::{self, LogFormat};
 
+const NAME: &str = "codexbox rendezvous";
+
 /// Registry and rendezvous for remote executors (self-hosted).
 #[derive(Debug, Parser)]
-#[command(version, long_about = None)]
+#[command(long_about = None)]
 struct Args {
     /// Address to listen on: IP:PORT (or http://IP:PORT).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
@@ -138,28 +140,32 @@ fn build_config(args: &Args) -> Result<RendezvousConfig, String> {
     Ok(config)
 }
 
+/// The clap definition of this mode (for help, completions, man pages).
+pub fn command() -> clap::Command {
+    <Args as clap::CommandFactory>::command()
+}
+
 /// Entry point of the `rendezvous` mode.
 pub fn main(argv: Vec<OsString>) -> i32 {
-    let args: Args = match crate::startup::parse(&argv) {
+    let args: Args = match crate::cli::parse(&argv, NAME) {
         Ok(args) => args,
-        Err(code) => return code,
+        Err(exit) => return exit.report(),
     };
-    let name = "codexbox rendezvous";
     let config = match build_config(&args) {
         Ok(config) => config,
         Err(message) => {
-            eprintln!("{name}: {message}");
-            return 2;
+            eprintln!("{NAME}: {message}");
+            return crate::cli::EXIT_USAGE;
         }
     };
     logging::init(args.log_format);
     if config.insecure_no_auth {
         eprintln!(
-            "{name}: warning: serving {} without tokens (--insecure-no-auth): every process that reaches it can register any environment, taking over its streams, and run commands on every registered executor",
+            "{NAME}: warning: serving {} without tokens (--insecure-no-auth): every process that reaches it can register any environment, taking over its streams, and run commands on every registered executor",
             config.listen
         );
     }
-    let Some(runtime) = crate::startup::runtime(name, crate::startup::Threads::PerCpu) else {
+    let Some(runtime) = crate::startup::runtime(NAME, crate::startup::Threads::PerCpu) else {
         return 1;
     };
     runtime.block_on(async {
@@ -169,7 +175,7 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         let rendezvous = match Rendezvous::bind(config).await {
             Ok(rendezvous) => rendezvous,
             Err(err) => {
-                eprintln!("{name}: {err}");
+                eprintln!("{NAME}: {err}");
                 return 1;
             }
         };
