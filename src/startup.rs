@@ -1,19 +1,10 @@
 //! What the long-running modes (exec-server, rendezvous, connect, proxy) do
-//! once dispatch chose them: parse their flags, build their tokio runtime
-//! (dispatch runs before any runtime exists), take over SIGINT and SIGTERM
-//! and print their one stdout line.
+//! once dispatch chose them and their flags are parsed ([`crate::cli`]):
+//! build their tokio runtime (dispatch runs before any runtime exists),
+//! tune the allocator, take over SIGINT and SIGTERM and print their one
+//! stdout line.
 
-use std::ffi::OsString;
 use std::io::Write;
-
-/// Parses a mode's flags; on `--help`, `--version` or a usage error prints
-/// clap's text and returns the exit code (0 or 2).
-pub fn parse<A: clap::Parser>(argv: &[OsString]) -> Result<A, i32> {
-    A::try_parse_from(argv).map_err(|err| {
-        let _ = err.print();
-        err.exit_code()
-    })
-}
 
 /// How many threads run a mode's async tasks (blocking work always goes to
 /// tokio's blocking pool).

@@ -28,7 +28,6 @@ const NAME: &str = "codexbox attach";
 #[derive(Debug, Parser)]
 #[command(
     name = "codexbox attach",
-    version,
     after_help = "Exit status: the process's (as for exec) once it closes; 128+N when signal N ended a watch; 255 when the connection was lost for good."
 )]
 struct Args {
@@ -58,6 +57,11 @@ struct Args {
     /// (default: as it was). The server bounds it by its maximum.
     #[arg(long, value_name = "SECS")]
     session_grace_secs: Option<u64>,
+}
+
+/// The clap definition of this mode (for help, completions, man pages).
+pub fn command() -> clap::Command {
+    <Args as clap::CommandFactory>::command()
 }
 
 /// Entry point of the `attach` mode.

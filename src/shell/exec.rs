@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::IsTerminal;
+use std::path::Path;
 use std::time::Duration;
 
 use clap::Parser;
@@ -18,7 +19,7 @@ use super::hint::{human_duration, AttachCommand};
 use super::target::TargetArgs;
 use super::terminal::{self, RawMode};
 use super::{ConnectionArgs, Place, ShellError};
-use crate::client::{RemoteExecServerClient, StartParams};
+use crate::client::{ClientError, RemoteExecServerClient, StartParams};
 use crate::protocol::path::WirePath;
 use crate::protocol::process::{EnvInherit, EnvPolicy};
 use crate::protocol::sandbox::FileSystemSandboxContext;
@@ -47,8 +48,7 @@ enum EnvPolicyChoice {
 #[derive(Debug, Parser)]
 #[command(
     name = "codexbox exec",
-    version,
-    after_help = "The exit status is the command's (128+N when signal N killed it); 255 when the connection was lost for good, 127 when the command could not be started, 2 for usage errors."
+    after_help = "The exit status is the command's (128+N when signal N killed it); 127 when it was not found, 126 when it could not be started otherwise (not executable, a bad -C directory); 255 when the connection was lost for good; 2 for usage errors."
 )]
 struct Args {
     #[command(flatten)]
@@ -91,6 +91,11 @@ struct Args {
     /// The command and its arguments.
     #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     command: Vec<OsString>,
+}
+
+/// The clap definition of this mode (for help, completions, man pages).
+pub fn command() -> clap::Command {
+    <Args as clap::CommandFactory>::command()
 }
 
 /// Entry point of the `exec` mode.
@@ -221,9 +226,20 @@ async fn run(args: Args) -> Result<i32, ShellError> {
     };
     if let Err(err) = client.process_start(&params).await {
         drop(raw);
+        let command = argv.join(" ");
+        if matches!(err, ClientError::Rpc(_)) {
+            if let Some(problem) = directory_problem(&client, &cwd).await {
+                client.close().await;
+                return Err(ShellError::Directory {
+                    command,
+                    dir: cwd.display().to_string(),
+                    problem,
+                });
+            }
+        }
         client.close().await;
         return Err(ShellError::Start {
-            command: argv.join(" "),
+            command,
             source: err,
         });
     }
@@ -284,6 +300,18 @@ fn announce_detached(
         None => eprintln!(
             "{NAME}: detached; the server did not say how long it keeps the command without a client (its own session grace period: 30 s unless configured)"
         ),
+    }
+}
+
+/// What is wrong with the working directory `dir` on the server, if
+/// anything (asked after a start failed, so that a missing `-C` directory
+/// is not blamed on the command).
+async fn directory_problem(client: &RemoteExecServerClient, dir: &Path) -> Option<String> {
+    let params = serde_json::json!({ "path": WirePath::native(dir) });
+    match client.call("fs/getMetadata", params).await {
+        Ok(metadata) if metadata["isDirectory"] == false => Some("not a directory".into()),
+        Err(ClientError::Rpc(rpc)) => Some(rpc.message),
+        _ => None,
     }
 }
 

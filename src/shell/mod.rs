@@ -31,8 +31,6 @@ use attachment::{Attachment, Outcome};
 
 /// Exit code when the connection is lost or cannot be made (as ssh does).
 pub const EXIT_CONNECTION: i32 = 255;
-/// Exit code when the command could not be started (as a shell does).
-pub const EXIT_NOT_STARTED: i32 = 127;
 
 /// Why a front end stopped before its command finished.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +46,12 @@ pub enum ShellError {
         command: String,
         #[source]
         source: ClientError,
+    },
+    #[error("cannot start `{command}` in {dir} on the server: {problem}")]
+    Directory {
+        command: String,
+        dir: String,
+        problem: String,
     },
     #[error(transparent)]
     Terminal(#[from] terminal::TerminalError),
@@ -72,10 +76,18 @@ impl ShellError {
             Self::Target(err) => err.exit_code(),
             Self::Client(ClientError::Rpc(_)) => 1,
             Self::Client(_) => EXIT_CONNECTION,
+            // The server words the OS error of the exec (`No such file or
+            // directory (os error 2)`): not found, or found but not runnable,
+            // as a shell tells them apart.
+            Self::Start {
+                source: ClientError::Rpc(rpc),
+                ..
+            } if rpc.message.contains("(os error 2)") => crate::cli::EXIT_NOT_FOUND,
             Self::Start {
                 source: ClientError::Rpc(_),
                 ..
-            } => EXIT_NOT_STARTED,
+            }
+            | Self::Directory { .. } => crate::cli::EXIT_CANNOT_EXECUTE,
             Self::Start { .. } => EXIT_CONNECTION,
             Self::Terminal(_) | Self::Failed(_) => 1,
         }
@@ -105,9 +117,9 @@ where
     F: FnOnce(A) -> Fut,
     Fut: Future<Output = Result<i32, ShellError>>,
 {
-    match crate::startup::parse::<A>(argv) {
+    match crate::cli::parse::<A>(argv, name) {
         Ok(args) => finish(name, run_async(name, run(args))),
-        Err(code) => code,
+        Err(exit) => exit.report(),
     }
 }
 
@@ -297,12 +309,14 @@ mod tests {
 
     #[test]
     fn exit_codes_follow_what_went_wrong() {
-        let rpc = || ClientError::Rpc(crate::protocol::RpcError::internal("No such file"));
-        let start = ShellError::Start {
+        let start = |message: &str| ShellError::Start {
             command: "nope".into(),
-            source: rpc(),
+            source: ClientError::Rpc(crate::protocol::RpcError::internal(message)),
         };
-        assert_eq!(start.exit_code(), EXIT_NOT_STARTED);
+        let not_found = start("No such file or directory (os error 2)");
+        assert_eq!(not_found.exit_code(), crate::cli::EXIT_NOT_FOUND);
+        let denied = start("Permission denied (os error 13)");
+        assert_eq!(denied.exit_code(), crate::cli::EXIT_CANNOT_EXECUTE);
         assert_eq!(ShellError::Client(ClientError::Closed).exit_code(), 255);
         assert_eq!(ShellError::Usage("x".into()).exit_code(), 2);
     }

@@ -35,7 +35,6 @@ const NAME: &str = "codexbox cp";
 #[derive(Debug, Parser)]
 #[command(
     name = "codexbox cp",
-    version,
     after_help = "One of SRC and DST is REMOTE:PATH (any name before the colon, e.g. remote:/srv/app; a local path holding a colon is written ./a:b). A relative remote PATH starts from the server's working directory.\n\nExit status: 0 when everything was copied, 1 when something was not (each reported), 255 when the connection failed, 2 for usage errors."
 )]
 struct Args {
@@ -79,6 +78,11 @@ impl Location {
 enum Direction {
     Upload,
     Download,
+}
+
+/// The clap definition of this mode (for help, completions, man pages).
+pub fn command() -> clap::Command {
+    <Args as clap::CommandFactory>::command()
 }
 
 /// Entry point of the `cp` mode.
