@@ -45,9 +45,29 @@ pub enum Mode {
     Attach,
     Ps,
     Cp,
+    Completions,
 }
 
 impl Mode {
+    /// Every mode, in the order help lists them.
+    pub const ALL: [Mode; 15] = [
+        Mode::ExecServer,
+        Mode::LinuxSandbox,
+        Mode::Bwrap,
+        Mode::FsHelper,
+        Mode::Sandbox,
+        Mode::Doctor,
+        Mode::InstallLinks,
+        Mode::Rendezvous,
+        Mode::Connect,
+        Mode::Proxy,
+        Mode::Exec,
+        Mode::Attach,
+        Mode::Ps,
+        Mode::Cp,
+        Mode::Completions,
+    ];
+
     /// The subcommand name (`codexbox <name> …`).
     pub fn subcommand(self) -> &'static str {
         match self {
@@ -65,6 +85,7 @@ impl Mode {
             Mode::Attach => "attach",
             Mode::Ps => "ps",
             Mode::Cp => "cp",
+            Mode::Completions => "completions",
         }
     }
 
@@ -91,22 +112,6 @@ impl Mode {
     }
 
     pub fn from_subcommand(arg: &OsStr) -> Option<Mode> {
-        const ALL: [Mode; 14] = [
-            Mode::ExecServer,
-            Mode::LinuxSandbox,
-            Mode::Bwrap,
-            Mode::FsHelper,
-            Mode::Sandbox,
-            Mode::Doctor,
-            Mode::InstallLinks,
-            Mode::Rendezvous,
-            Mode::Connect,
-            Mode::Proxy,
-            Mode::Exec,
-            Mode::Attach,
-            Mode::Ps,
-            Mode::Cp,
-        ];
-        ALL.into_iter().find(|mode| arg == mode.subcommand())
+        Mode::ALL.into_iter().find(|mode| arg == mode.subcommand())
     }
 }

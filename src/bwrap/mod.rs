@@ -52,9 +52,10 @@ use crate::sys::{confine, errno_text, fds};
 
 /// What bubblewrap prints for `--version`; the suffix says which one it is.
 pub const VERSION_LINE: &str = concat!(
-    "bubblewrap 0.11.0 (codexbox ",
+    "bubblewrap 0.11.0 (built into codexbox ",
     env!("CARGO_PKG_VERSION"),
-    " built-in)"
+    env!("CODEXBOX_BUILD_SUFFIX"),
+    ")"
 );
 
 /// A launch step that failed after parsing; `Display` is the text after `bwrap: `.

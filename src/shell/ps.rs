@@ -24,7 +24,6 @@ const NAME: &str = "codexbox ps";
 #[derive(Debug, Parser)]
 #[command(
     name = "codexbox ps",
-    version,
     after_help = "Follow a listed process with: codexbox attach TARGET --session SESSION --process PROCESS (--from-start to see its retained output first).\n\nExit status: 0; 1 when the server cannot list its sessions; 255 when the connection failed; 2 for usage errors."
 )]
 struct Args {
@@ -33,6 +32,11 @@ struct Args {
     /// Print the server's answer as JSON: {"sessions": [...]}.
     #[arg(long)]
     json: bool,
+}
+
+/// The clap definition of this mode (for help, completions, man pages).
+pub fn command() -> clap::Command {
+    <Args as clap::CommandFactory>::command()
 }
 
 /// Entry point of the `ps` mode.

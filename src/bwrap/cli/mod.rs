@@ -16,7 +16,7 @@ use std::ffi::{OsStr, OsString};
 use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
 
-pub use usage::usage;
+pub use usage::{command, usage};
 
 use super::caps::{self, CapEdit};
 use super::log::Log;

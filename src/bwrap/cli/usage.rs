@@ -1,4 +1,6 @@
-//! bubblewrap's `--help` text, printed with the caller's argv[0].
+//! bubblewrap's `--help` text, printed with the caller's argv[0], and a
+//! clap definition read from it for completions and the man page (the mode
+//! itself parses with its own bubblewrap-compatible parser).
 
 /// The usage text, with `prog` as bubblewrap prints its own argv[0].
 pub fn usage(prog: &str) -> String {
@@ -61,4 +63,67 @@ pub fn usage(prog: &str) -> String {
     --chmod OCTAL PATH           Change permissions of PATH (must already exist)
 "
     )
+}
+
+/// bubblewrap's options as a clap definition, one argument per line of the
+/// usage text (`--bind SRC DEST` takes two values, `--unshare-all` none),
+/// and the command after them. Only for completions and the man page.
+pub fn command() -> clap::Command {
+    let text = usage("bwrap");
+    let options = text.lines().filter_map(|line| {
+        let line = line.trim_start();
+        let (spec, help) = line.split_once("  ")?;
+        let mut words = spec.split_whitespace();
+        let long = words.next()?.strip_prefix("--")?.to_owned();
+        let values: Vec<String> = words.map(str::to_owned).collect();
+        let arg = clap::Arg::new(long.clone())
+            .long(long)
+            .help(help.trim().to_owned());
+        Some(if values.is_empty() {
+            arg.action(clap::ArgAction::SetTrue)
+        } else {
+            arg.num_args(values.len())
+                .value_names(values)
+                .action(clap::ArgAction::Append)
+        })
+    });
+    clap::Command::new("bwrap")
+        .about("Built-in bubblewrap-compatible launcher: unprivileged user namespaces, no setuid.")
+        .after_help(
+            "Options, messages and exit statuses are bubblewrap 0.11's: a refused command line \
+             prints `bwrap: …` and exits 1.",
+        )
+        .disable_help_flag(true)
+        .disable_version_flag(true)
+        .args(options)
+        .arg(
+            clap::Arg::new("COMMAND")
+                .num_args(1..)
+                .trailing_var_arg(true)
+                .value_name("COMMAND"),
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_definition_holds_every_option_of_the_usage_text() {
+        let command = super::command();
+        let usage = super::usage("bwrap");
+        let listed = usage
+            .lines()
+            .filter(|line| line.trim_start().starts_with("--"))
+            .count();
+        let defined = command
+            .get_arguments()
+            .filter(|a| a.get_long().is_some())
+            .count();
+        assert_eq!(listed, defined);
+        let bind = command
+            .get_arguments()
+            .find(|a| a.get_long() == Some("bind"))
+            .and_then(|a| a.get_num_args());
+        assert_eq!(bind, Some(2.into()));
+        command.debug_assert();
+    }
 }
