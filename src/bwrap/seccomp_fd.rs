@@ -40,7 +40,7 @@ pub fn read(fd: RawFd) -> Result<Program, SeccompError> {
 }
 
 fn parse(data: &[u8]) -> Result<Program, SeccompError> {
-    if data.len() % 8 != 0 {
+    if !data.len().is_multiple_of(8) {
         return Err(SeccompError::BadLength);
     }
     let filters = data

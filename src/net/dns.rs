@@ -256,7 +256,7 @@ impl Answers {
     /// What the proxy says about `name`, asked at most once per TTL.
     pub async fn lookup(&self, proxy: SocketAddr, name: &str) -> Lookup {
         let ttl = Duration::from_secs(u64::from(ANSWER_TTL_SECS));
-        let fresh = |cell: &Arc<Asked>| cell.get().map_or(true, |(_, asked)| asked.elapsed() < ttl);
+        let fresh = |cell: &Arc<Asked>| cell.get().is_none_or(|(_, asked)| asked.elapsed() < ttl);
         let cell = {
             let mut names = lock(&self.0);
             match names.get(name) {

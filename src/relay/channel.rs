@@ -513,7 +513,7 @@ impl Channel {
         if self.dialect == Dialect::Reliable {
             let (index, count) = (record.segment_index, record.segment_count);
             let expected = self.segment.map_or(0, |(next, _)| next);
-            let same_message = self.segment.map_or(true, |(_, c)| c == count);
+            let same_message = self.segment.is_none_or(|(_, c)| c == count);
             if index != expected || !same_message {
                 return Err(ChannelError::SegmentOutOfOrder { index, count });
             }

@@ -140,7 +140,7 @@ impl TokenTable {
                 let env_ok = entry
                     .environment
                     .as_deref()
-                    .map_or(true, |env| env == environment_id);
+                    .is_none_or(|env| env == environment_id);
                 allowed |= env_ok && entry.grant.allows(wanted);
             }
         }

@@ -567,7 +567,7 @@ impl Hub {
         let executor = env.executor.clone();
         let epoch = self.epoch();
         env.streams.retain(|stream_id, route| {
-            if !route.harness.as_ref().is_some_and(|h| h.socket == socket) {
+            if route.harness.as_ref().is_none_or(|h| h.socket != socket) {
                 return true;
             }
             if route.reliable {

@@ -737,7 +737,7 @@ impl Watcher {
             self.untrack(i, &rel);
             return Ok(self.add_match(i, rel, meta.file_type().is_symlink())?);
         }
-        let descend = meta.is_dir() && self.max_depth.map_or(true, |d| depth(&rel) < d);
+        let descend = meta.is_dir() && self.max_depth.is_none_or(|d| depth(&rel) < d);
         let same_dir = root
             .dirs
             .get(&rel)
@@ -841,7 +841,7 @@ impl Watcher {
                 let matched = self.roots.get(i).is_some_and(|root| root.is_match(&child));
                 if matched {
                     self.add_match(i, child, file_type.is_symlink())?;
-                } else if file_type.is_dir() && self.max_depth.map_or(true, |d| depth(&child) < d) {
+                } else if file_type.is_dir() && self.max_depth.is_none_or(|d| depth(&child) < d) {
                     // Every directory waiting here needs a watch: the limit
                     // also bounds this list (a directory of a million
                     // directories stops here, not after reading them all).
@@ -1022,9 +1022,9 @@ impl Watcher {
         let mut fds = [PollFd::new(self.mount_table.as_fd(), PollFlags::POLLPRI)];
         match nix::poll::poll(&mut fds, PollTimeout::ZERO) {
             Ok(0) => false,
-            Ok(_) => fds[0].revents().map_or(true, |r| {
-                r.intersects(PollFlags::POLLPRI | PollFlags::POLLERR)
-            }),
+            Ok(_) => fds[0]
+                .revents()
+                .is_none_or(|r| r.intersects(PollFlags::POLLPRI | PollFlags::POLLERR)),
             // Cannot tell: assume it did.
             Err(_) => true,
         }

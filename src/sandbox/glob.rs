@@ -190,7 +190,7 @@ fn ripgrep(
         .map(|s| shallowest_match(root, PathBuf::from(OsString::from_vec(s.to_vec())), globs))
         .filter(|p| {
             let depth = p.strip_prefix(root).map_or(0, |r| r.components().count());
-            max_depth.map_or(true, |d| depth <= d)
+            max_depth.is_none_or(|d| depth <= d)
         })
         .collect();
     Ok(found.into_iter().collect())
@@ -241,7 +241,7 @@ fn walk(
             };
             let matched = globs.iter().any(|g| glob_match(g, &rel.to_string_lossy()));
             if ft.is_dir() && !matched {
-                if max_depth.map_or(true, |d| level < d) {
+                if max_depth.is_none_or(|d| level < d) {
                     stack.push((path, level + 1));
                 }
                 continue;

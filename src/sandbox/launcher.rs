@@ -121,7 +121,7 @@ pub fn select_excluding(
     let forced = std::env::var(FORCE_ENV).ok().filter(|v| !v.is_empty());
     let exe = crate::runtime_paths::self_exe().map_err(LauncherError::CurrentExe)?;
     let mut skipped = Vec::new();
-    let want = |k: &str| forced.as_deref().map_or(true, |f| f == k);
+    let want = |k: &str| forced.as_deref().is_none_or(|f| f == k);
     if let Some(f) = forced.as_deref() {
         if !matches!(f, "system" | "bundled" | "builtin") {
             return Err(LauncherError::BadForce(f.to_owned()));

@@ -102,7 +102,7 @@ fn parse_url(text: &str) -> Result<Uri, RpcError> {
             url.scheme()
         )));
     }
-    if url.host_str().map_or(true, str::is_empty) {
+    if url.host_str().is_none_or(str::is_empty) {
         return Err(invalid(&url::ParseError::EmptyHost));
     }
     url.set_fragment(None);

@@ -71,7 +71,7 @@ fn spell_v4(v4: Ipv4Addr, choice: &[u8; 8]) -> String {
             return spell_v6(mapped, choice);
         }
     };
-    if choice[5] % 2 == 0 {
+    if choice[5].is_multiple_of(2) {
         format!("{text}.")
     } else {
         text
@@ -87,8 +87,8 @@ fn spell_v6(v6: Ipv6Addr, choice: &[u8; 8]) -> String {
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            let pad = choice[i % 8] % 2 == 0;
-            let upper = choice[(i + 3) % 8] % 3 == 0;
+            let pad = choice[i % 8].is_multiple_of(2);
+            let upper = choice[(i + 3) % 8].is_multiple_of(3);
             match (pad, upper) {
                 (true, true) => format!("{s:04X}"),
                 (true, false) => format!("{s:04x}"),
@@ -118,7 +118,7 @@ fn spell_v6(v6: Ipv6Addr, choice: &[u8; 8]) -> String {
         }
         None => groups.join(":"),
     };
-    if choice[7] % 4 == 0 {
+    if choice[7].is_multiple_of(4) {
         text
     } else {
         format!("[{text}]")
