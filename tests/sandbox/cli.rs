@@ -25,6 +25,53 @@ fn exit_status_and_signals_pass_through() {
 }
 
 #[test]
+fn a_command_that_cannot_run_exits_127_or_126_in_every_backend() {
+    require_sandbox!();
+    let w = Ws::new();
+    let data = w.ws.join("data");
+    std::fs::write(&data, "not a program").expect("write");
+    for backend in ["bwrap", "landlock"] {
+        let run = |program: &std::path::Path| {
+            Command::new(BIN)
+                .arg("linux-sandbox")
+                .arg("--sandbox-policy-cwd")
+                .arg(&w.ws)
+                .args([
+                    "--permission-profile",
+                    "read-only",
+                    "--backend",
+                    backend,
+                    "--",
+                ])
+                .arg(program)
+                .current_dir(&w.ws)
+                .stdin(Stdio::null())
+                .output()
+                .expect("run codexbox linux-sandbox")
+        };
+        let missing = run(std::path::Path::new("/no/such/program"));
+        if backend == "landlock" && stderr(&missing).contains("Landlock is unavailable") {
+            crate::common::host::host_has("Landlock", Err(stderr(&missing)));
+            continue;
+        }
+        assert_eq!(
+            missing.status.code(),
+            Some(127),
+            "{backend}: {}",
+            stderr(&missing)
+        );
+        assert!(stderr(&missing).contains("codex-linux-sandbox: cannot execute /no/such/program"));
+        let refused = run(&data);
+        assert_eq!(
+            refused.status.code(),
+            Some(126),
+            "{backend}: {}",
+            stderr(&refused)
+        );
+    }
+}
+
+#[test]
 fn stdout_and_stderr_pass_through_untouched() {
     require_sandbox!();
     let w = Ws::new();

@@ -41,6 +41,29 @@ fn exit_codes_and_signals_pass_through() {
 }
 
 #[test]
+fn a_command_that_cannot_start_is_told_from_a_bad_directory() {
+    let server = Server::start(&[]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    std::fs::write(&data, "not a program").expect("write");
+    let data = data.to_str().expect("utf-8");
+    let refused = exec(&server.url, &[], &[data], None);
+    assert_eq!(refused.code, 126, "{refused:?}");
+    let missing_dir = exec(&server.url, &["-C", "/no/such/dir"], &["pwd"], None);
+    assert_eq!(missing_dir.code, 126, "{missing_dir:?}");
+    assert_eq!(
+        missing_dir.stderr,
+        "codexbox exec: cannot start `pwd` in /no/such/dir on the server: No such file or directory (os error 2)\n"
+    );
+    let file_dir = exec(&server.url, &["-C", data], &["pwd"], None);
+    assert_eq!(file_dir.code, 126, "{file_dir:?}");
+    assert!(
+        file_dir.stderr.ends_with(": not a directory\n"),
+        "{file_dir:?}"
+    );
+}
+
+#[test]
 fn stdout_and_stderr_stay_apart_and_large_output_is_byte_exact() {
     let server = Server::start(&[]);
     let out = sh(&server.url, "echo out; echo err >&2; echo out2");
@@ -141,7 +164,11 @@ fn env_and_working_directory_are_the_ones_asked_for() {
     let absolute = exec(&server.url, &["-C", "/"], &["pwd"], None);
     assert_eq!(absolute.stdout_text().trim(), "/");
     let missing = exec(&server.url, &["-C", "nope"], &["pwd"], None);
-    assert_eq!(missing.code, 127, "{missing:?}");
+    assert_eq!(missing.code, 126, "{missing:?}");
+    assert!(
+        missing.stderr.contains("/nope on the server"),
+        "{missing:?}"
+    );
 }
 
 #[test]

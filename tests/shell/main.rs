@@ -1,9 +1,10 @@
-//! The front ends for people (`exec`, `attach`, `ps`, `cp`) and the fleet
-//! manifests and image.
+//! The front ends for people (`exec`, `attach`, `ps`, `cp`), the
+//! command-line convention of every mode, and the fleet manifests and image.
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod cli;
 mod cp;
 mod detach;
 mod exec;
