@@ -44,14 +44,9 @@ pub fn mode_command(mode: Mode) -> clap::Command {
 pub fn command() -> clap::Command {
     clap::Command::new("codexbox")
         .version(VERSION)
-        .about("Run commands and touch files on this machine, safely and remotely.")
-        .long_about(
-            "codexbox is one Linux executable that lets an agent, or any program, run commands \
-             and touch files on a machine, safely and remotely: an exec-server speaking JSON-RPC, \
-             a sandbox (bubblewrap, seccomp, Landlock), a network proxy with allowlists, remote \
-             mode through a rendezvous, and exec/attach/cp front ends.",
-        )
+        .about("Run commands and touch files on this machine, safely and remotely")
         .subcommand_value_name("MODE")
+        .override_usage("codexbox <MODE> [ARGS]...")
         .subcommand_help_heading("Modes")
         .subcommands(Mode::ALL.map(mode_command))
         .after_help(format!(
@@ -63,14 +58,14 @@ pub fn command() -> clap::Command {
 
 /// The top-level help text.
 pub fn help_text() -> String {
-    command().render_long_help().to_string()
+    command().render_help().to_string()
 }
 
 /// Command line of `codexbox completions`.
 #[derive(Debug, clap::Parser)]
 #[command(
     name = "codexbox completions",
-    about = "Print a shell completion script for every mode.",
+    about = "Print a shell completion script for every mode",
     after_help = "bash: codexbox completions bash > /etc/bash_completion.d/codexbox\n\
                   zsh:  codexbox completions zsh > \"${fpath[1]}/_codexbox\"\n\
                   fish: codexbox completions fish > ~/.config/fish/completions/codexbox.fish"

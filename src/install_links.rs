@@ -17,7 +17,7 @@ const NAME: &str = "codexbox install-links";
 #[derive(Debug, clap::Parser)]
 #[command(
     name = "codexbox install-links",
-    about = "Create the alias symlinks (codex-exec-server, codex-linux-sandbox, bwrap, codex-fs-helper) in a directory.",
+    about = "Create the alias symlinks (codex-exec-server, codex-linux-sandbox, bwrap, codex-fs-helper) in a directory",
     after_help = "DIR must exist. A link that already points at this binary is kept; \
                   anything else of an alias's name is an error unless --force replaces it."
 )]

@@ -117,7 +117,7 @@ pub fn execute(operation: &str, params: Value, streams: Option<&FileStreams>) ->
 #[derive(Debug, clap::Parser)]
 #[command(
     name = "codex-fs-helper",
-    about = "Sandboxed filesystem worker for the exec-server, over stdin and stdout.",
+    about = "Sandboxed filesystem worker for the exec-server, over stdin and stdout",
     long_about = "Performs filesystem operations for the exec-server. Without arguments it reads \
 one JSON request {\"operation\",\"params\"} from stdin and writes one JSON line answering it."
 )]

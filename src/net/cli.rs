@@ -163,7 +163,7 @@ impl PolicyArgs {
 #[derive(Debug, Parser)]
 #[command(
     name = "codexbox proxy",
-    about = "A network proxy (HTTP forward, CONNECT, SOCKS5) that lets through only the allowed destinations.",
+    about = "A network proxy (HTTP forward, CONNECT, SOCKS5) that lets through only the allowed destinations",
     after_help = "Prints its http:// URL (and socks5h:// URL) on stdout, then serves until SIGINT/SIGTERM.\n\
                   Example: codexbox proxy --allow pypi.org --allow '**.pythonhosted.org' --audit-log -"
 )]

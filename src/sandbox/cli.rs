@@ -62,7 +62,7 @@ pub enum Backend {
 #[derive(Debug, Parser)]
 #[command(
     name = "codex-linux-sandbox",
-    about = "Run one command inside the Linux sandbox (bubblewrap + seccomp, or Landlock).",
+    about = "Run one command inside the Linux sandbox (bubblewrap + seccomp, or Landlock)",
     group(
         clap::ArgGroup::new("profile")
             .required(true)

@@ -33,7 +33,7 @@ const PREFIX: &str = "codexbox sandbox";
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "codexbox sandbox",
-    about = "Run a command the way the exec-server would sandbox it.",
+    about = "Run a command the way the exec-server would sandbox it",
     after_help = "Profiles: read-only (default), workspace, danger-full-access (each also with a leading `:`, as in `-P :workspace`), a PermissionProfile JSON document, or a file holding one."
 )]
 pub struct Args {

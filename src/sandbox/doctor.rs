@@ -120,7 +120,7 @@ pub struct LauncherReport {
 #[derive(Debug, clap::Parser)]
 #[command(
     name = "codexbox doctor",
-    about = "Report what this host supports for sandboxing, and why.",
+    about = "Report what this host supports for sandboxing, and why",
     long_about = "Reports what this host supports for sandboxing: kernel, user namespaces \
 (and why not), Landlock ABI, seccomp, bubblewrap (system, bundled, built-in), ripgrep, WSL, \
 and which backend a sandboxed command would use. It runs one tiny trial sandbox through the \

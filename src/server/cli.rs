@@ -17,9 +17,9 @@ use crate::logging::{self, LogFormat};
 use crate::process::retention::RETAINED_OUTPUT_BYTES;
 use crate::runtime_paths::ExecServerRuntimePaths;
 
-/// Run processes and serve files over JSON-RPC (WebSocket, Unix socket or stdio).
+/// Run processes and serve files over JSON-RPC (WebSocket, Unix socket or stdio)
 #[derive(Debug, clap::Parser)]
-#[command(about, long_about = None)]
+#[command(long_about = None)]
 struct Args {
     /// Where to listen: ws://IP:PORT, unix:///path/to.sock, or stdio.
     #[arg(long, value_name = "URL", default_value = DEFAULT_LISTEN_URL, conflicts_with = "remote")]

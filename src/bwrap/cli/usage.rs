@@ -88,7 +88,7 @@ pub fn command() -> clap::Command {
         })
     });
     clap::Command::new("bwrap")
-        .about("Built-in bubblewrap-compatible launcher: unprivileged user namespaces, no setuid.")
+        .about("Built-in bubblewrap-compatible launcher: unprivileged user namespaces, no setuid")
         .after_help(
             "Options, messages and exit statuses are bubblewrap 0.11's: a refused command line \
              prints `bwrap: …` and exits 1.",
