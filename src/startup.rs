@@ -54,6 +54,7 @@ pub enum Memory {
 }
 
 /// Freed heap memory a reusing allocator keeps before returning it.
+#[cfg(target_env = "gnu")]
 const HEAP_TRIM_THRESHOLD: libc::c_int = 4 << 20;
 /// From this size on a reusing allocator maps each allocation. Setting the
 /// trim threshold turns off glibc's own raising of this limit, so it is set
@@ -64,14 +65,17 @@ const HEAP_TRIM_THRESHOLD: libc::c_int = 4 << 20;
 /// with glibc's defaults every free at the top of the heap gave the pages
 /// back and the next message faulted them in again, a quarter of the
 /// server's CPU time.)
+#[cfg(target_env = "gnu")]
 const REUSE_MMAP_THRESHOLD: libc::c_int = 32 << 20;
 /// From this size on a lean allocator maps each allocation, so freeing a
 /// transfer block unmaps it; fixing it stops glibc from raising it after
 /// the first free, which would move blocks into fragmenting arenas.
+#[cfg(target_env = "gnu")]
 const LEAN_MMAP_THRESHOLD: libc::c_int = 256 << 10;
 /// Arenas of a lean allocator: blocks are allocated on one thread and freed
 /// on another (tokio's blocking pool writes files), and each extra arena
 /// keeps its own freed memory.
+#[cfg(target_env = "gnu")]
 const LEAN_ARENAS: libc::c_int = 2;
 
 /// Sets the allocator up for `memory`. Call before the runtime starts any

@@ -9,6 +9,16 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+// `ioctl` takes its request as `unsigned long` in glibc and as `int` in
+// musl; libc's constants are `unsigned long`. The values (0x8913, 0x8914)
+// fit either, and with glibc the cast changes nothing.
+/// `SIOCGIFFLAGS` as this C library's `ioctl` takes it.
+#[allow(clippy::unnecessary_cast)]
+const GET_FLAGS: libc::Ioctl = libc::SIOCGIFFLAGS as libc::Ioctl;
+/// `SIOCSIFFLAGS` as this C library's `ioctl` takes it.
+#[allow(clippy::unnecessary_cast)]
+const SET_FLAGS: libc::Ioctl = libc::SIOCSIFFLAGS as libc::Ioctl;
+
 /// `unshare(flags)`.
 pub fn unshare(flags: libc::c_int) -> io::Result<()> {
     // SAFETY: unshare takes a flag word and touches no memory of ours.
@@ -62,7 +72,7 @@ pub fn loopback_up() -> io::Result<()> {
         *slot = libc::c_char::from_ne_bytes([*byte]);
     }
     // SAFETY: SIOCGIFFLAGS reads into the ifreq we own.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+    if unsafe { libc::ioctl(sock.as_raw_fd(), GET_FLAGS, &mut req) } < 0 {
         return Err(io::Error::last_os_error());
     }
     let up = libc::c_short::try_from(libc::IFF_UP | libc::IFF_RUNNING).unwrap_or(0);
@@ -71,7 +81,7 @@ pub fn loopback_up() -> io::Result<()> {
         req.ifr_ifru.ifru_flags |= up;
     }
     // SAFETY: SIOCSIFFLAGS reads the ifreq we own.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
+    if unsafe { libc::ioctl(sock.as_raw_fd(), SET_FLAGS, &req) } < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())

@@ -178,8 +178,11 @@ fn remount_keeping_flags(target: &Path, attr_set: u64) -> io::Result<()> {
         (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
         (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
         (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+        // No relatime entry: nix knows ST_RELATIME only with glibc (with musl
+        // it drops the bit), and none is needed: a remount with no atime flag
+        // keeps the mount's, and one with only MS_NODIRATIME gets relatime,
+        // the kernel's default without MS_NOATIME or MS_STRICTATIME.
         (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
-        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
     ] {
         if have.contains(fs_flag) {
             flags |= ms_flag;
