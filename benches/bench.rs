@@ -1,5 +1,5 @@
 //! The project's benchmark (`scripts/bench`, or `cargo bench --bench bench`):
-//! prints every SPEC §8 figure beside a baseline measured in the same run,
+//! prints every figure of docs/performance.md beside a baseline measured in the same run,
 //! one line each. Each area adds a module with a `run(&mut Report)`;
 //! `scripts/bench process sandbox` runs only the named areas.
 

@@ -1,5 +1,5 @@
 //! Built-in bwrap start-up beside the system bubblewrap, same argv, same run
-//! (SPEC §8: at most 1.1× the system bwrap). Runs alternate between the two
+//! (target in docs/performance.md: at most 1.1× the system bwrap). Runs alternate between the two
 //! so that machine load affects both alike; medians are compared.
 
 use std::os::unix::process::CommandExt;

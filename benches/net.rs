@@ -1,4 +1,4 @@
-//! The network figures (SPEC §8), each beside its baseline of the same run:
+//! The network figures of docs/performance.md, each beside its baseline of the same run:
 //! a 256 MiB CONNECT tunnel through `codexbox proxy` against a direct
 //! loopback TCP copy (target ≥ 80 %), with the ceiling any relay reaches
 //! here (minimal splice and copy relays in this process, same sockets,

@@ -1,4 +1,4 @@
-//! Process figures of SPEC §8 through the exec-server, each beside a
+//! Process figures of docs/performance.md through the exec-server, each beside a
 //! baseline measured in the same run: start→closed latency of `true`,
 //! streaming throughput (pipes and PTY), 500 concurrent processes on one
 //! connection, 64 concurrent connections, and idle server RSS.

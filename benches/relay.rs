@@ -1,4 +1,4 @@
-//! Remote-mode figures of SPEC §8, each beside the same work over a direct
+//! Remote-mode figures of docs/performance.md, each beside the same work over a direct
 //! WebSocket to an exec-server in the same run: start→closed of `true`
 //! (target ≤ direct + 1 ms), 256 MiB of pipe output (target ≥ 50 % of
 //! direct), the time to open a stream (bundle, socket, Noise handshake),

@@ -1,4 +1,4 @@
-//! Sandboxed `true` (SPEC §8: through the server, at most the direct
+//! Sandboxed `true` (docs/performance.md: through the server, at most the direct
 //! bubblewrap run with the same argv + 2 ms), measured beside that baseline
 //! in the same run through the exec-server's sandboxed `process/start`, and
 //! for reference through `codexbox linux-sandbox` run directly. The
@@ -17,7 +17,7 @@ use crate::process::{connect, next_event, BenchResult};
 
 const RUNS: usize = 150;
 const WARM_UP_RUNS: usize = 5;
-/// SPEC §8: sandboxed `true` may cost at most this much over direct bwrap.
+/// The target: sandboxed `true` may cost at most this much over direct bwrap.
 const BUDGET_MS: f64 = 2.0;
 const READ_ONLY: &str = r#"{"type":"managed","file_system":{"type":"restricted","entries":[{"path":{"type":"special","value":{"kind":"root"}},"access":"read"}]},"network":"restricted"}"#;
 const CWD: &str = "/tmp";
@@ -85,7 +85,7 @@ fn measure(report: &mut Report) -> BenchResult {
         }
     }
     let base = ms(quantile(&mut baseline, 0.5));
-    // SPEC §8's budget is for the server path; the helper run from a shell
+    // The budget is for the server path; the helper run from a shell
     // is shown beside it for reference.
     for (name, samples, budgeted) in [
         (

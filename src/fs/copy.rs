@@ -1,4 +1,4 @@
-//! `fs/copy` (reference notes §8.8), made so that it never writes through a
+//! `fs/copy` (docs/filesystem.md), made so that it never writes through a
 //! symlink it did not create.
 //!
 //! The source is looked at with `lstat` (a trailing `/` makes the kernel

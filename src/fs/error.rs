@@ -106,7 +106,7 @@ impl FsError {
     }
 
     /// The code a helper's answer keeps: ‑32004 and ‑32600 survive, the rest
-    /// fold into ‑32603 (reference notes §8.10).
+    /// fold into ‑32603, as the reference's helper does.
     pub fn helper_code(&self) -> i64 {
         match self.code() {
             code @ (NOT_FOUND | INVALID_REQUEST) => code,

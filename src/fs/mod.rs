@@ -1,5 +1,5 @@
 //! Filesystem operations, implemented once and shared by the server's direct
-//! path and the fs-helper (SPEC §4, reference notes §8): the one-shot
+//! path and the fs-helper (docs/filesystem.md): the one-shot
 //! operations ([`ops::run`]), the entry-changing `fs/remove` ([`remove`])
 //! and `fs/copy` ([`copy`]) that reach entries through their parent
 //! directory's descriptor ([`entry`]), `fs/walk` ([`walk`]), the tables of

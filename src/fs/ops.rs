@@ -1,4 +1,4 @@
-//! The one-shot filesystem operations of reference notes §8 on native paths,
+//! The one-shot filesystem operations (docs/filesystem.md) on native paths,
 //! with the reference's defaults, limits and messages. Both the server's
 //! direct path and the fs-helper call [`run`]; nothing here knows about
 //! sandboxes, connections or transports.
@@ -28,7 +28,7 @@ use crate::protocol::method::{
 };
 
 /// Null params as `{}`, refusing params by position (‑32602) and a bad
-/// wire path with ‑32600 naming the path (SPEC §2.4). The probe only looks
+/// wire path with ‑32600 naming the path (docs/protocol.md, Paths). The probe only looks
 /// at the path fields, so a large `dataBase64` is not copied.
 pub fn check_paths(params: Value) -> Result<Value> {
     let params = match params {
@@ -49,8 +49,8 @@ pub fn check_paths(params: Value) -> Result<Value> {
     Ok(params)
 }
 
-/// Decodes fs params: a bad wire path is ‑32600 naming the path (SPEC §2.4),
-/// any other shape problem ‑32602.
+/// Decodes fs params: a bad wire path is ‑32600 naming the path (docs/protocol.md,
+/// Paths), any other shape problem ‑32602.
 pub fn decode_params<T: DeserializeOwned>(params: Value) -> Result<T> {
     let params = check_paths(params)?;
     serde_json::from_value(params).map_err(|err| FsError::InvalidParams(err.to_string()))

@@ -1,4 +1,4 @@
-//! `fs/remove` (reference notes §8.8), made so that it cannot be redirected.
+//! `fs/remove` (docs/filesystem.md), made so that it cannot be redirected.
 //!
 //! The named entry is reached through a descriptor of its parent directory
 //! ([`EntryPath`]) and is never followed when it is a symlink: a symlink is

@@ -1,5 +1,5 @@
 //! Streaming file access (`fs/open`, `fs/readBlock`, `fs/writeBlock`,
-//! `fs/close`; reads as in reference notes §8.9, writes new): a table of
+//! `fs/close`; reads as the reference's, writes new): a table of
 //! open files. A handle pins the file it opened, so renaming or replacing
 //! the path does not affect the stream. Reads (`pread`) and writes
 //! (`pwrite`) are positional, in any order; a read or write error closes

@@ -1,4 +1,4 @@
-//! The `fs-helper` mode (SPEC §4.3, reference notes §12.2): performs the
+//! The `fs-helper` mode (docs/filesystem.md): performs the
 //! filesystem operations of [`crate::fs`] for the server, usually inside the
 //! Linux sandbox, over stdin/stdout. It is a thin loop: every operation is
 //! the same function the server calls on its direct path.

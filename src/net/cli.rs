@@ -1,4 +1,4 @@
-//! `codexbox proxy` (SPEC §10): the proxy stand-alone. Prints its
+//! `codexbox proxy` (docs/network.md): the proxy stand-alone. Prints its
 //! `http://…` URL line (and `socks5h://…` with `--socks5-listen`) on stdout
 //! once the listeners are bound, then serves until SIGINT/SIGTERM.
 //!

@@ -1,4 +1,4 @@
-//! The network capability (SPEC §10): a policy-enforcing proxy (HTTP
+//! The network capability (docs/network.md): a policy-enforcing proxy (HTTP
 //! forward, CONNECT, SOCKS5) shared by `codexbox proxy`, the exec-server's
 //! per-process `networkProxy` and `codexbox sandbox --allow-domain`.
 //!

@@ -1,4 +1,4 @@
-//! The child's environment (SPEC §3.1): `env` alone is the whole environment;
+//! The child's environment (docs/protocol.md): `env` alone is the whole environment;
 //! with `envPolicy` the reference's inherit → default excludes → exclude →
 //! set → includeOnly pipeline runs over the server's environment and `env` is
 //! laid on top. Pure: the server environment is passed in.

@@ -1,4 +1,4 @@
-//! Signals and tree-wide termination (SPEC §3.4–§3.5). A managed command runs
+//! Signals and tree-wide termination (docs/protocol.md). A managed command runs
 //! under a supervisor that is a child subreaper, so every descendant (even one
 //! that called setsid or double-forked) stays in the supervisor's subtree;
 //! [`kill_tree`] freezes and kills that whole subtree, round after round,
@@ -92,7 +92,7 @@ const GRACE_POLL: Duration = Duration::from_millis(5);
 
 /// For a sandboxed command (`group` is the `codex-linux-sandbox` helper):
 /// sends SIGTERM to the helper alone, which forwards it to bwrap and then
-/// removes the mount points bwrap created on the host (SPEC §5.3 item 5),
+/// removes the mount points bwrap created on the host (docs/sandbox.md),
 /// waits up to [`SANDBOX_CLEANUP_GRACE`] for it to exit, then kills the
 /// whole tree like [`kill_tree`]. Blocking.
 pub fn terminate_sandboxed_tree(supervisor: Pid, group: Pid) {

@@ -1,4 +1,4 @@
-//! Retained output of one process (SPEC §3.2): the newest N bytes and at most
+//! Retained output of one process (docs/protocol.md): the newest N bytes and at most
 //! 50,000 chunks, evicting the oldest, plus the `process/read` selection rules
 //! (`afterSeq`, `maxBytes`, `truncated`). Pure data, no I/O.
 

@@ -1,4 +1,4 @@
-//! The Codex JSON-RPC envelope (SPEC §2.2): decoding inbound messages with the
+//! The Codex JSON-RPC envelope (docs/protocol.md): decoding inbound messages with the
 //! input hardening of the reference (duplicate keys, value-count limit, bounded
 //! nesting), the shared [`RpcError`] type, and the encoders for responses,
 //! errors and notifications. No `"jsonrpc"` member is ever emitted; ids are
@@ -159,7 +159,7 @@ pub fn decode(bytes: &[u8], max_bytes: usize) -> Result<Incoming, EnvelopeError>
     classify(value)
 }
 
-/// The id the error about an undecodable message carries (SPEC §2.2): the
+/// The id the error about an undecodable message carries (docs/protocol.md): the
 /// request's own id when the message was refused only for its size and a
 /// scan finds one ([`scan_request_id`]), else [`RequestId::MALFORMED`].
 pub fn error_id(bytes: &[u8], err: &EnvelopeError) -> RequestId {

@@ -1,4 +1,4 @@
-//! `environment/info` and `environment/status` (SPEC §2.5).
+//! `environment/info` and `environment/status` (docs/protocol.md).
 
 use serde::Serialize;
 use serde_json::{Map, Value};

@@ -1,4 +1,4 @@
-//! Wire types of the `fs/*` methods (SPEC §4.1, reference notes §8): params
+//! Wire types of the `fs/*` methods (docs/filesystem.md): params
 //! and results in the reference's camelCase shapes. Paths are [`WirePath`]s,
 //! so a request may use native paths or `file:` URIs and results answer in the
 //! request's dialect. The operations themselves live in [`crate::fs`].

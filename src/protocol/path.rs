@@ -1,4 +1,4 @@
-//! Paths on the wire (SPEC §2.4): every path is accepted either as an absolute
+//! Paths on the wire (docs/protocol.md): every path is accepted either as an absolute
 //! native path (`/home/u/x`, the seed dialect) or as a `file:` URI
 //! (`file:///home/u/x`, the reference client's dialect). A [`WirePath`]
 //! remembers which dialect it arrived in so results can answer in kind.

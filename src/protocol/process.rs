@@ -1,4 +1,4 @@
-//! Params, results and notifications of the `process/*` methods (SPEC §3),
+//! Params, results and notifications of the `process/*` methods (docs/protocol.md),
 //! in the reference's camelCase shapes and key order.
 
 use std::collections::BTreeMap;

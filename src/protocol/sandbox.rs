@@ -1,5 +1,5 @@
-//! The `sandbox` object of fs requests and `process/start` (SPEC §3.6, §4.2;
-//! reference notes §11–§12): [`FileSystemSandboxContext`], whose
+//! The `sandbox` object of fs requests and `process/start` (docs/protocol.md and
+//! docs/filesystem.md): [`FileSystemSandboxContext`], whose
 //! `permissions` is the policy model's own [`PermissionProfile`] (paths as
 //! `file:` URIs or native paths on input), the older `{sandboxPolicy,
 //! sandboxPolicyCwd}` shape and its conversion, and the profiles a
@@ -292,7 +292,7 @@ impl ResolvedSandbox {
         self.profile.has_full_disk_write_access()
     }
 
-    /// SPEC §4.2: an fs request runs in a sandboxed helper iff the profile is
+    /// An fs request runs in a sandboxed helper iff the profile is
     /// managed-restricted without full-disk write access.
     pub fn requires_helper(&self) -> bool {
         matches!(

@@ -1,4 +1,4 @@
-//! JSON Schemas (draft 2020-12) of every wire message (SPEC §7), generated
+//! JSON Schemas (draft 2020-12) of every wire message (docs/library.md), generated
 //! from the types the server decodes and answers with (the method table,
 //! [`super::method`]) so they cannot drift: [`files`] renders the
 //! contents of `resources/schema/` (one file per method's params, result or

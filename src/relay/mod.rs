@@ -1,4 +1,4 @@
-//! Remote mode (SPEC §11): executors behind a rendezvous, reached by
+//! Remote mode (docs/remote.md): executors behind a rendezvous, reached by
 //! harnesses through end-to-end encrypted virtual streams.
 //!
 //! The layers, bottom up:

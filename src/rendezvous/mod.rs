@@ -1,5 +1,5 @@
 //! `codexbox rendezvous`: a self-hostable registry and rendezvous for remote
-//! mode (SPEC §11). One HTTP port serves the registry API
+//! mode (docs/remote.md). One HTTP port serves the registry API
 //! ([`registry`]), `GET /readyz`, and the relay WebSocket at `/relay`
 //! ([`socket`], routing in [`hub`]); URLs and harness key authorizations are
 //! signed ([`signing`]); callers are authorized by the token file

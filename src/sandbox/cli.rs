@@ -1,4 +1,4 @@
-//! The `codex-linux-sandbox` command line (SPEC §5.1) and what it runs.
+//! The `codex-linux-sandbox` command line (docs/sandbox.md) and what it runs.
 //!
 //! Parses the reference helper's flags (and the older policy flags), picks
 //! the backend, and drives one run: the full-disk-write shortcut (confine +
@@ -413,7 +413,7 @@ fn run_args(args: Args) -> Result<i32, Failure> {
             ))
         })?;
         if prepared.profile != PermissionProfile::Disabled {
-            // No capabilities for a root caller (SPEC §5.3 item 7), and the
+            // No capabilities for a root caller, and the
             // always-on seccomp denials even with the network enabled.
             inner::confine(seccomp_mode(prepared.network)).map_err(fail)?;
         }

@@ -1,4 +1,4 @@
-//! `codexbox sandbox` (SPEC §5.6): run one command the way the server
+//! `codexbox sandbox` (docs/sandbox.md): run one command the way the server
 //! sandboxes it, for people trying a policy.
 //!
 //! Builds a permission profile from a name or JSON plus `--writable-root`

@@ -1,4 +1,4 @@
-//! `codexbox doctor [--json]` (SPEC §5.7): what this host supports for
+//! `codexbox doctor [--json]` (docs/sandbox.md): what this host supports for
 //! sandboxing, why not when it doesn't, and what a sandboxed command would
 //! use. Exit 0 when sandboxing works, 1 when it does not, 2 on usage errors.
 //!

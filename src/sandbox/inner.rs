@@ -4,7 +4,7 @@
 //! the seccomp filter, exec the command. Also the final exec shared by every
 //! path of the helper.
 //!
-//! Refusal outside the sandbox (SPEC §5.3 item 8). The stage runs only when
+//! Refusal outside the sandbox. The stage runs only when
 //! the process sits where bubblewrap puts it: pid 2 of a fresh pid namespace
 //! whose pid 1 is its parent (a pid number a process of the initial
 //! namespace never has: pid 2 is `kthreadd` there), and, when `/proc` shows

@@ -1,4 +1,4 @@
-//! The Landlock + seccomp + no_new_privs backend (SPEC §5.5), used when user
+//! The Landlock + seccomp + no_new_privs backend (docs/sandbox.md), used when user
 //! namespaces are unavailable (containers, Ubuntu's AppArmor restriction) or
 //! asked for with `--use-legacy-landlock` / `--backend landlock`.
 //!

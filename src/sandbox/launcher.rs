@@ -1,4 +1,4 @@
-//! Which bubblewrap runs the sandbox, and what it supports (SPEC §5.3 item 6).
+//! Which bubblewrap runs the sandbox, and what it supports (docs/sandbox.md).
 //!
 //! Order: the system `bwrap` on PATH (never one under the current
 //! directory, and only if it knows `--perms`) → the bundled

@@ -1,5 +1,5 @@
 //! Runs the launcher once for a built bwrap argv (the outer stage's fork,
-//! wait and cleanup), SPEC §5.3 items 1 and 5.
+//! wait and cleanup).
 //!
 //! Why fork and wait instead of exec'ing bubblewrap: the helper must remove
 //! the mount points bwrap creates on the host once the run ends (also when

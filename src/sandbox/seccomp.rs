@@ -1,4 +1,4 @@
-//! The seccomp filter of the sandbox (SPEC §5.3 item 3), for x86_64 and
+//! The seccomp filter of the sandbox (docs/sandbox.md), for x86_64 and
 //! aarch64, built with seccompiler and installed on the calling thread right
 //! before exec.
 //!

@@ -1,6 +1,5 @@
 //! The helper's private state: the launcher capability cache and the
-//! registry of mount points bubblewrap creates on the host (SPEC §5.3
-//! items 1, 5 and 9).
+//! registry of mount points bubblewrap creates on the host.
 //!
 //! Location: `/run/codexbox` for root, else `$XDG_RUNTIME_DIR/codexbox`,
 //! else `~/.cache/codexbox`, else `/tmp/codexbox-<uid>`. The directory must

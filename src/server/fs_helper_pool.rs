@@ -1,4 +1,4 @@
-//! A bounded pool of warm `fs-helper --serve` processes (SPEC §4.3), one set
+//! A bounded pool of warm `fs-helper --serve` processes (docs/filesystem.md), one set
 //! per distinct sandbox (profile JSON, policy cwd, Landlock choice). Each
 //! helper runs under `codex-linux-sandbox … -- <self> --codex-run-as-fs-helper
 //! --serve` and answers one request at a time.

@@ -1,10 +1,10 @@
-//! The `fs/*` methods of the exec-server (SPEC §4), dispatched by the router
+//! The `fs/*` methods of the exec-server (docs/filesystem.md), dispatched by the router
 //! after the handshake gate. Per-connection state (open file handles) lives
 //! in [`FsConnectionState`] and is dropped when the connection ends.
 //!
 //! Each request either runs here, on a blocking thread, through
 //! [`crate::fs`], or — when its `sandbox` asks for a restricted profile
-//! without full-disk write (SPEC §4.2) — in a sandboxed fs-helper from
+//! without full-disk write — in a sandboxed fs-helper from
 //! [`super::fs_helper_pool`]. One-shot requests take any warm helper of
 //! their sandbox. A handle opened with such a sandbox (`fs/open`, read or
 //! write) lives in a helper of that sandbox leased by the connection, and
@@ -239,7 +239,7 @@ enum Placement {
     Helper(HelperKey),
 }
 
-/// Decides direct vs helper (SPEC §4.2, reference notes §12.1) and builds
+/// Decides direct vs helper (docs/filesystem.md) and builds
 /// the helper's sandbox.
 fn placement(
     sandbox: Option<ResolvedSandbox>,

@@ -1,4 +1,4 @@
-//! The `sandbox` field of `process/start` (SPEC §3.6, reference notes §12.4):
+//! The `sandbox` field of `process/start` (docs/protocol.md):
 //! rewrites a launch so the command runs under `codex-linux-sandbox` with the
 //! permission profile materialized against `workspaceRoots`, and marks it
 //! sandboxed so the server computes `sandboxDenied` on exit. Any non-null

@@ -1,4 +1,4 @@
-//! Sessions (SPEC §2.3): a session owns managed processes and outlives its
+//! Sessions (docs/protocol.md): a session owns managed processes and outlives its
 //! connection. A closed connection detaches it; `initialize` with
 //! `resumeSessionId` from any connection re-attaches it within its grace
 //! period (the server's, or the one its client asked for), taking it over

@@ -118,8 +118,8 @@ fn metadata_swaps(l: Launcher) {
 against!(metadata_swaps: system, builtin, landlock);
 
 /// A linked worktree whose `gitdir:` target lies in another writable root
-/// (the project root sits inside a larger writable directory). SPEC §5.2 /
-/// reference §3.3, §4.4: the resolved gitdir is protected too.
+/// (the project root sits inside a larger writable directory): the
+/// resolved gitdir is protected too.
 fn gitdir_target_in_an_outer_writable_root(l: Launcher) {
     let t = Tree::new();
     t.put("realgit/config", "[core]\n");

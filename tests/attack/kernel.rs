@@ -859,7 +859,7 @@ fn legacy_policy_flags_grant_no_more_than_asked() {
     assert!(!s.contains("OUTSIDE-SECRET"), "read_only_access ignored");
 }
 
-/// SPEC §5.3 item 5: mount points bubblewrap created in the workspace are
+/// Mount points bubblewrap created in the workspace are
 /// gone after the run, also when the helper itself is killed with SIGKILL
 /// (what the exec-server's terminate does to the process tree): the next
 /// run in that workspace at the latest removes them.
@@ -909,7 +909,7 @@ fn no_leftovers_after_the_helper_is_killed() {
 /// (a writable root such as `~/.local` with `~/.local/bin` on PATH) plants
 /// a `bwrap` there: the next sandboxed run must not execute it outside the
 /// sandbox. Launcher selection only skips binaries under the current
-/// directory (SPEC §5.3 item 6); it should skip every writable root.
+/// directory; it should skip every writable root.
 #[test]
 fn planted_bwrap_in_a_writable_root_is_never_launched() {
     if !available(Launcher::System) {

@@ -262,7 +262,7 @@ async fn sandboxed_fs_requests_respect_denies_and_metadata() {
 }
 
 /// A full-disk-write profile narrowed by a deny entry or glob is not "full
-/// write": the deny must still hold for fs requests (SPEC §4.2).
+/// write": the deny must still hold for fs requests.
 #[tokio::test]
 async fn full_write_with_denies_still_denies() {
     if !ready() {
@@ -419,7 +419,7 @@ async fn start_sleeper_in_sandbox(
     after
 }
 
-/// SPEC §5.3 item 5 through the server: `process/terminate` of a sandboxed
+/// Mount-point cleanup through the server: `process/terminate` of a sandboxed
 /// command leaves no mount points in the workspace.
 #[tokio::test]
 async fn terminate_leaves_nothing_in_the_workspace() {
@@ -908,7 +908,7 @@ async fn tmpdir_comes_from_the_server_not_the_request() {
     }
 }
 
-/// SPEC §5.3 item 5 through session expiry: a detached session's sandboxed
+/// Mount-point cleanup through session expiry: a detached session's sandboxed
 /// process is killed, and its helper still removes its mount points.
 #[tokio::test]
 async fn session_expiry_leaves_nothing_in_the_workspace() {

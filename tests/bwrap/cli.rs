@@ -653,7 +653,7 @@ fn options_the_builtin_lacks_are_refused_by_name() {
 #[test]
 fn unwritable_info_fd_fails_the_launch_and_leaves_nothing_behind() {
     // bubblewrap prints the same line but its setup child stays blocked
-    // forever (SPEC §5.3 pitfalls); the built-in kills and reaps it.
+    // forever; the built-in kills and reaps it.
     let outcome = run(
         Impl::Builtin,
         &[

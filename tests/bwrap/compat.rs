@@ -67,7 +67,7 @@ fn compare_plain<S: AsRef<std::ffi::OsStr>>(
 }
 
 /// The argv the linux-sandbox mode emits for the read-only profile with
-/// restricted network (reference §4.1/§4.2, bwrap without --argv0).
+/// restricted network (as the reference builds it, bwrap without --argv0).
 const READ_ONLY_PROFILE: &[&str] = &[
     "--new-session",
     "--die-with-parent",

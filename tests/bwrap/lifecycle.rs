@@ -175,7 +175,7 @@ fn die_with_parent_follows_the_launcher_like_bubblewrap() {
 
 #[test]
 fn builtin_arms_die_with_parent_before_any_setup() {
-    // Documented improvement (SPEC §5.3 pitfalls): bubblewrap arms the death
+    // Documented improvement (docs/sandbox.md): bubblewrap arms the death
     // signal only once the command is forked, so a launcher killed during
     // setup leaves the sandbox running; the built-in arms it first. The
     // launcher is killed as soon as it reports the sandbox's first process,

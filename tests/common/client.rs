@@ -710,7 +710,7 @@ pub fn output_of(events: &[Event]) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-/// Checks the SPEC §3.2 invariants on one process's notifications: seqs
+/// Checks the invariants of docs/protocol.md on one process's notifications: seqs
 /// strictly increasing and contiguous from 1, one exited, closed last.
 pub fn assert_well_ordered(events: &[Event]) {
     for (index, event) in events.iter().enumerate() {

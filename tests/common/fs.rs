@@ -170,7 +170,7 @@ impl Client {
     }
 }
 
-/// The two path dialects of SPEC §2.4.
+/// The two path dialects of docs/protocol.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
     Native,

@@ -1,4 +1,4 @@
-//! The library surface of SPEC §7: a server embedded in this test process
+//! The library surface of docs/library.md: a server embedded in this test process
 //! with `codexbox::server::bind` + `Server::run`, driven with `ExecServerClient`, using
 //! the `protocol` and `sandbox::policy` types.
 

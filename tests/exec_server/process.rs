@@ -1,4 +1,4 @@
-//! Process semantics of the exec-server (SPEC §3) in raw JSON over a real
+//! Process semantics of the exec-server (docs/protocol.md) in raw JSON over a real
 //! WebSocket: sequence numbers and ordering, retention and `truncated`, late
 //! output, PTY echo and resize, stdin, signals and exit codes, tree
 //! termination, spawn details, and no zombie or orphan left behind.

@@ -124,7 +124,7 @@ async fn real_server_messages_match_the_schemas() {
     let root = dir.path().to_str().unwrap().to_owned();
     let uri = format!("file://{root}");
 
-    // The reference client's shapes (reference notes §16), asking for
+    // The reference client's shapes, asking for
     // denial notifications.
     call(
         &mut raw,

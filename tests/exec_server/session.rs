@@ -1,4 +1,4 @@
-//! Sessions of the exec-server (SPEC §2.3, §3.2, §3.5): resume after a
+//! Sessions of the exec-server (docs/protocol.md): resume after a
 //! dropped connection with the output produced meanwhile, bounded retention
 //! while detached, the grace period killing every process of an abandoned
 //! session (and the one a client asks for), the peer deadline closing a

@@ -1,4 +1,4 @@
-//! The JSON Schemas shipped in `resources/schema/` (SPEC §7) describe what
+//! The JSON Schemas shipped in `resources/schema/` describe what
 //! the server really sends and accepts: a session in both dialects is
 //! recorded and every message checked against its schema.
 

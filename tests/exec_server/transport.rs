@@ -1,4 +1,4 @@
-//! Transports and HTTP-level protection of the exec-server (SPEC §2.1):
+//! Transports and HTTP-level protection of the exec-server (docs/protocol.md):
 //! `/readyz`, the Origin refusal, bearer-token auth, the non-loopback bind
 //! rule, the Unix socket transport and the stdio transport, plus shutdown on
 //! SIGTERM and stdin EOF killing every process.

@@ -1,4 +1,4 @@
-//! Wire-level tests of the exec-server (SPEC §2–§3), in raw JSON over a real
+//! Wire-level tests of the exec-server (docs/protocol.md), in raw JSON over a real
 //! WebSocket: the seed README session in both dialects, the envelope, the
 //! handshake, every error case with its code and message, and malformed input
 //! after which the server must keep serving.
@@ -84,7 +84,7 @@ async fn seed_example_session_replays_in_the_seed_dialect() {
     events.extend(ws.output_until("proc-1", "echo:hello").await);
     assert!(
         events.iter().all(|e| e.stream == "pty"),
-        "tty output is stream pty (SPEC §3.2): {events:?}"
+        "tty output is stream pty: {events:?}"
     );
 
     ws.send_text(r#"{"id":4,"method":"process/terminate","params":{"processId":"proc-1"}}"#)

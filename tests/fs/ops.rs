@@ -1,6 +1,6 @@
 //! The filesystem methods through the real exec-server over a real
-//! WebSocket, unsandboxed, in both path dialects (SPEC §2.4, §4.1; the
-//! reference's file_system* cases that apply on Linux).
+//! WebSocket, unsandboxed, in both path dialects (docs/protocol.md,
+//! docs/filesystem.md; the reference's file_system* cases that apply on Linux).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;

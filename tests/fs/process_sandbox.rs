@@ -1,4 +1,4 @@
-//! Sandboxed `process/start` (SPEC §3.6): the command runs under
+//! Sandboxed `process/start` (docs/protocol.md): the command runs under
 //! `codex-linux-sandbox` with the materialized profile, and `sandboxDenied`
 //! follows the reference heuristic.
 

@@ -1,4 +1,4 @@
-//! Sandboxed filesystem requests (SPEC §4.2): through the real server, in a
+//! Sandboxed filesystem requests (docs/filesystem.md): through the real server, in a
 //! warm fs-helper under the Linux sandbox. Every denied operation must leave
 //! the disk exactly as it was.
 

@@ -2,30 +2,65 @@
 //! module reaches back, through any chain of `crate::`/`super::` paths, to a
 //! module that imports it), every Rust file opens with a doc comment saying
 //! what it owns, every `unsafe` block or impl in `src/` has a `// SAFETY:`
-//! comment just above it, and every test skip goes through the one rule in
-//! `tests/common/host.rs`.
+//! comment just above it, every test skip goes through the one rule in
+//! `tests/common/host.rs`, and no tracked file points outside the project
+//! for what it is meant to do.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-/// Every `.rs` file under `dir`, sorted.
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
+/// Every file under `dir` that `keep` accepts, in directories `keep`
+/// accepts too, sorted.
+fn files_under(dir: &Path, keep: &dyn Fn(&Path) -> bool) -> Vec<PathBuf> {
     let mut files = Vec::new();
     let mut pending = vec![dir.to_path_buf()];
     while let Some(dir) = pending.pop() {
         for entry in std::fs::read_dir(&dir).expect("read_dir") {
             let path = entry.expect("dir entry").path();
+            if !keep(&path) {
+                continue;
+            }
             if path.is_dir() {
                 pending.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
+            } else {
                 files.push(path);
             }
         }
     }
     files.sort();
     files
+}
+
+/// Every `.rs` file under `dir`, sorted.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    files_under(dir, &|path| {
+        path.is_dir() || path.extension().is_some_and(|e| e == "rs")
+    })
+}
+
+/// The files git tracks in this checkout; without git (an unpacked
+/// tarball), every file outside `.git` and `target`.
+fn tracked_files() -> Vec<PathBuf> {
+    let listed = std::process::Command::new("git")
+        .args(["-C", ROOT, "ls-files", "-z"])
+        .output()
+        .ok()
+        .filter(|out| out.status.success());
+    match listed {
+        Some(out) => out
+            .stdout
+            .split(|byte| *byte == 0)
+            .filter(|name| !name.is_empty())
+            .map(|name| Path::new(ROOT).join(String::from_utf8_lossy(name).as_ref()))
+            // Deleted in the work tree but not yet in the index.
+            .filter(|path| path.is_file())
+            .collect(),
+        None => files_under(Path::new(ROOT), &|path| {
+            !path.ends_with(".git") && !path.ends_with("target")
+        }),
+    }
 }
 
 /// `src/a/b.rs` and `src/a/b/mod.rs` are `a::b`; `src/lib.rs` is the root.
@@ -309,5 +344,45 @@ fn every_unsafe_block_says_why_it_is_sound() {
         unexplained.is_empty(),
         "unsafe without a `// SAFETY:` comment:\n{}",
         unexplained.join("\n")
+    );
+}
+
+/// What the project's files never mention: they speak of the project
+/// only, and point at its own docs. Spelled in pieces so this file does not
+/// match itself.
+const OUTSIDE_REFERENCES: &[&str] = &[
+    concat!("SPEC", ".md"),
+    concat!("SPEC", " §"),
+    concat!("reference notes", " §"),
+    concat!("/work", "/shared"),
+];
+
+#[test]
+fn no_tracked_file_points_outside_the_project() {
+    let files = tracked_files();
+    assert!(
+        files.iter().any(|f| f.ends_with("house/main.rs")),
+        "the listing holds this file: {} files",
+        files.len()
+    );
+    let mut offenders = Vec::new();
+    for file in files {
+        let bytes = std::fs::read(&file).expect("read tracked file");
+        let text = String::from_utf8_lossy(&bytes);
+        for (n, line) in text.lines().enumerate() {
+            if let Some(needle) = OUTSIDE_REFERENCES.iter().find(|n| line.contains(**n)) {
+                offenders.push(format!(
+                    "{}:{}: {needle}: {}",
+                    file.display(),
+                    n + 1,
+                    line.trim()
+                ));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "mentions of material outside the project (name the project's own docs instead):\n{}",
+        offenders.join("\n")
     );
 }

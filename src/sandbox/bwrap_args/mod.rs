@@ -1,4 +1,4 @@
-//! Bubblewrap argv construction (reference notes §4, SPEC §5.3).
+//! Bubblewrap argv construction (docs/sandbox.md).
 //!
 //! Turns a [`ResolvedPolicy`] plus the run's facts (command cwd, network,
 //! launcher capabilities, expanded deny globs, the inner-stage command) into

@@ -7,7 +7,7 @@
 //! exist, where does a `gitdir:` file point, what does `$TMPDIR` say). It does
 //! not build bubblewrap arguments (`sandbox::bwrap_args`) nor enforce anything.
 //!
-//! Rules (reference notes §3): the access of a path is that of the entry with
+//! Rules (docs/sandbox.md): the access of a path is that of the entry with
 //! the most path components among those that contain it, ties going to the
 //! strongest (`deny > write > read`), and no entry means denied. Inside a
 //! writable entry, `.git`, `.agents` and `.codex` stay read-only unless an
