@@ -1,5 +1,5 @@
-//! The error of a filesystem operation and its JSON-RPC code (reference
-//! notes §8.10): NotFound → ‑32004, PermissionDenied/InvalidInput → ‑32600,
+//! The error of a filesystem operation and its JSON-RPC code
+//! (docs/filesystem.md): NotFound → ‑32004, PermissionDenied/InvalidInput → ‑32600,
 //! any other I/O error → ‑32603; the message is the I/O error's text.
 //! Paths an operation refuses to act on (see [`super::entry`]) are ‑32600
 //! with a message naming the path.

@@ -1,5 +1,5 @@
-//! `fs/walk`: a bounded breadth-first listing of a directory tree (reference
-//! notes §8.7). Entries of each directory are sorted by name; the root is not
+//! `fs/walk`: a bounded breadth-first listing of a directory tree
+//! (docs/filesystem.md). Entries of each directory are sorted by name; the root is not
 //! listed; symlinks are skipped unless following directory symlinks; hidden
 //! directories can be listed without being descended; cycles are cut by
 //! canonical path; the response stays within a 4 MiB budget.

@@ -1,6 +1,6 @@
 //! Address classification for the proxy: which addresses are local,
-//! private or otherwise not globally reachable (reference network.md §2.6,
-//! and the IANA special-purpose registries) and so need an explicit
+//! private or otherwise not globally reachable (docs/network.md, and
+//! the IANA special-purpose registries) and so need an explicit
 //! allowance, and which IPv4 address an IPv6 address carries.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

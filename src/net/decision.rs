@@ -1,6 +1,6 @@
 //! What the proxy decided and how a denial looks: reasons with their
-//! `x-proxy-error` header and human message (reference network.md §2.12,
-//! plus `dns_failed`), the protocol and source of a decision, and the
+//! `x-proxy-error` header and human message (docs/network.md, the
+//! reference's plus `dns_failed`), the protocol and source of a decision, and the
 //! [`Decision`] record every caller sees (audit log line, exec-server
 //! notification, blocked summary). Pure data; emitting lives in `net::audit`.
 

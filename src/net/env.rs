@@ -1,5 +1,5 @@
-//! The proxy variables a child gets (reference network.md §1.8) and the
-//! names that count as proxy configuration (§1.8).
+//! The proxy variables a child gets (docs/network.md) and the names that
+//! count as proxy configuration.
 //! Pure: callers apply the list to whatever environment they build.
 
 use std::net::SocketAddr;

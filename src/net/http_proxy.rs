@@ -1,5 +1,5 @@
 //! The HTTP listener of the proxy, on hyper: absolute-form forwarding of
-//! plain HTTP and CONNECT tunnels (reference network.md §2.8–2.9), with the
+//! plain HTTP and CONNECT tunnels (docs/network.md), with the
 //! reference's statuses, `x-proxy-error` headers and 403 bodies.
 //!
 //! Unlike the reference, a CONNECT destination is dialed before the `200`

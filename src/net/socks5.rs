@@ -1,6 +1,6 @@
 //! The SOCKS5 listener (RFC 1928, no authentication): CONNECT, and UDP
-//! ASSOCIATE when enabled; BIND is refused. Policy order as the reference's
-//! (network.md §2.10): `limited` mode refuses non-443 ports as
+//! ASSOCIATE when enabled; BIND is refused. Policy order as the reference's:
+//! `limited` mode refuses non-443 ports as
 //! `method_not_allowed` and 443 as `mitm_required` before the host policy.
 //! A refusal by policy answers REP `0x02` (connection not allowed by
 //! ruleset); a name that does not resolve `0x04` (host unreachable).

@@ -340,7 +340,7 @@ const DENIAL_MARKERS: &[&str] = &[
     "failed to write file",
 ];
 
-/// The reference heuristic (its notes §14) over the retained output.
+/// The reference's heuristic over the retained output (docs/protocol.md).
 pub fn sandbox_denied(retention: &Retention, code: i32) -> bool {
     if code == 0 {
         return false;

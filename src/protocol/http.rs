@@ -1,5 +1,5 @@
-//! `http/request` and its `http/request/bodyDelta` notification (reference
-//! exec-server-wire.md §9), in the reference's camelCase shapes.
+//! `http/request` and its `http/request/bodyDelta` notification
+//! (docs/protocol.md), in the reference's camelCase shapes.
 
 use serde::{Deserialize, Serialize};
 

@@ -1,4 +1,4 @@
-//! The network fields of `process/start` (reference network.md §1.2–1.5):
+//! The network fields of `process/start` (docs/network.md):
 //! `networkProxy` (a proxy the server starts for the process),
 //! `managedNetwork`, and the `process/networkDenied` notification sent to
 //! clients that asked for it in `initialize` (`capabilities.networkDenials`).

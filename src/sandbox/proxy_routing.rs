@@ -1,5 +1,5 @@
-//! Managed proxy routing (`--allow-network-for-proxy`, reference
-//! network.md §3): the command gets a network namespace with no route out,
+//! Managed proxy routing (`--allow-network-for-proxy`,
+//! docs/network.md): the command gets a network namespace with no route out,
 //! and reaches the loopback proxies named by its `*_PROXY` variables only
 //! through bridges: a TCP listener on the sandbox's 127.0.0.1, served by
 //! the sandbox helper from outside the sandbox, which dials the proxy on

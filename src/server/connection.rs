@@ -154,8 +154,8 @@ impl Connection {
         lock(&self.handshake).session = Some((session, epoch));
     }
 
-    /// The handshake gate of the reference (its notes §3.4, checks 3–5) for a
-    /// method of `family`. Returns the session and the epoch it was bound at.
+    /// The reference's handshake gate (docs/protocol.md) for a method of
+    /// `family`. Returns the session and the epoch it was bound at.
     pub fn gate(&self, family: &str) -> Result<(Arc<Session>, u64), RpcError> {
         let handshake = lock(&self.handshake);
         let Some((session, epoch)) = &handshake.session else {

@@ -1,4 +1,4 @@
-//! `http/request` (reference exec-server-wire.md §9, network.md §4): the
+//! `http/request` (docs/protocol.md): the
 //! reference's validation order and messages, then the request runs in its
 //! own task so other requests on the connection are served meanwhile.
 //! Buffered bodies are capped at [`MAX_BUFFERED_BODY_BYTES`]; streamed

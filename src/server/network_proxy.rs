@@ -1,4 +1,4 @@
-//! `networkProxy` on `process/start` (reference network.md §1): turns the
+//! `networkProxy` on `process/start` (docs/network.md): turns the
 //! wire settings into a proxy of the process's own on loopback, writes the
 //! child's proxy variables, keeps the proxy alive until the process's
 //! `process/closed`, and reports its denials — in `process/read` results
@@ -58,7 +58,7 @@ fn invalid_config(message: impl std::fmt::Display) -> RpcError {
 }
 
 /// The proxy configuration the wire settings describe (validation as the
-/// reference's, §1.7). Checks only: starts nothing.
+/// reference's). Checks only: starts nothing.
 pub fn proxy_config(launch: &RemoteNetworkProxyLaunchConfig) -> Result<ProxyConfig, RpcError> {
     let settings = &launch.proxy;
     if !settings.enabled {

@@ -193,7 +193,7 @@ fn workspace_profile_observes_the_same() {
         let codex = format!("{ws}/.codex");
         let secret = format!("{ws}/secret.env");
         let denied = format!("{ws}/denied");
-        // Reference §4.3–§4.5: writable root, read-only metadata, masks.
+        // As the reference builds it: writable root, read-only metadata, masks.
         let args: Vec<&str> = vec![
             "--new-session",
             "--die-with-parent",

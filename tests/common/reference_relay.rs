@@ -1,5 +1,5 @@
-//! Test doubles of the reference's remote mode, written from the notes
-//! (reference/relay.md §3–§4) rather than from codexbox's own stream code:
+//! Test doubles of the reference's remote mode, written from its
+//! documented behaviour rather than from codexbox's own stream code:
 //! single-segment data frames, `seq` from 0 per direction equal to the
 //! Noise nonce, no acknowledgements, no retransmission, `resume{0}` then
 //! `handshake` from the harness, an empty-payload msg2 from the executor.
