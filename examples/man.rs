@@ -11,10 +11,35 @@ pub fn pages() -> std::io::Result<Vec<(String, Vec<u8>)>> {
     let mut pages = vec![("codexbox.1".to_owned(), render(whole.clone())?)];
     for mode in whole.get_subcommands() {
         let name = format!("codexbox-{}", mode.get_name());
-        let page = render(mode.clone().name(name.clone()).display_name(name.clone()))?;
+        let page = render(with_visible_aliases(
+            mode.clone().name(name.clone()).display_name(name.clone()),
+        ))?;
         pages.push((format!("{name}.1"), page));
     }
     Ok(pages)
+}
+
+/// clap_mangen leaves out an option's visible aliases (`--allow-domain`
+/// for `--allow`); they are added at the end of its help, as `--help`
+/// shows them.
+fn with_visible_aliases(command: clap::Command) -> clap::Command {
+    command.mut_args(|arg| {
+        let aliases: Vec<String> = arg
+            .get_visible_aliases()
+            .unwrap_or_default()
+            .iter()
+            .map(|alias| format!("--{alias}"))
+            .collect();
+        if aliases.is_empty() {
+            return arg;
+        }
+        let help = arg
+            .get_long_help()
+            .or(arg.get_help())
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        arg.long_help(format!("{help}\n\n[alias: {}]", aliases.join(", ")))
+    })
 }
 
 fn render(command: clap::Command) -> std::io::Result<Vec<u8>> {

@@ -6,6 +6,7 @@
 //! would do nothing; loopback-only listeners; plain log lines in a file;
 //! `install-links`; completions and man pages for every mode.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use crate::common::shell::{command, finish, run, Run};
@@ -150,6 +151,67 @@ const MODES: &[Mode] = &[
     },
 ];
 
+/// The modes the binary's own top-level help lists (clap's `help` aside),
+/// so a mode added without a row here still gets the checks that take
+/// every mode.
+pub(crate) fn listed_modes() -> Vec<String> {
+    let help = run(&["--help"], None).stdout_text();
+    let modes: Vec<String> = help
+        .lines()
+        .skip_while(|line| *line != "Modes:")
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|mode| *mode != "help")
+        .map(str::to_owned)
+        .collect();
+    assert!(modes.len() > 10, "modes listed by --help: {help}");
+    modes
+}
+
+/// The long options (`--name`, without a value) that `text` names; a lone
+/// `--` is not one.
+pub(crate) fn long_flags(text: &str) -> BTreeSet<String> {
+    let name_char = |c: char| c.is_ascii_alphanumeric() || c == '-';
+    let mut flags = BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("--") {
+        let before = rest[..at].chars().next_back();
+        let name: String = rest[at + 2..]
+            .chars()
+            .take_while(|c| name_char(*c))
+            .collect();
+        if !before.is_some_and(name_char) && name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+            flags.insert(format!("--{name}"));
+        }
+        rest = &rest[at + 2 + name.len()..];
+    }
+    flags
+}
+
+/// `codexbox MODE --help` as the binary prints it.
+pub(crate) fn mode_help(mode: &str) -> String {
+    let out = mode_run(mode, &["--help"]);
+    assert_eq!(out.code, 0, "{mode} --help: {out:?}");
+    out.stdout_text()
+}
+
+#[test]
+fn the_table_holds_every_mode_the_binary_lists() {
+    let listed: BTreeSet<String> = listed_modes().into_iter().collect();
+    let tabled: BTreeSet<String> = MODES
+        .iter()
+        .map(|m| m.mode.to_owned())
+        .chain(["bwrap".to_owned()])
+        .collect();
+    assert_eq!(listed, tabled);
+    let flags = long_flags("a --b-c, --d=1 [--e] -- x--y --");
+    assert_eq!(
+        flags.into_iter().collect::<Vec<_>>(),
+        ["--b-c", "--d", "--e"]
+    );
+}
+
 /// Runs `codexbox MODE ARGS…` in a scratch directory (nothing a mistaken
 /// parse could create lands anywhere else), stdin `/dev/null`.
 fn mode_run(mode: &str, args: &[&str]) -> Run {
@@ -225,7 +287,8 @@ fn every_mode_prints_help_and_version_on_stdout() {
 
 #[test]
 fn help_mode_is_the_modes_own_help() {
-    for mode in MODES.iter().map(|m| m.mode).chain(["bwrap"]) {
+    for mode in listed_modes() {
+        let mode = mode.as_str();
         let asked = run(&["help", mode], None);
         let own = mode_run(mode, &["--help"]);
         assert_eq!(asked.code, 0, "help {mode}: {asked:?}");
@@ -518,7 +581,7 @@ fn run_path(path: &Path, args: &[&str]) -> Run {
 
 #[test]
 fn every_mode_has_completions_and_a_man_page() {
-    let modes: Vec<&str> = MODES.iter().map(|m| m.mode).chain(["bwrap"]).collect();
+    let modes = listed_modes();
     for shell in ["bash", "zsh", "fish"] {
         let out = run(&["completions", shell], None);
         assert_eq!(out.code, 0, "{shell}: {out:?}");
@@ -546,6 +609,27 @@ fn every_mode_has_completions_and_a_man_page() {
         let text = String::from_utf8_lossy(&page.1);
         assert!(text.starts_with(".ie") || text.contains(".TH"), "{file}");
         assert!(text.contains("SYNOPSIS"), "{file}");
+        // Every option the mode's --help describes (bwrap's from
+        // bubblewrap's usage text; the usage line also names hidden legacy
+        // spellings) is on its page; roff writes a hyphen as `\-` and
+        // switches fonts with `\fB`, `\fI`, `\fR`.
+        let plain = ["\\fB", "\\fI", "\\fR"]
+            .iter()
+            .fold(text.replace("\\-", "-"), |page, font| {
+                page.replace(font, " ")
+            });
+        let documented = long_flags(&plain);
+        let help = mode_help(mode);
+        let described = help
+            .lines()
+            .filter(|line| !line.starts_with("Usage:"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let missing: Vec<String> = long_flags(&described)
+            .difference(&documented)
+            .cloned()
+            .collect();
+        assert!(missing.is_empty(), "{file} lacks {missing:?}");
     }
     assert!(pages.iter().any(|(name, _)| name == "codexbox.1"));
 }
