@@ -98,7 +98,7 @@ pub struct Args {
     pub use_legacy_landlock: bool,
     /// Confine the command's network to the loopback proxies named by its
     /// proxy variables (bubblewrap backend only).
-    #[arg(long, hide = true)]
+    #[arg(long)]
     pub allow_network_for_proxy: bool,
     /// Internal: a directory where earlier sandboxed commands could have
     /// written (repeatable); a grant through a symlink inside one grants

@@ -7,6 +7,7 @@ mod common;
 mod cli;
 mod cp;
 mod detach;
+mod docs;
 mod exec;
 mod image;
 mod manifests;
