@@ -50,6 +50,7 @@ pub mod fs_helper;
 pub mod install_links;
 pub mod listener_token;
 pub mod logging;
+pub mod metrics;
 pub mod mode;
 pub mod net;
 pub mod process;

@@ -1,5 +1,7 @@
 //! Who may call the registry: bearer tokens from `--tokens FILE`, one
-//! `TOKEN ENVIRONMENT-ID|* executor|harness|both` per line, `#` comments.
+//! `TOKEN ENVIRONMENT-ID|* executor|harness|both|metrics` per line, `#`
+//! comments (`metrics` reads `GET /metrics` and nothing else; it covers
+//! every environment, so only a `*` line grants it).
 //! The file is parsed whole (a bad line names its number and nothing
 //! changes) and can be reloaded while serving (SIGHUP). Without a token
 //! file the table holds the two tokens the rendezvous generated
@@ -15,14 +17,20 @@ use crate::server::transport::http::{bearer_token, token_matches};
 pub enum Grant {
     Executor,
     Harness,
+    /// Executor and harness.
     Both,
+    /// Reads the metrics of the whole rendezvous.
+    Metrics,
 }
 
 impl Grant {
     fn allows(self, wanted: Grant) -> bool {
-        self == Grant::Both || self == wanted
+        self == wanted || (self == Grant::Both && wanted != Grant::Metrics)
     }
 }
+
+/// The environment a metrics check names: only a `*` line matches it.
+pub const EVERY_ENVIRONMENT: &str = "*";
 
 /// One line of the token file.
 #[derive(Clone, PartialEq, Eq)]
@@ -42,7 +50,7 @@ pub enum TokenFileError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{path}:{line}: expected `TOKEN ENVIRONMENT-ID|* executor|harness|both`")]
+    #[error("{path}:{line}: expected `TOKEN ENVIRONMENT-ID|* executor|harness|both|metrics`")]
     Syntax { path: String, line: usize },
 }
 
@@ -110,6 +118,7 @@ impl TokenTable {
                 "executor" => Grant::Executor,
                 "harness" => Grant::Harness,
                 "both" => Grant::Both,
+                "metrics" => Grant::Metrics,
                 _ => return Err(syntax()),
             };
             entries.push(Entry {
@@ -161,6 +170,8 @@ mod tests {
 exec-tok env-1 executor
 harn-tok env-1 harness   # trailing comment
 ops-tok  *     both
+scrape   *     metrics
+scoped   env-1 metrics
 ";
 
     #[test]
@@ -182,6 +193,19 @@ ops-tok  *     both
         assert_eq!(check("ops-tok", "any", Grant::Executor), Ok(()));
         assert_eq!(check("ops-tok", "any", Grant::Harness), Ok(()));
         assert_eq!(
+            check("ops-tok", EVERY_ENVIRONMENT, Grant::Metrics),
+            Err(Refusal::Forbidden)
+        );
+        assert_eq!(check("scrape", EVERY_ENVIRONMENT, Grant::Metrics), Ok(()));
+        assert_eq!(
+            check("scrape", "env-1", Grant::Harness),
+            Err(Refusal::Forbidden)
+        );
+        assert_eq!(
+            check("scoped", EVERY_ENVIRONMENT, Grant::Metrics),
+            Err(Refusal::Forbidden)
+        );
+        assert_eq!(
             check("nope", "env-1", Grant::Harness),
             Err(Refusal::Unauthenticated)
         );
@@ -200,7 +224,7 @@ ops-tok  *     both
         let err = TokenTable::parse("ok * both\nbroken line\n", "t").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "t:2: expected `TOKEN ENVIRONMENT-ID|* executor|harness|both`"
+            "t:2: expected `TOKEN ENVIRONMENT-ID|* executor|harness|both|metrics`"
         );
         assert!(TokenTable::parse("a b admin", "t").is_err());
     }

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, Notify};
 use tokio_tungstenite::tungstenite::Bytes;
 
+use crate::metrics::rendezvous::{Census, HandshakeFailure, RendezvousMetrics};
 use crate::relay::frame::{BodyKind, FrameHeader, RelayMessageFrame, FEATURE_RELIABLE};
 use crate::relay::noise::NoisePublicKey;
 use crate::sync::lock;
@@ -34,6 +35,16 @@ pub const RESET_STREAM_LIMIT: &str = "stream_limit";
 pub const RESET_UNKNOWN_STREAM: &str = "unknown_stream";
 /// Reset reason for a claimed stream whose handshake was not answered in time.
 pub const RESET_CLAIM_EXPIRED: &str = "claim_expired";
+/// Every reason the rendezvous resets a stream for.
+const RESET_REASONS: [&str; 7] = [
+    RESET_HARNESS_GONE,
+    RESET_EXECUTOR_GONE,
+    RESET_STREAM_IN_USE,
+    RESET_OFFLINE,
+    RESET_STREAM_LIMIT,
+    RESET_UNKNOWN_STREAM,
+    RESET_CLAIM_EXPIRED,
+];
 /// Handshakes of one harness socket the executor may refuse before the
 /// socket is closed (the reference executor's budget, kept per harness
 /// socket here so that one harness cannot spend it for the others).
@@ -222,21 +233,52 @@ pub struct Hub {
     limits: HubLimits,
     next_socket: AtomicU64,
     next_epoch: AtomicU64,
-}
-
-fn reset(stream_id: &str, reason: &str) -> Bytes {
-    Bytes::from(RelayMessageFrame::reset(stream_id, reason).to_bytes())
+    /// Where resets and refused handshakes are counted.
+    metrics: Arc<RendezvousMetrics>,
 }
 
 impl Hub {
-    /// An empty hub.
-    pub fn new(limits: HubLimits) -> Arc<Self> {
+    /// An empty hub counting into `metrics`.
+    pub fn new(limits: HubLimits, metrics: Arc<RendezvousMetrics>) -> Arc<Self> {
+        metrics.declare_reset_reasons(&RESET_REASONS);
         Arc::new(Self {
             environments: Mutex::new(HashMap::new()),
             limits,
             next_socket: AtomicU64::new(1),
             next_epoch: AtomicU64::new(1),
+            metrics,
         })
+    }
+
+    /// The metrics of this rendezvous.
+    pub fn metrics(&self) -> &RendezvousMetrics {
+        &self.metrics
+    }
+
+    /// A reset frame the rendezvous sends, counted by reason.
+    fn reset(&self, stream_id: &str, reason: &'static str) -> Bytes {
+        self.metrics.reset_sent(reason);
+        Bytes::from(RelayMessageFrame::reset(stream_id, reason).to_bytes())
+    }
+
+    /// Environments, connected executors and streams by state, for `/metrics`.
+    pub fn census(&self) -> Census {
+        let environments = lock(&self.environments);
+        let mut census = Census {
+            environments: environments.len(),
+            ..Census::default()
+        };
+        for env in environments.values() {
+            census.executors += usize::from(env.executor.is_some());
+            for route in env.streams.values() {
+                if route.harness.is_some() && env.executor.is_some() {
+                    census.active_streams += 1;
+                } else {
+                    census.held_streams += 1;
+                }
+            }
+        }
+        census
     }
 
     /// The limits in force.
@@ -373,7 +415,7 @@ impl Hub {
             if let Some(harness) = &route.harness {
                 deliveries.push(Delivery {
                     to: harness.clone(),
-                    bytes: reset(stream_id, RESET_EXECUTOR_GONE),
+                    bytes: self.reset(stream_id, RESET_EXECUTOR_GONE),
                 });
             }
             false
@@ -396,7 +438,7 @@ impl Hub {
             if let Some(harness) = route.harness {
                 deliveries.push(Delivery {
                     to: harness,
-                    bytes: reset(&stream_id, RESET_EXECUTOR_GONE),
+                    bytes: self.reset(&stream_id, RESET_EXECUTOR_GONE),
                 });
             }
         }
@@ -418,7 +460,7 @@ impl Hub {
             // will not come back, say so.
             return match frame.body {
                 Some(BodyKind::Resume) => {
-                    Action::Reply(reset(&frame.stream_id, RESET_UNKNOWN_STREAM))
+                    Action::Reply(self.reset(&frame.stream_id, RESET_UNKNOWN_STREAM))
                 }
                 _ => Action::Drop,
             };
@@ -433,6 +475,8 @@ impl Hub {
                 let refused_handshake = !route.confirmed;
                 env.streams.remove(&frame.stream_id);
                 if let (true, Some(harness)) = (refused_handshake, &harness) {
+                    self.metrics
+                        .handshake_failed(HandshakeFailure::ExecutorRefused);
                     env.handshake_refused(harness);
                 }
                 return harness.map_or(Action::Drop, Action::Forward);
@@ -461,7 +505,7 @@ impl Hub {
             } else {
                 RESET_UNKNOWN_STREAM
             };
-            return Action::Reply(reset(stream_id, code));
+            return Action::Reply(self.reset(stream_id, code));
         };
         // A socket closing for its failed handshakes sends nothing more.
         if env.out_of_handshakes(link.socket) {
@@ -487,11 +531,11 @@ impl Hub {
         match holder {
             Some((Some(true), _)) => {}
             Some((Some(false), _) | (None, false)) => {
-                return Action::Reply(reset(stream_id, RESET_STREAM_IN_USE))
+                return Action::Reply(self.reset(stream_id, RESET_STREAM_IN_USE))
             }
             Some((None, true)) => {
                 if claimed_here(&env.streams) >= limits.streams_per_harness_socket {
-                    return Action::Reply(reset(stream_id, RESET_STREAM_LIMIT));
+                    return Action::Reply(self.reset(stream_id, RESET_STREAM_LIMIT));
                 }
                 // The harness came back: the stream is routed to it again.
                 if let Some(route) = env.streams.get_mut(stream_id) {
@@ -500,17 +544,17 @@ impl Hub {
             }
             None => {
                 if !opens {
-                    return Action::Reply(reset(stream_id, RESET_UNKNOWN_STREAM));
+                    return Action::Reply(self.reset(stream_id, RESET_UNKNOWN_STREAM));
                 }
                 if env.executor.is_none() {
-                    return Action::Reply(reset(stream_id, RESET_OFFLINE));
+                    return Action::Reply(self.reset(stream_id, RESET_OFFLINE));
                 }
                 let caller = who.caller.as_deref();
                 if env.streams.len() >= limits.streams_per_environment
                     || claimed_here(&env.streams) >= limits.streams_per_harness_socket
                     || !env.caller_has_room(caller, limits.streams_per_token, false)
                 {
-                    return Action::Reply(reset(stream_id, RESET_STREAM_LIMIT));
+                    return Action::Reply(self.reset(stream_id, RESET_STREAM_LIMIT));
                 }
                 env.streams.insert(
                     stream_id.to_owned(),
@@ -583,7 +627,7 @@ impl Hub {
             if let Some(executor) = &executor {
                 deliveries.push(Delivery {
                     to: executor.clone(),
-                    bytes: reset(stream_id, RESET_HARNESS_GONE),
+                    bytes: self.reset(stream_id, RESET_HARNESS_GONE),
                 });
             }
             false
@@ -606,10 +650,11 @@ impl Hub {
             env.streams.retain(|stream_id, route| {
                 let unused = !route.confirmed && waited_too_long(route.claimed_at);
                 if unused {
+                    let bytes = self.reset(stream_id, RESET_CLAIM_EXPIRED);
                     for to in route.harness.iter().chain(executor.iter()) {
                         deliveries.push(Delivery {
                             to: to.clone(),
-                            bytes: reset(stream_id, RESET_CLAIM_EXPIRED),
+                            bytes: bytes.clone(),
                         });
                     }
                 }
@@ -654,7 +699,7 @@ impl Hub {
             return Vec::new();
         }
         env.streams.remove(&hold.stream_id);
-        let gone = reset(&hold.stream_id, RESET_HARNESS_GONE);
+        let gone = self.reset(&hold.stream_id, RESET_HARNESS_GONE);
         match &env.executor {
             Some(executor) => vec![Delivery {
                 to: executor.clone(),
@@ -680,14 +725,17 @@ mod tests {
     }
 
     fn hub() -> Arc<Hub> {
-        Hub::new(HubLimits {
-            streams_per_environment: 3,
-            streams_per_harness_socket: 2,
-            streams_per_token: 2,
-            resume_hold: Duration::from_secs(1),
-            claim_ttl: Duration::from_secs(5),
-            environment_ttl: Duration::from_secs(60),
-        })
+        Hub::new(
+            HubLimits {
+                streams_per_environment: 3,
+                streams_per_harness_socket: 2,
+                streams_per_token: 2,
+                resume_hold: Duration::from_secs(1),
+                claim_ttl: Duration::from_secs(5),
+                environment_ttl: Duration::from_secs(60),
+            },
+            RendezvousMetrics::new(),
+        )
     }
 
     fn who(key: &str) -> HarnessId {
@@ -920,11 +968,12 @@ mod tests {
     #[test]
     fn refused_handshakes_close_only_the_harness_socket_that_sent_them() {
         use futures_util::FutureExt;
-        let hub = Hub::new(HubLimits {
+        let limits = HubLimits {
             streams_per_harness_socket: 100,
             streams_per_environment: 100,
             ..hub().limits()
-        });
+        };
+        let hub = Hub::new(limits, RendezvousMetrics::new());
         let (exec, _) = link(&hub);
         hub.executor_connected("e", exec.clone());
         let (good, _) = link(&hub);

@@ -1,6 +1,7 @@
 //! `codexbox rendezvous`: a self-hostable registry and rendezvous for remote
 //! mode (docs/remote.md). One HTTP port serves the registry API
-//! ([`registry`]), `GET /readyz`, and the relay WebSocket at `/relay`
+//! ([`registry`]), `GET /readyz`, `GET /metrics` (Prometheus text, behind
+//! a `metrics` token when there is a token file), and the relay WebSocket at `/relay`
 //! ([`socket`], routing in [`hub`]); URLs and harness key authorizations are
 //! signed ([`signing`]); callers are authorized by the token file
 //! ([`auth`]), or else by an executor and a harness token generated at
@@ -32,6 +33,7 @@ use tokio_tungstenite::tungstenite::protocol::{Role as WsRole, WebSocketConfig};
 use tokio_tungstenite::WebSocketStream;
 
 use crate::listener_token::{self, Holder, Published};
+use crate::metrics::rendezvous::{HandshakeFailure, RendezvousMetrics};
 use crate::relay::registry_api::RegistryCall;
 use crate::server::transport::http::{self, RequestHead};
 use admission::{Admission, Slot};
@@ -173,7 +175,7 @@ impl Rendezvous {
             }
         };
         let state = Arc::new(RegistryState {
-            hub: Hub::new(config.limits),
+            hub: Hub::new(config.limits, RendezvousMetrics::new()),
             signer,
             tokens: RwLock::new(tokens),
             track_callers,
@@ -393,6 +395,9 @@ where
         };
         return finish(stream, ready).await;
     }
+    if path == crate::metrics::PATH {
+        return metrics(stream, &head, state).await;
+    }
     if path == "/relay" || path.ends_with("/relay") {
         return upgrade(stream, &head, leftover, query, state).await;
     }
@@ -430,7 +435,32 @@ async fn registry_call<S>(
         }
     };
     tracing::info!(%peer, environment = %environment_id, call = call.name(), status = answer.status, "registry call");
+    state
+        .hub
+        .metrics()
+        .registry_call(call.name(), answer.status);
     respond(stream, &answer).await;
+}
+
+/// `GET /metrics`: the exposition, for a `metrics` token when there is a
+/// token file (see [`RegistryState::admit_metrics`]).
+async fn metrics<S>(stream: &mut S, head: &RequestHead, state: &RegistryState) -> Outcome
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    if head.method != "GET" {
+        let refusal = Answer::error(405, "Method Not Allowed", "method_not_allowed", "use GET");
+        return finish(stream, refusal).await;
+    }
+    if let Err(refusal) = state.admit_metrics(head.header("authorization")) {
+        return finish(stream, refusal).await;
+    }
+    let exposition = state.hub.metrics().render(state.hub.census());
+    let _ = stream
+        .write_all(crate::metrics::http_response(&exposition).as_bytes())
+        .await;
+    let _ = stream.shutdown().await;
+    Outcome::Done
 }
 
 /// The answer to a body that could not be read; `None` when the peer left.
@@ -467,16 +497,28 @@ where
         Ok(grant) => grant,
         Err(err) => {
             tracing::info!("relay upgrade refused: {err}");
-            let status = match err {
-                signing::SignatureError::Missing => (400, "Bad Request"),
-                _ => (401, "Unauthorized"),
+            let (status, failure) = match err {
+                signing::SignatureError::Missing => {
+                    ((400, "Bad Request"), HandshakeFailure::UrlMissing)
+                }
+                signing::SignatureError::Forged => {
+                    ((401, "Unauthorized"), HandshakeFailure::UrlForged)
+                }
+                signing::SignatureError::Expired => {
+                    ((401, "Unauthorized"), HandshakeFailure::UrlExpired)
+                }
             };
+            state.hub.metrics().handshake_failed(failure);
             let refusal = Answer::error(status.0, status.1, "invalid_url", &err.to_string());
             return finish(stream, refusal).await;
         }
     };
     let current = state.hub.registration(&grant.environment_id);
     if current.map(|r| r.id) != Some(grant.registration_id.clone()) {
+        state
+            .hub
+            .metrics()
+            .handshake_failed(HandshakeFailure::StaleRegistration);
         let stale = Answer::error(
             401,
             "Unauthorized",
@@ -497,6 +539,10 @@ where
             .hub
             .harness_may_connect(&grant.environment_id, who.caller.as_deref())
         {
+            state
+                .hub
+                .metrics()
+                .handshake_failed(HandshakeFailure::TooManySockets);
             let crowded = Answer::error(
                 429,
                 "Too Many Requests",
@@ -507,6 +553,10 @@ where
         }
     }
     let Some(accept) = http::websocket_accept(head) else {
+        state
+            .hub
+            .metrics()
+            .handshake_failed(HandshakeFailure::NotWebSocket);
         let not_upgrade = Answer::error(
             426,
             "Upgrade Required",

@@ -11,7 +11,7 @@ use base64::Engine as _;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::auth::{Grant, Refusal, TokenTable};
+use super::auth::{Grant, Refusal, TokenTable, EVERY_ENVIRONMENT};
 use super::hub::{Hub, Registration};
 use super::signing::{Role, Signer, UrlGrant};
 use crate::relay::registry_api::{
@@ -127,35 +127,61 @@ impl RegistryState {
             RegistryCall::Register | RegistryCall::Validate => Grant::Executor,
             RegistryCall::Connect => Grant::Harness,
         };
+        self.check_token(authorization, environment_id, grant)?;
         let tokens = self.tokens.read().unwrap_or_else(|e| e.into_inner());
-        let mut caller = None;
-        if let Some(table) = tokens.as_ref() {
-            caller = authorization
+        let caller = tokens.as_ref().and_then(|_| {
+            authorization
                 .and_then(bearer_token)
                 .filter(|_| self.track_callers)
-                .map(|token| self.signer.caller_id(token));
-            table
-                .check(authorization, environment_id, grant)
-                .map_err(|refusal| match refusal {
-                    Refusal::Unauthenticated => Answer::error(
-                        401,
-                        "Unauthorized",
-                        "unauthorized",
-                        "missing or unknown bearer token",
-                    ),
-                    Refusal::Forbidden => Answer::error(
-                        403,
-                        "Forbidden",
-                        "forbidden",
-                        "this token may not do that for this environment",
-                    ),
-                })?;
-        }
+                .map(|token| self.signer.caller_id(token))
+        });
         Ok(AdmittedCall {
             environment_id: environment_id.to_owned(),
             call,
             caller,
         })
+    }
+
+    /// Whether `GET /metrics` may be answered: with a token file, only for
+    /// a token of a `* metrics` line; with the tokens generated at start,
+    /// for either of them (the user's own codexbox peers); with no tokens
+    /// at all (`--insecure-no-auth`), for everyone, as every call is.
+    pub fn admit_metrics(&self, authorization: Option<&str>) -> Result<(), Answer> {
+        if self.track_callers {
+            return self.check_token(authorization, EVERY_ENVIRONMENT, Grant::Metrics);
+        }
+        self.check_token(authorization, EVERY_ENVIRONMENT, Grant::Executor)
+            .or_else(|_| self.check_token(authorization, EVERY_ENVIRONMENT, Grant::Harness))
+    }
+
+    /// The token file's verdict on `authorization` acting as `grant` on
+    /// `environment_id` (everyone may without a token file).
+    fn check_token(
+        &self,
+        authorization: Option<&str>,
+        environment_id: &str,
+        grant: Grant,
+    ) -> Result<(), Answer> {
+        let tokens = self.tokens.read().unwrap_or_else(|e| e.into_inner());
+        let Some(table) = tokens.as_ref() else {
+            return Ok(());
+        };
+        table
+            .check(authorization, environment_id, grant)
+            .map_err(|refusal| match refusal {
+                Refusal::Unauthenticated => Answer::error(
+                    401,
+                    "Unauthorized",
+                    "unauthorized",
+                    "missing or unknown bearer token",
+                ),
+                Refusal::Forbidden => Answer::error(
+                    403,
+                    "Forbidden",
+                    "forbidden",
+                    "this token may not do that for this environment",
+                ),
+            })
     }
 
     /// Answers an admitted call with its body.

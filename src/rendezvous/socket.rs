@@ -15,6 +15,7 @@ use tokio_tungstenite::tungstenite::{Bytes, Message};
 use tokio_tungstenite::WebSocketStream;
 
 use super::hub::{Action, Delivery, HarnessId, Hub, Link};
+use crate::metrics::rendezvous::Direction;
 use crate::relay::frame::FrameHeader;
 
 /// Messages queued per socket before senders wait.
@@ -121,7 +122,10 @@ pub async fn serve<S>(
             SocketRole::Harness(who) => hub.from_harness(&environment_id, &link, who, &frame),
         };
         match action {
-            Action::Forward(to) => forward(&to, bytes).await,
+            Action::Forward(to) => {
+                hub.metrics().relayed(direction_from(&role), bytes.len());
+                forward(&to, bytes).await
+            }
             Action::Reply(reset) => forward(&link, reset).await,
             Action::Drop => {}
         }
@@ -153,6 +157,14 @@ pub async fn serve<S>(
     }
     drop(link);
     writer.abort();
+}
+
+/// Which way a frame from a socket of `role` goes.
+fn direction_from(role: &SocketRole) -> Direction {
+    match role {
+        SocketRole::Executor => Direction::ToHarness,
+        SocketRole::Harness(_) => Direction::ToExecutor,
+    }
 }
 
 fn role_name(role: &SocketRole) -> &'static str {

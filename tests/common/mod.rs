@@ -6,6 +6,7 @@ pub mod confine;
 pub mod fs;
 pub mod fuzz;
 pub mod host;
+pub mod metrics;
 pub mod net;
 pub mod redteam;
 pub mod reference_relay;

@@ -8,6 +8,7 @@ mod client;
 mod flaky;
 mod interop;
 mod large;
+mod metrics;
 mod properties;
 mod remote;
 mod security;
