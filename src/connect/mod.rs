@@ -65,7 +65,7 @@ async fn serve_local<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let Some(mut ws) = accept_upgrade(stream, &policy, MAX_LOCAL_MESSAGE).await else {
+    let Some(mut ws) = accept_upgrade(stream, &policy, MAX_LOCAL_MESSAGE, None).await else {
         return;
     };
     let relay = match harness::open(config).await {

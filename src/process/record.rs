@@ -98,6 +98,23 @@ impl Record {
         lock(&self.state).exit.is_some()
     }
 
+    /// Waits until the exit is recorded: how the process ended, and whether
+    /// the sandbox denied it.
+    pub async fn exited(&self) -> (ExitInfo, bool) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let state = lock(&self.state);
+                if let Some(exit) = state.exit {
+                    return (exit, state.sandbox_denied);
+                }
+            }
+            changed.await;
+        }
+    }
+
     /// Waits (bounded) until no tree kill of this process is under way, so
     /// every descendant it found has finished dying.
     pub async fn tree_kills_settled(&self) {

@@ -60,6 +60,10 @@ struct Args {
     /// Log line format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Also serve `GET /metrics` (Prometheus text) on this IP:PORT, with the
+    /// auth rules of --listen: for --remote executors, which listen nowhere.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<std::net::SocketAddr>,
     /// Remote mode: register with this environment registry and serve
     /// harnesses through its rendezvous instead of listening.
     #[arg(long, value_name = "URL", requires = "environment_id")]
@@ -142,10 +146,15 @@ pub fn main(argv: Vec<OsString>) -> i32 {
     };
     let outcome = match remote {
         Some(registry) => runtime.block_on(async {
+            let metrics_listener = super::metrics_listener::bind(&config)
+                .await
+                .map_err(|err| (err.to_string(), err.exit_code()))?;
             let shared = super::shared_state(paths, config, Vec::new());
             let registry_state = shared.registry.clone();
+            let scrapes = super::metrics_listener::spawn(metrics_listener, &shared);
             let outcome =
                 crate::relay::executor::run(shared, registry, crate::startup::stop_signal()).await;
+            drop(scrapes);
             super::shutdown_cleanup(registry_state).await;
             outcome.map_err(|err| (err.to_string(), crate::cli::EXIT_FAILURE))
         }),
@@ -213,6 +222,7 @@ fn build_config(args: Args) -> Result<ServerConfig, (String, i32)> {
         insecure_no_auth: args.insecure_no_auth,
         protected_paths: args.auth_token_file.into_iter().collect(),
         drain_grace: Duration::from_secs(args.drain_grace_secs),
+        metrics_listen: args.metrics_listen,
     })
 }
 

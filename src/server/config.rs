@@ -1,6 +1,7 @@
 //! Server settings, parsed once by the CLI (or built by an embedder) and
 //! shared read-only by every connection.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -52,6 +53,8 @@ pub struct ServerConfig {
     pub protected_paths: Vec<PathBuf>,
     /// How long a SIGTERM lets running processes finish (zero: kill at once).
     pub drain_grace: Duration,
+    /// A side port serving only `GET /metrics` (`--metrics-listen`).
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl ServerConfig {
@@ -70,6 +73,7 @@ impl ServerConfig {
             insecure_no_auth: false,
             protected_paths: Vec::new(),
             drain_grace: Duration::ZERO,
+            metrics_listen: None,
         }
     }
 

@@ -13,6 +13,7 @@ use super::config::ServerConfig;
 use super::fs_methods::FsContext;
 use super::liveness::Liveness;
 use super::session::{ConnectionId, Holder, Registry, Session};
+use crate::metrics::exec::ExecMetrics;
 use crate::protocol::envelope::{self, encode_error, encode_response};
 use crate::protocol::{RequestId, RpcError, NOTIFY_INITIALIZED};
 use crate::runtime_paths::ExecServerRuntimePaths;
@@ -39,6 +40,8 @@ pub struct Shared {
     pub guard: Arc<super::process_sandbox::SandboxGuard>,
     /// Per-process proxies and who hears of their denials.
     pub network: Arc<super::network_proxy::NetworkState>,
+    /// What `GET /metrics` reports.
+    pub metrics: Arc<ExecMetrics>,
 }
 
 /// One connection.

@@ -12,6 +12,7 @@ use super::connection::{resumed_elsewhere, Connection};
 use super::process_sandbox;
 use super::reply::{to_json, Deferred};
 use super::session::{ProcessInfo, Registry, Session};
+use crate::metrics::exec::ExecMetrics;
 use crate::process::env_policy::child_env;
 use crate::process::kill::parse_signal;
 use crate::process::{LaunchSpec, ManagedProcess, ProcessOptions, SpawnError};
@@ -40,9 +41,11 @@ pub async fn initialize(
     let (session, epoch) = match params.resume_session_id.as_deref() {
         Some(id) => {
             let probe = config.keepalive.takeover_probe;
-            registry
+            let resumed = registry
                 .resume(id, conn.holder(), conn.out.clone(), probe)
-                .await?
+                .await;
+            conn.shared.metrics.session_resume(resumed.is_ok());
+            resumed?
         }
         None => registry.create(conn.holder(), conn.out.clone()),
     };
@@ -133,6 +136,7 @@ pub async fn start(
         tty: params.tty,
         started_at: std::time::SystemTime::now(),
     };
+    let launch_began = std::time::Instant::now();
     let mut spec = LaunchSpec {
         argv: params.argv.iter().map(OsString::from).collect(),
         arg0: params.arg0.map(OsString::from),
@@ -185,16 +189,38 @@ pub async fn start(
     .await
     .map_err(|err| {
         tracing::debug!(process = %id, "spawn failed: {err}");
+        conn.shared.metrics.process_failed_to_start();
         match err {
             SpawnError::EmptyArgv => RpcError::invalid_params(err.to_string()),
             other => RpcError::internal(other.to_string()),
         }
     })?;
+    count_process(
+        &conn.shared.metrics,
+        &process,
+        spec.sandboxed.then(|| launch_began.elapsed()),
+    );
     session.insert(process.clone(), info);
     if let Some(proxy) = proxy {
-        conn.shared.network.attach(session, &process, proxy);
+        conn.shared
+            .network
+            .attach(session, &process, proxy, conn.shared.metrics.clone());
     }
     Ok(StartResult { process_id: id })
+}
+
+/// Counts a started process now and its exit once it is known.
+fn count_process(
+    metrics: &Arc<ExecMetrics>,
+    process: &Arc<ManagedProcess>,
+    sandbox_start: Option<Duration>,
+) {
+    metrics.process_started(sandbox_start);
+    let (metrics, process) = (metrics.clone(), process.clone());
+    tokio::spawn(async move {
+        let (exit, denied) = process.record().exited().await;
+        metrics.process_exited(exit.code, exit.signal, denied);
+    });
 }
 
 fn unknown_process(id: &str) -> RpcError {

@@ -17,6 +17,7 @@ pub mod handlers;
 pub mod http_request;
 pub mod listen;
 pub mod liveness;
+pub mod metrics_listener;
 pub mod network_proxy;
 pub mod peer_guard;
 pub mod process_sandbox;
@@ -108,6 +109,8 @@ enum Listener {
 pub struct Server {
     shared: Shared,
     listener: Listener,
+    /// The `--metrics-listen` side port.
+    metrics_listener: Option<tokio::net::TcpListener>,
 }
 
 impl std::fmt::Debug for Server {
@@ -129,9 +132,7 @@ pub async fn bind(
     let listener = match config.listen.clone() {
         ListenUrl::Stdio => Listener::Stdio,
         ListenUrl::WebSocket(addr) => {
-            if !addr.ip().is_loopback() && config.auth_token.is_none() && !config.insecure_no_auth {
-                return Err(ServerError::UnauthenticatedPublicBind(addr));
-            }
+            check_public_bind(addr, &config)?;
             Listener::Tcp(
                 tokio::net::TcpListener::bind(addr)
                     .await
@@ -144,8 +145,21 @@ pub async fn bind(
         Listener::Unix(_, path) => vec![path.clone()],
         _ => Vec::new(),
     };
+    let metrics_listener = metrics_listener::bind(&config).await?;
     let shared = shared_state(paths, config, extra_denied);
-    Ok(Server { shared, listener })
+    Ok(Server {
+        shared,
+        listener,
+        metrics_listener,
+    })
+}
+
+/// Refuses a non-loopback `addr` without an auth token (unless told to).
+fn check_public_bind(addr: SocketAddr, config: &ServerConfig) -> Result<(), ServerError> {
+    if !addr.ip().is_loopback() && config.auth_token.is_none() && !config.insecure_no_auth {
+        return Err(ServerError::UnauthenticatedPublicBind(addr));
+    }
+    Ok(())
 }
 
 /// The state every connection shares, for a server with no listener of its
@@ -164,6 +178,7 @@ pub fn shared_state(
         paths: Arc::new(paths),
         guard: Arc::new(process_sandbox::SandboxGuard::new(denied)),
         network: Arc::default(),
+        metrics: crate::metrics::exec::ExecMetrics::new(fs_methods::METHODS),
     }
 }
 
@@ -206,8 +221,13 @@ impl Server {
         self,
         shutdown: impl Future<Output = impl Into<drain::Stop>>,
     ) -> Result<(), ServerError> {
-        let Server { shared, listener } = self;
+        let Server {
+            shared,
+            listener,
+            metrics_listener,
+        } = self;
         let registry = shared.registry.clone();
+        let scrapes = metrics_listener::spawn(metrics_listener, &shared);
         let mut socket_path: Option<PathBuf> = None;
         let stop: drain::Stop = match listener {
             Listener::Stdio => {
@@ -234,6 +254,7 @@ impl Server {
         if stop == drain::Stop::Drain {
             drain::drain(&registry, shared.config.drain_grace, shutdown_signal()).await;
         }
+        drop(scrapes);
         shutdown_cleanup(registry).await;
         if let Some(path) = socket_path {
             let _ = std::fs::remove_file(path);
@@ -248,16 +269,7 @@ async fn accept_tcp(listener: tokio::net::TcpListener, shared: Shared) {
         let (stream, peer) = crate::accept::next_tcp(&listener).await;
         let (shared, policy) = (shared.clone(), policy.clone());
         tokio::spawn(async move {
-            let local = stream.local_addr();
-            let refused = match local {
-                Ok(local) => {
-                    tokio::task::spawn_blocking(move || peer_guard::refuse_tcp(local, peer))
-                        .await
-                        .unwrap_or(true)
-                }
-                Err(_) => true,
-            };
-            if refused {
+            if refused_tcp(&stream, peer).await {
                 return refuse(stream, &peer.to_string()).await;
             }
             transport::websocket::serve_stream(stream, peer.to_string(), shared, policy).await
@@ -281,6 +293,17 @@ async fn accept_unix(listener: tokio::net::UnixListener, shared: Shared) {
             transport::websocket::serve_stream(stream, "unix socket".to_owned(), shared, policy)
                 .await
         });
+    }
+}
+
+/// Whether the TCP peer is inside a sandboxed subtree ([`peer_guard`]);
+/// true when that cannot be told.
+async fn refused_tcp(stream: &tokio::net::TcpStream, peer: SocketAddr) -> bool {
+    match stream.local_addr() {
+        Ok(local) => tokio::task::spawn_blocking(move || peer_guard::refuse_tcp(local, peer))
+            .await
+            .unwrap_or(true),
+        Err(_) => true,
     }
 }
 

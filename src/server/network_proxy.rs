@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, Weak};
 use tokio::sync::{broadcast, mpsc};
 
 use super::session::Session;
+use crate::metrics::exec::ExecMetrics;
 use crate::net::audit::AuditLog;
 use crate::net::decision::Decision;
 use crate::net::env::apply_proxy_env;
@@ -168,13 +169,15 @@ impl NetworkState {
             .unwrap_or_default()
     }
 
-    /// Ties `proxy` to `process`: denials are recorded and reported until
-    /// the process is closed, then the proxy shuts down.
+    /// Ties `proxy` to `process`: decisions are counted in `metrics`,
+    /// denials recorded and reported until the process is closed, then the
+    /// proxy shuts down.
     pub fn attach(
         self: &Arc<Self>,
         session: &Arc<Session>,
         process: &Arc<ManagedProcess>,
         proxy: LaunchedProxy,
+        metrics: Arc<ExecMetrics>,
     ) {
         let entry = Arc::new(ProcessNetwork {
             process: Arc::downgrade(process),
@@ -192,9 +195,15 @@ impl NetworkState {
             let handle = proxy.handle;
             let mut decisions = handle.subscribe();
             loop {
+                // Decisions already made are counted and reported before
+                // the close ends the loop.
                 tokio::select! {
+                    biased;
                     decision = decisions.recv() => match decision {
-                        Ok(decision) => state.report(&session, &process, &decision).await,
+                        Ok(decision) => {
+                            metrics.proxy_decision(decision.deny_reason().is_none());
+                            state.report(&session, &process, &decision).await
+                        }
                         Err(broadcast::error::RecvError::Lagged(missed)) => {
                             tracing::warn!(process = process.id(), missed, "network decisions lost");
                         }

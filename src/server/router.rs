@@ -163,8 +163,11 @@ async fn route(
         method if fs_methods::is_fs_method(method) => {
             conn.gate(FAMILY_FS)?;
             let params = params.unwrap_or(Value::Null);
-            let result = fs_methods::dispatch(&conn.fs, method, params).await?;
-            to_value(result)
+            let result = fs_methods::dispatch(&conn.fs, method, params).await;
+            if let Some(&name) = fs_methods::METHODS.iter().find(|&&m| m == method) {
+                conn.shared.metrics.fs_call(name, result.is_ok());
+            }
+            to_value(result?)
         }
         method => Err(RpcError::unknown_method(method)),
     }

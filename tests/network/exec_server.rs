@@ -295,3 +295,53 @@ async fn a_sandboxed_process_with_enforced_managed_network_reaches_only_its_prox
     assert_eq!(result["exitCode"], 0, "{result}");
     assert_eq!(result["networkDenials"][0]["host"], "evil.test");
 }
+
+#[tokio::test]
+async fn proxy_decisions_are_counted_in_the_metrics() {
+    use crate::common::metrics::scrape;
+    let origin = Origin::start();
+    let server = server();
+    let addr: std::net::SocketAddr = server.addr().parse().expect("IP:PORT");
+    let mut raw = Raw::connect(&server.url).await;
+    raw.handshake().await;
+    let allowed = format!("127.0.0.1:{}", origin.port());
+    let script = format!(
+        "curl -s --noproxy '' -o /dev/null http://{allowed}/in; \
+         curl -s --noproxy '' -o /dev/null http://blocked.test:8080/"
+    );
+    raw.call(
+        "process/start",
+        start(
+            "p",
+            &script,
+            proxy_settings(json!({allowed.clone(): "allow"})),
+        ),
+    )
+    .await;
+    let (_, result) = finish(&mut raw, "p").await;
+    assert_eq!(result["networkDenials"][0]["host"], "blocked.test");
+    assert_eq!(origin.heads.lock().unwrap().len(), 1);
+    let name = "codexbox_exec_proxy_decisions_total";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let page = loop {
+        let page = scrape(addr, None);
+        let total =
+            page.value(name, &[("decision", "allow")]) + page.value(name, &[("decision", "deny")]);
+        if total >= 2.0 || Instant::now() > deadline {
+            break page;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        page.value(name, &[("decision", "allow")]),
+        1.0,
+        "{}",
+        page.text()
+    );
+    assert_eq!(
+        page.value(name, &[("decision", "deny")]),
+        1.0,
+        "{}",
+        page.text()
+    );
+}

@@ -1,6 +1,7 @@
 //! The small HTTP layer in front of the WebSocket: reads the request head,
 //! answers `GET /readyz`, refuses browser origins (403) and missing or wrong
-//! bearer tokens (401), and accepts the upgrade (101) — all before any byte
+//! bearer tokens (401), sends `GET /metrics` (behind the same token) to the
+//! metrics, and accepts the upgrade (101) — all before any byte
 //! is handed to the WebSocket codec. It also reads bounded request bodies
 //! for the rendezvous's registry API. Heads and bodies are bounded in size
 //! here; callers bound the time a whole request may take.
@@ -120,6 +121,8 @@ pub enum Decision {
     Upgrade { accept: String },
     /// Answer with a plain HTTP response and close.
     Respond { status: u16, reason: &'static str },
+    /// Answer with the metrics exposition and close.
+    Metrics,
 }
 
 /// Applies origin, readiness, auth and upgrade rules, in that order.
@@ -154,6 +157,16 @@ pub fn decide(head: &RequestHead, policy: &AccessPolicy) -> Decision {
                 reason: "Unauthorized",
             };
         }
+    }
+    if path == crate::metrics::PATH {
+        return if head.method == "GET" {
+            Decision::Metrics
+        } else {
+            Decision::Respond {
+                status: 405,
+                reason: "Method Not Allowed",
+            }
+        };
     }
     match websocket_accept(head) {
         Some(accept) => Decision::Upgrade { accept },
@@ -329,5 +342,26 @@ mod tests {
             decide(&head("GET / HTTP/1.1"), &policy),
             Decision::Respond { status: 426, .. }
         ));
+    }
+
+    #[test]
+    fn metrics_are_behind_the_token_of_the_listener() {
+        let open = AccessPolicy::default();
+        let metrics = head("GET /metrics HTTP/1.1");
+        assert_eq!(decide(&metrics, &open), Decision::Metrics);
+        assert!(matches!(
+            decide(&head("POST /metrics HTTP/1.1"), &open),
+            Decision::Respond { status: 405, .. }
+        ));
+        let secured = AccessPolicy {
+            token: Some("s3cret".into()),
+            ..Default::default()
+        };
+        assert!(matches!(
+            decide(&metrics, &secured),
+            Decision::Respond { status: 401, .. }
+        ));
+        let presented = head("GET /metrics HTTP/1.1\nAuthorization: Bearer s3cret");
+        assert_eq!(decide(&presented, &secured), Decision::Metrics);
     }
 }

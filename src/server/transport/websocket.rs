@@ -17,6 +17,7 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_tungstenite::WebSocketStream;
 
 use super::http::{self, AccessPolicy, Decision};
+use crate::metrics::exec::ExecMetrics;
 use crate::server::config::OUTBOUND_QUEUE;
 use crate::server::connection::{Connection, Shared};
 use crate::server::liveness::{Keepalive, Liveness};
@@ -40,42 +41,61 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let cap = shared.config.transport_cap();
-    if let Some(ws) = accept_upgrade(stream, &policy, cap).await {
+    if let Some(ws) = accept_upgrade(stream, &policy, cap, Some(&shared.metrics)).await {
         run(ws, peer, shared).await;
     }
 }
 
+/// Reads a request head, bounded in size and time; a malformed one is
+/// answered with 400. `None` when the connection ended here.
+pub async fn read_request_head<S>(stream: &mut S) -> Option<(http::RequestHead, Vec<u8>)>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    match tokio::time::timeout(http::HEAD_TIMEOUT, http::read_head(stream)).await {
+        Ok(Ok(read)) => Some(read),
+        Ok(Err(http::HeadError::Malformed)) | Ok(Err(http::HeadError::TooLarge)) => {
+            let _ = stream
+                .write_all(http::response(400, "Bad Request").as_bytes())
+                .await;
+            None
+        }
+        _ => None,
+    }
+}
+
+/// Answers a request that is not upgraded and closes the connection: the
+/// decided status, or the exposition of `metrics` (404 without metrics, and
+/// for an upgrade).
+pub async fn answer<S>(stream: &mut S, decision: Decision, metrics: Option<&ExecMetrics>)
+where
+    S: AsyncWrite + Unpin,
+{
+    let text = match (decision, metrics) {
+        (Decision::Respond { status, reason }, _) => http::response(status, reason),
+        (Decision::Metrics, Some(metrics)) => crate::metrics::http_response(&metrics.render()),
+        (Decision::Metrics | Decision::Upgrade { .. }, _) => http::response(404, "Not Found"),
+    };
+    let _ = stream.write_all(text.as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
 /// The HTTP gate of every WebSocket listener: reads the request head
-/// (bounded in size and time), answers anything but an allowed upgrade with
-/// its status, and upgrades the rest to a WebSocket whose messages and
-/// frames are capped at `cap` bytes. `None` when the connection ended here.
+/// (bounded in size and time), answers anything but an allowed upgrade
+/// (`GET /metrics` from `metrics`), and upgrades the rest to a WebSocket
+/// whose messages and frames are capped at `cap` bytes. `None` when the
+/// connection ended here.
 pub async fn accept_upgrade<S>(
     mut stream: S,
     policy: &AccessPolicy,
     cap: usize,
+    metrics: Option<&ExecMetrics>,
 ) -> Option<WebSocketStream<S>>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let (head, leftover) =
-        match tokio::time::timeout(http::HEAD_TIMEOUT, http::read_head(&mut stream)).await {
-            Ok(Ok(read)) => read,
-            Ok(Err(http::HeadError::Malformed)) | Ok(Err(http::HeadError::TooLarge)) => {
-                let _ = stream
-                    .write_all(http::response(400, "Bad Request").as_bytes())
-                    .await;
-                return None;
-            }
-            _ => return None,
-        };
+    let (head, leftover) = read_request_head(&mut stream).await?;
     match http::decide(&head, policy) {
-        Decision::Respond { status, reason } => {
-            let _ = stream
-                .write_all(http::response(status, reason).as_bytes())
-                .await;
-            let _ = stream.shutdown().await;
-            None
-        }
         Decision::Upgrade { accept } => {
             stream
                 .write_all(http::switching_protocols(&accept).as_bytes())
@@ -88,6 +108,10 @@ where
                 WebSocketStream::from_partially_read(stream, leftover, Role::Server, Some(config))
                     .await;
             Some(ws)
+        }
+        decision => {
+            answer(&mut stream, decision, metrics).await;
+            None
         }
     }
 }
