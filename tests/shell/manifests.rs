@@ -2,11 +2,15 @@
 //! when installed, and always the built-in renderer of
 //! `scripts/check-manifests`, which must agree with it), every object
 //! validated offline against the Kubernetes schemas (kubernetes-validate,
-//! strict), the Pod Security `restricted` rules checked object by object,
-//! and the manifests' own command lines and Secret run for real: a
-//! rendezvous with the Secret's token file and the Deployment's flags, an
-//! executor with the executors' token and flags, and a command through them
-//! with the harness token.
+//! strict; the ServiceMonitor against the script's subset of its CRD), the
+//! Pod Security `restricted` rules checked object by object, the
+//! replicas, rollout, disruption budget, hashing and scraping settings, and
+//! the manifests' own command lines and Secret run for real: a rendezvous
+//! with the Secret's token file and the Deployment's flags, an executor
+//! with the executors' token and flags, a command through them with the
+//! harness token, and a scrape with the metrics token. The plain HAProxy
+//! and nginx configurations (`deploy/haproxy`, `deploy/nginx`) pass their
+//! own checkers (`haproxy -c`, `nginx -t`).
 
 use std::process::Command;
 
@@ -17,6 +21,8 @@ use serde_json::Value;
 
 const BASE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/kubernetes");
 const BUBBLEWRAP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/kubernetes/bubblewrap");
+const MONITORING: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/kubernetes/monitoring");
+const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy");
 
 /// The rendered and validated objects, or `None` (a loud skip) when the
 /// validator is not installed. CI installs it, so there a missing
@@ -118,9 +124,16 @@ fn the_manifests_are_valid_kubernetes_objects_under_pod_security() {
     let Some(bubblewrap) = check(BUBBLEWRAP, "builtin") else {
         return;
     };
+    let Some(monitoring) = check(MONITORING, "builtin") else {
+        return;
+    };
     if have_kubectl() {
         // The built-in renderer is only trusted because it agrees with kustomize.
-        for (directory, built) in [(BASE, &base), (BUBBLEWRAP, &bubblewrap)] {
+        for (directory, built) in [
+            (BASE, &base),
+            (BUBBLEWRAP, &bubblewrap),
+            (MONITORING, &monitoring),
+        ] {
             let by_kubectl = check(directory, "kubectl").expect("validator present");
             assert_eq!(sorted(by_kubectl), sorted(built.clone()), "{directory}");
         }
@@ -138,10 +151,25 @@ fn the_manifests_are_valid_kubernetes_objects_under_pod_security() {
         }
     }
 
-    // The rendezvous: one replica, ready on /readyz at the port it listens on.
+    // The rendezvous: replicas rolled one at a time without dropping below
+    // the count, at least one kept through voluntary disruptions, ready on
+    // /readyz at the port it listens on.
     let rendezvous = find(&base, "Deployment", "codexbox-rendezvous");
-    assert_eq!(rendezvous["spec"]["replicas"], 1);
-    assert_eq!(rendezvous["spec"]["strategy"]["type"], "Recreate");
+    assert!(rendezvous["spec"]["replicas"].as_u64() >= Some(2));
+    let strategy = &rendezvous["spec"]["strategy"];
+    assert_eq!(strategy["type"], "RollingUpdate");
+    assert_eq!(strategy["rollingUpdate"]["maxSurge"], 1);
+    assert!(
+        [0, 1].contains(
+            &strategy["rollingUpdate"]["maxUnavailable"]
+                .as_u64()
+                .unwrap_or(9)
+        ),
+        "{strategy}"
+    );
+    let budget = find(&base, "PodDisruptionBudget", "codexbox-rendezvous");
+    assert_eq!(budget["spec"]["minAvailable"], 1);
+    assert_eq!(budget["spec"]["selector"], rendezvous["spec"]["selector"]);
     let pod = &rendezvous["spec"]["template"]["spec"];
     assert_restricted(pod, "rendezvous", true);
     let container = &pod["containers"][0];
@@ -150,17 +178,99 @@ fn the_manifests_are_valid_kubernetes_objects_under_pod_security() {
     assert_eq!(flag(&args, "--listen"), Some("0.0.0.0:8080"));
     assert_eq!(container["ports"][0]["containerPort"], 8080);
     assert_eq!(container["ports"][0]["name"], "http");
-    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
-    assert_eq!(container["readinessProbe"]["httpGet"]["port"], "http");
+    for probe in ["readinessProbe", "livenessProbe"] {
+        assert_eq!(container[probe]["httpGet"]["path"], "/readyz", "{probe}");
+        assert_eq!(container[probe]["httpGet"]["port"], "http", "{probe}");
+    }
+    // Every replica signs with the key of one Secret, mounted as a file.
+    assert_eq!(
+        flag(&args, "--signing-key-file"),
+        Some("/etc/codexbox/signing-key")
+    );
+    let mounted = |path: &str| {
+        let mount = container["volumeMounts"]
+            .as_array()
+            .expect("mounts")
+            .iter()
+            .find(|m| m["mountPath"] == path)
+            .unwrap_or_else(|| panic!("nothing mounted at {path}"));
+        let volume = pod["volumes"]
+            .as_array()
+            .expect("volumes")
+            .iter()
+            .find(|v| v["name"] == mount["name"])
+            .expect("the mount's volume");
+        let secret = &volume["secret"];
+        let found = find(
+            &base,
+            "Secret",
+            secret["secretName"].as_str().expect("secret"),
+        );
+        for item in secret["items"].as_array().expect("items") {
+            assert!(found["stringData"]
+                .get(item["key"].as_str().expect("key"))
+                .is_some());
+        }
+        (mount.clone(), secret.clone())
+    };
+    let (key_mount, key_secret) = mounted("/etc/codexbox/signing-key");
+    assert_eq!(key_mount["subPath"], key_secret["items"][0]["path"]);
+    let tokens_path = flag(&args, "--tokens").expect("--tokens");
+    let (tokens_dir, tokens_file) = tokens_path.rsplit_once('/').expect("a path");
+    let (_, tokens_secret) = mounted(tokens_dir);
+    assert_eq!(tokens_secret["items"][0]["path"], tokens_file);
+    // Scraped: by annotation, and by the ServiceMonitor with the metrics token.
+    let annotations = &rendezvous["spec"]["template"]["metadata"]["annotations"];
+    assert_eq!(annotations["prometheus.io/scrape"], "true");
+    assert_eq!(annotations["prometheus.io/path"], "/metrics");
+    assert_eq!(
+        annotations["prometheus.io/port"],
+        container["ports"][0]["containerPort"].to_string()
+    );
+    let monitor = find(&monitoring, "ServiceMonitor", "codexbox-rendezvous");
+    assert_eq!(monitor["metadata"]["namespace"], "codexbox");
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!(endpoint["port"], "http");
+    assert_eq!(endpoint["path"], "/metrics");
+    let credentials = &endpoint["authorization"]["credentials"];
+    let tokens = find(&base, "Secret", credentials["name"].as_str().expect("name"));
+    let metrics_token = tokens["stringData"][credentials["key"].as_str().expect("key")]
+        .as_str()
+        .expect("the metrics token");
+    assert!(
+        tokens["stringData"]["tokens"]
+            .as_str()
+            .expect("tokens")
+            .lines()
+            .any(|line| line.split_whitespace().collect::<Vec<_>>()
+                == [metrics_token, "*", "metrics"]),
+        "no `* metrics` line for the ServiceMonitor's token"
+    );
     let service = find(&base, "Service", "codexbox-rendezvous");
     assert_eq!(
         service["spec"]["selector"],
         rendezvous["spec"]["selector"]["matchLabels"]
     );
+    assert_eq!(
+        monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"],
+        service["metadata"]["labels"]["app.kubernetes.io/name"]
+    );
+    assert_eq!(service["spec"]["ports"][0]["name"], "http");
     assert_eq!(service["spec"]["ports"][0]["targetPort"], "http");
     let public = flag(&args, "--public-url").expect("--public-url");
     assert!(public.starts_with("https://"), "{public}");
     let ingress = find(&base, "Ingress", "codexbox-rendezvous");
+    // ingress-nginx hashes on the variable the snippet sets to the first
+    // three path segments.
+    let ingress_annotations = &ingress["metadata"]["annotations"];
+    let hashed = ingress_annotations["nginx.ingress.kubernetes.io/upstream-hash-by"]
+        .as_str()
+        .expect("upstream-hash-by");
+    let snippet = ingress_annotations["nginx.ingress.kubernetes.io/configuration-snippet"]
+        .as_str()
+        .expect("configuration-snippet");
+    assert!(snippet.contains(&format!("set {hashed} $1;")), "{snippet}");
+    assert!(snippet.contains(r#""^(/[^/]*/[^/]*/[^/]*)""#), "{snippet}");
     assert_eq!(
         format!(
             "https://{}",
@@ -270,6 +380,8 @@ fn the_manifests_command_lines_and_secret_work_together() {
             ("--listen", None),
             ("--tokens", Some(tokens.display().to_string())),
             ("--public-url", None),
+            // The replicas' shared key; one replica here makes its own.
+            ("--signing-key-file", None),
         ],
     );
     let rendezvous_args: Vec<&str> = rendezvous_args.iter().map(String::as_str).collect();
@@ -326,4 +438,129 @@ fn the_manifests_command_lines_and_secret_work_together() {
         None,
     );
     assert_eq!(without.code, 255, "{without:?}");
+    // Prometheus's token reads the figures.
+    let metrics_token = secret["stringData"]["metrics-token"]
+        .as_str()
+        .expect("metrics token");
+    let page = crate::common::metrics::scrape(rendezvous.addr(), Some(metrics_token));
+    assert_eq!(
+        page.value(
+            "codexbox_rendezvous_registry_calls_total",
+            &[("call", "register"), ("result", "ok")]
+        ),
+        1.0
+    );
+}
+
+/// `tests/data/tls` as PEM files in `dir`: (certificate, key, both).
+fn pem_files(dir: &std::path::Path) -> [std::path::PathBuf; 3] {
+    use base64::Engine as _;
+    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/tls");
+    let pem = |label: &str, file: &str| {
+        let der = std::fs::read(format!("{data}/{file}")).expect("read DER");
+        let text = base64::engine::general_purpose::STANDARD.encode(der);
+        let lines: Vec<&str> = text
+            .as_bytes()
+            .chunks(64)
+            .map(|c| std::str::from_utf8(c).expect("base64"))
+            .collect();
+        format!(
+            "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
+            lines.join("\n")
+        )
+    };
+    let (cert, key) = (
+        pem("CERTIFICATE", "server.der"),
+        pem("PRIVATE KEY", "server.key.der"),
+    );
+    let paths = [
+        dir.join("cert.pem"),
+        dir.join("key.pem"),
+        dir.join("both.pem"),
+    ];
+    for (path, text) in paths.iter().zip([cert.clone(), key.clone(), cert + &key]) {
+        std::fs::write(path, text).expect("write PEM");
+    }
+    paths
+}
+
+/// Whether `program` runs (a loud skip otherwise; CI installs both).
+fn installed(program: &str, version_flag: &str) -> bool {
+    let found = Command::new(program)
+        .arg(version_flag)
+        .output()
+        .map(|_| ())
+        .map_err(|err| format!("{program}: {err}"));
+    crate::common::host::host_has(program, found)
+}
+
+#[test]
+fn the_plain_load_balancer_configurations_pass_their_checkers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let [cert, key, both] = pem_files(dir.path());
+    if installed("haproxy", "-v") {
+        let text = std::fs::read_to_string(format!("{DEPLOY}/haproxy/haproxy.cfg")).expect("read");
+        for line in [
+            "balance uri depth 3",
+            "hash-type consistent",
+            "timeout tunnel",
+            "http-check send meth GET uri /readyz",
+        ] {
+            assert!(text.contains(line), "haproxy.cfg lacks {line:?}");
+        }
+        let config = dir.path().join("haproxy.cfg");
+        let text = text.replace(
+            "/etc/haproxy/certs/codexbox.example.com.pem",
+            both.to_str().expect("utf-8"),
+        );
+        std::fs::write(&config, text).expect("write");
+        let out = Command::new("haproxy")
+            .arg("-c")
+            .arg("-f")
+            .arg(&config)
+            .output()
+            .expect("haproxy");
+        assert!(
+            out.status.success(),
+            "haproxy -c: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    if installed("nginx", "-v") {
+        let text = std::fs::read_to_string(format!("{DEPLOY}/nginx/nginx.conf")).expect("read");
+        for line in [
+            "hash $codexbox_environment consistent;",
+            "proxy_set_header Upgrade $http_upgrade;",
+            "proxy_read_timeout",
+        ] {
+            assert!(text.contains(line), "nginx.conf lacks {line:?}");
+        }
+        let config = dir.path().join("nginx.conf");
+        let text = text
+            .replace(
+                "/etc/nginx/certs/codexbox.example.com.crt",
+                cert.to_str().expect("utf-8"),
+            )
+            .replace(
+                "/etc/nginx/certs/codexbox.example.com.key",
+                key.to_str().expect("utf-8"),
+            )
+            .replace(
+                "/run/nginx-codexbox.pid",
+                dir.path().join("nginx.pid").to_str().expect("utf-8"),
+            );
+        std::fs::write(&config, text).expect("write");
+        let out = Command::new("nginx")
+            .args(["-t", "-q", "-e", "stderr", "-p"])
+            .arg(dir.path())
+            .arg("-c")
+            .arg(&config)
+            .output()
+            .expect("nginx");
+        assert!(
+            out.status.success(),
+            "nginx -t: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
