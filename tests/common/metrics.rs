@@ -66,6 +66,28 @@ pub fn scrape(addr: SocketAddr, token: Option<&str>) -> Exposition {
     Exposition::parse(body)
 }
 
+/// Scrapes `addr` until `done` holds for the page (bounded by [`WAIT`]):
+/// figures some task updates after the event a test waited for.
+pub fn scrape_until(
+    addr: SocketAddr,
+    token: Option<&str>,
+    done: impl Fn(&Exposition) -> bool,
+) -> Exposition {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let page = scrape(addr, token);
+        if done(&page) {
+            return page;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the figures never settled:\n{}",
+            page.text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// A parsed exposition.
 #[derive(Debug)]
 pub struct Exposition {

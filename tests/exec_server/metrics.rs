@@ -7,11 +7,10 @@
 //! without a token is refused at start.
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
 
-use crate::common::client::{sh, start_params, Raw, Server, WAIT};
+use crate::common::client::{sh, start_params, Raw, Server};
 use crate::common::fs::{canonical, restricted, sandbox, sandbox_available, special, workdir};
-use crate::common::metrics::{get, scrape, Exposition};
+use crate::common::metrics::{get, scrape, scrape_until, Exposition};
 use crate::common::relay::{Executor, Rendezvous};
 use crate::common::shell::run;
 use serde_json::json;
@@ -24,27 +23,6 @@ const RESUMES: &str = "codexbox_exec_session_resumes_total";
 
 fn addr_of(server: &Server) -> SocketAddr {
     server.addr().parse().expect("IP:PORT")
-}
-
-/// Scrapes until `done` holds (bounded by [`WAIT`]).
-fn scrape_until(
-    addr: SocketAddr,
-    token: Option<&str>,
-    done: impl Fn(&Exposition) -> bool,
-) -> Exposition {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let page = scrape(addr, token);
-        if done(&page) {
-            return page;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the figures never settled:\n{}",
-            page.text()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn exited(page: &Exposition, result: &str) -> f64 {

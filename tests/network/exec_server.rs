@@ -298,7 +298,7 @@ async fn a_sandboxed_process_with_enforced_managed_network_reaches_only_its_prox
 
 #[tokio::test]
 async fn proxy_decisions_are_counted_in_the_metrics() {
-    use crate::common::metrics::scrape;
+    use crate::common::metrics::scrape_until;
     let origin = Origin::start();
     let server = server();
     let addr: std::net::SocketAddr = server.addr().parse().expect("IP:PORT");
@@ -322,16 +322,10 @@ async fn proxy_decisions_are_counted_in_the_metrics() {
     assert_eq!(result["networkDenials"][0]["host"], "blocked.test");
     assert_eq!(origin.heads.lock().unwrap().len(), 1);
     let name = "codexbox_exec_proxy_decisions_total";
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let page = loop {
-        let page = scrape(addr, None);
-        let total =
-            page.value(name, &[("decision", "allow")]) + page.value(name, &[("decision", "deny")]);
-        if total >= 2.0 || Instant::now() > deadline {
-            break page;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let page = scrape_until(addr, None, |page| {
+        page.value(name, &[("decision", "allow")]) + page.value(name, &[("decision", "deny")])
+            >= 2.0
+    });
     assert_eq!(
         page.value(name, &[("decision", "allow")]),
         1.0,

@@ -4,8 +4,7 @@
 //! only the tokens it names read it: a `* metrics` line of a token file,
 //! or else one of the tokens it generated for the user's own peers.
 
-use crate::common::client::WAIT;
-use crate::common::metrics::{get, request, scrape, Exposition};
+use crate::common::metrics::{get, request, scrape, scrape_until, Exposition};
 use crate::common::relay::{Executor, Rendezvous};
 use crate::common::shell::run;
 
@@ -14,27 +13,6 @@ const HANDSHAKE_FAILURES: &str = "codexbox_rendezvous_handshake_failures_total";
 
 fn calls(page: &Exposition, call: &str, result: &str) -> f64 {
     page.value(CALLS, &[("call", call), ("result", result)])
-}
-
-/// Polls until `done` holds for a fresh scrape (bounded by [`WAIT`]).
-fn scrape_until(
-    rendezvous: &Rendezvous,
-    token: Option<&str>,
-    done: impl Fn(&Exposition) -> bool,
-) -> Exposition {
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
-        let page = scrape(rendezvous.addr(), token);
-        if done(&page) {
-            return page;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the figures never settled:\n{}",
-            page.text()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
 }
 
 /// The harness token the rendezvous generated and published.
@@ -58,7 +36,7 @@ fn the_rendezvous_counts_registrations_streams_and_refusals() {
     assert_eq!(calls(&empty, "register", "ok"), 0.0);
 
     let _executor = Executor::start(&rendezvous.url, "env-m", &[], &[]);
-    let registered = scrape_until(&rendezvous, token, |page| {
+    let registered = scrape_until(rendezvous.addr(), token, |page| {
         page.value("codexbox_rendezvous_executors_connected", &[]) == 1.0
     });
     assert_eq!(calls(&registered, "register", "ok"), 1.0);
@@ -83,7 +61,7 @@ fn the_rendezvous_counts_registrations_streams_and_refusals() {
     assert_eq!(through.code, 0, "{through:?}");
     assert_eq!(through.stdout_text(), "hello");
     // The harness is gone once its stream is: nothing active or held.
-    let after = scrape_until(&rendezvous, token, |page| {
+    let after = scrape_until(rendezvous.addr(), token, |page| {
         page.value("codexbox_rendezvous_streams", &[("state", "active")]) == 0.0
             && page.value("codexbox_rendezvous_streams", &[("state", "held")]) == 0.0
     });
