@@ -178,6 +178,9 @@ impl Server {
             });
         }
         let status = wait_exit(&mut child);
+        // The server is gone, but its stderr may still be on its way to
+        // the reader: wait for the end of it before quoting it.
+        let _ = stderr_done.recv_timeout(WAIT);
         Err(format!(
             "argv {what}: first stdout line {line:?}, status {status:?}, stderr:\n{}",
             stderr_text(&stderr)
