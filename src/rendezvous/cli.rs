@@ -78,6 +78,15 @@ struct Args {
     /// How long a reliable stream waits for a lost side to come back.
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     resume_hold_secs: u64,
+    /// The URL signing key, shared by every replica of a fleet: a private
+    /// file (not readable by other users) holding at least 32 random bytes,
+    /// as base64 text or raw. Without it a key is made at start.
+    #[arg(long, value_name = "PATH")]
+    signing_key_file: Option<PathBuf>,
+    /// Registrations admitted per second (more get 429 with Retry-After);
+    /// 0 admits every one.
+    #[arg(long, value_name = "N", default_value_t = super::DEFAULT_REGISTRATIONS_PER_SEC)]
+    max_registrations_per_sec: u32,
     /// Log line format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -137,6 +146,8 @@ fn build_config(args: &Args) -> Result<RendezvousConfig, String> {
     config.limits.claim_ttl = Duration::from_secs(args.claim_ttl_secs);
     config.limits.environment_ttl = Duration::from_secs(args.environment_ttl_secs);
     config.limits.resume_hold = Duration::from_secs(args.resume_hold_secs);
+    config.signing_key_file = args.signing_key_file.clone();
+    config.max_registrations_per_sec = args.max_registrations_per_sec;
     Ok(config)
 }
 

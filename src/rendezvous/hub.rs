@@ -295,15 +295,35 @@ impl Hub {
         self.next_epoch.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Records a registration (replacing the previous one). Until its
+    /// Records a registration of `executor_key` and returns its id. The
+    /// same key registering again (the executor's periodic re-registration)
+    /// keeps its id, so its socket, streams and handed-out bundles stay
+    /// valid; another key replaces it under an id from `new_id`. Until its
     /// executor connects, the environment counts as offline from now.
-    pub fn register(&self, environment_id: &str, registration: Registration) {
+    pub fn register(
+        &self,
+        environment_id: &str,
+        executor_key: NoisePublicKey,
+        new_id: impl FnOnce() -> String,
+    ) -> String {
         let mut environments = lock(&self.environments);
         let env = environments.entry(environment_id.to_owned()).or_default();
-        env.registration = Some(registration);
+        if let Some(current) = env
+            .registration
+            .as_ref()
+            .filter(|current| current.executor_key == executor_key)
+        {
+            return current.id.clone();
+        }
+        let id = new_id();
+        env.registration = Some(Registration {
+            id: id.clone(),
+            executor_key,
+        });
         if env.executor.is_none() {
             env.offline_since = Some(Instant::now());
         }
+        id
     }
 
     /// The current registration of an environment.
@@ -1027,17 +1047,21 @@ mod tests {
     #[test]
     fn environments_without_an_executor_are_forgotten() {
         let hub = hub();
-        let registration = || Registration {
-            id: "reg".into(),
-            executor_key: NoisePublicKey {
-                suite: String::new(),
-                x25519_public_key: String::new(),
-                mlkem768_public_key: String::new(),
-            },
+        let key = |x: &str| NoisePublicKey {
+            suite: String::new(),
+            x25519_public_key: x.into(),
+            mlkem768_public_key: String::new(),
         };
-        hub.register("never", registration());
-        hub.register("live", registration());
-        hub.register("gone", registration());
+        for env in ["never", "live", "gone"] {
+            hub.register(env, key("a"), || "reg".into());
+        }
+        // The same key again keeps its registration; another key replaces it.
+        assert_eq!(hub.register("live", key("a"), || "reg-2".into()), "reg");
+        assert_eq!(hub.register("never", key("b"), || "reg-3".into()), "reg-3");
+        assert_eq!(
+            hub.registration("never").map(|r| r.id).as_deref(),
+            Some("reg-3")
+        );
         let (live, _) = link(&hub);
         let (gone, _) = link(&hub);
         hub.executor_connected("live", live);

@@ -17,6 +17,7 @@ pub mod admission;
 pub mod auth;
 pub mod cli;
 pub mod hub;
+pub mod rate;
 pub mod registry;
 pub mod signing;
 pub mod socket;
@@ -44,6 +45,8 @@ use socket::SocketRole;
 
 /// Largest registry request body.
 const MAX_BODY_BYTES: usize = 64 * 1024;
+/// Registrations admitted per second unless told otherwise.
+pub const DEFAULT_REGISTRATIONS_PER_SEC: u32 = 1000;
 /// How long the 408 answer to a request past its deadline may take to send.
 const LATE_ANSWER_GRACE: Duration = Duration::from_secs(1);
 
@@ -69,6 +72,10 @@ pub struct RendezvousConfig {
     /// Largest relay WebSocket message.
     pub max_frame_bytes: usize,
     pub limits: HubLimits,
+    /// The signing key every replica shares (`None`: made at start).
+    pub signing_key_file: Option<PathBuf>,
+    /// Registrations admitted per second (0: no limit).
+    pub max_registrations_per_sec: u32,
 }
 
 impl RendezvousConfig {
@@ -93,6 +100,8 @@ impl RendezvousConfig {
                 claim_ttl: Duration::from_secs(30),
                 environment_ttl: Duration::from_secs(300),
             },
+            signing_key_file: None,
+            max_registrations_per_sec: DEFAULT_REGISTRATIONS_PER_SEC,
         }
     }
 }
@@ -110,6 +119,8 @@ pub enum RendezvousError {
     Tokens(#[from] auth::TokenFileError),
     #[error("cannot create the signing key: {0}")]
     Random(String),
+    #[error(transparent)]
+    SigningKey(#[from] signing::KeyFileError),
     #[error("--public-url must start with http:// or https://: `{0}`")]
     PublicUrl(String),
     #[error("cannot publish the executor and harness tokens: {0}; pass --tokens FILE, or --insecure-no-auth to serve without tokens")]
@@ -163,8 +174,12 @@ impl Rendezvous {
             Some(url) => ws_base(url).ok_or_else(|| RendezvousError::PublicUrl(url.clone()))?,
             None => format!("ws://{local}"),
         };
-        let signer =
-            signing::Signer::generate().map_err(|e| RendezvousError::Random(e.to_string()))?;
+        let signer = match &config.signing_key_file {
+            Some(path) => signing::Signer::from_key_file(path)?,
+            None => {
+                signing::Signer::generate().map_err(|e| RendezvousError::Random(e.to_string()))?
+            }
+        };
         let track_callers = file_tokens.is_some();
         let (tokens, published) = match file_tokens {
             Some(table) => (Some(table), Vec::new()),
@@ -182,6 +197,7 @@ impl Rendezvous {
             allowed_origins: config.allowed_origins.clone(),
             ws_base,
             url_ttl: config.url_ttl,
+            registrations: rate::RateLimit::new(config.max_registrations_per_sec),
         });
         Ok(Self {
             listener,
@@ -283,9 +299,11 @@ async fn reload_on_sighup(state: Arc<RegistryState>, path: Option<PathBuf>) {
 }
 
 async fn respond<S: AsyncWrite + Unpin>(stream: &mut S, answer: &Answer) {
-    let _ = stream
-        .write_all(http::json_response(answer.status, answer.reason, &answer.body).as_bytes())
-        .await;
+    let mut response = http::json_response(answer.status, answer.reason, &answer.body);
+    if let (Some(secs), Some(end_of_status)) = (answer.retry_after_secs, response.find("\r\n")) {
+        response.insert_str(end_of_status + 2, &format!("Retry-After: {secs}\r\n"));
+    }
+    let _ = stream.write_all(response.as_bytes()).await;
     let _ = stream.shutdown().await;
 }
 
@@ -392,6 +410,7 @@ where
             status: 200,
             reason: "OK",
             body,
+            retry_after_secs: None,
         };
         return finish(stream, ready).await;
     }

@@ -12,7 +12,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::auth::{Grant, Refusal, TokenTable, EVERY_ENVIRONMENT};
-use super::hub::{Hub, Registration};
+use super::hub::Hub;
+use super::rate::RateLimit;
 use super::signing::{Role, Signer, UrlGrant};
 use crate::relay::registry_api::{
     ConnectRequest, ConnectResponse, ErrorBody, RegisterRequest, RegisterResponse, RegistryCall,
@@ -39,6 +40,8 @@ pub struct RegistryState {
     pub ws_base: String,
     /// Lifetime of URLs and authorizations.
     pub url_ttl: Duration,
+    /// Registrations admitted per second (`--max-registrations-per-sec`).
+    pub registrations: RateLimit,
 }
 
 /// An HTTP answer: status, reason and JSON body.
@@ -47,6 +50,8 @@ pub struct Answer {
     pub status: u16,
     pub reason: &'static str,
     pub body: String,
+    /// Seconds for a `Retry-After` header (a 429).
+    pub retry_after_secs: Option<u64>,
 }
 
 impl Answer {
@@ -55,6 +60,7 @@ impl Answer {
             status: 200,
             reason: "OK",
             body: serde_json::to_string(value).unwrap_or_else(|_| "{}".into()),
+            retry_after_secs: None,
         }
     }
 
@@ -65,9 +71,31 @@ impl Answer {
             reason,
             body: serde_json::to_string(&ErrorBody::new(code, message))
                 .unwrap_or_else(|_| "{}".into()),
+            retry_after_secs: None,
+        }
+    }
+
+    /// 429 `rate_limited`, to be tried again after `wait` (whole seconds,
+    /// at least one).
+    fn rate_limited(wait: Duration) -> Self {
+        let secs = wait
+            .as_secs()
+            .saturating_add(u64::from(wait.subsec_nanos() > 0))
+            .max(1);
+        Self {
+            retry_after_secs: Some(secs),
+            ..Self::error(
+                429,
+                "Too Many Requests",
+                RATE_LIMITED,
+                "too many registrations at once; try again after Retry-After seconds",
+            )
         }
     }
 }
+
+/// The 429 error code of a registration refused by the admission rate.
+pub const RATE_LIMITED: &str = "rate_limited";
 
 /// Unix seconds now.
 pub fn unix_now() -> u64 {
@@ -135,6 +163,10 @@ impl RegistryState {
                 .filter(|_| self.track_callers)
                 .map(|token| self.signer.caller_id(token))
         });
+        drop(tokens);
+        if call == RegistryCall::Register {
+            self.registrations.take().map_err(Answer::rate_limited)?;
+        }
         Ok(AdmittedCall {
             environment_id: environment_id.to_owned(),
             call,
@@ -213,14 +245,11 @@ impl RegistryState {
             ));
         }
         request.executor_public_key.decode().map_err(invalid_key)?;
-        let registration_id = format!("reg-{}", uuid::Uuid::new_v4());
-        self.hub.register(
-            environment_id,
-            Registration {
-                id: registration_id.clone(),
-                executor_key: request.executor_public_key,
-            },
-        );
+        let registration_id =
+            self.hub
+                .register(environment_id, request.executor_public_key, || {
+                    format!("reg-{}", uuid::Uuid::new_v4())
+                });
         tracing::info!(environment = %environment_id, registration = %registration_id, "executor registered");
         let grant = UrlGrant {
             role: Role::Environment,

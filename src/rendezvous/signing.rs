@@ -3,7 +3,13 @@
 //! caller, expiry) and harness key authorizations (bound to the harness key, the
 //! environment and the executor registration). HMAC-SHA256 under a key made
 //! at start-up, so a restart invalidates every URL (executors re-register
-//! on the 401, harnesses fetch a new bundle).
+//! on the 401, harnesses fetch a new bundle), or read from a key file that
+//! every replica of a fleet shares, so any replica verifies what another
+//! signed.
+
+use std::io::Read as _;
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
@@ -53,9 +59,33 @@ pub enum SignatureError {
     Expired,
 }
 
+/// Fewest key bytes a signing key file must hold.
+pub const MIN_KEY_BYTES: usize = 32;
+/// Largest signing key file read.
+const MAX_KEY_FILE_BYTES: u64 = 4096;
+
+/// Why a signing key file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyFileError {
+    #[error("cannot read the signing key file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the signing key file {path} is not a regular file")]
+    NotAFile { path: PathBuf },
+    #[error("the signing key file {path} may be read by other users (mode {mode:o}); make it private, e.g. chmod 600")]
+    Readable { path: PathBuf, mode: u32 },
+    #[error("the signing key file {path} is larger than {MAX_KEY_FILE_BYTES} bytes")]
+    TooLarge { path: PathBuf },
+    #[error("the signing key in {path} has {bytes} bytes; it needs at least {MIN_KEY_BYTES} (e.g. `head -c 32 /dev/urandom | base64 > {path}`)")]
+    Short { path: PathBuf, bytes: usize },
+}
+
 /// Signs and checks.
 pub struct Signer {
-    key: [u8; 32],
+    key: Vec<u8>,
 }
 
 impl std::fmt::Debug for Signer {
@@ -66,6 +96,39 @@ impl std::fmt::Debug for Signer {
 
 fn b64url() -> &'static base64::engine::GeneralPurpose {
     &base64::engine::general_purpose::URL_SAFE_NO_PAD
+}
+
+/// The key a key file holds: its base64 text decoded, else its raw bytes.
+fn decode_key(contents: &[u8]) -> Vec<u8> {
+    let text = contents.trim_ascii();
+    let unpadded = text
+        .strip_suffix(b"==")
+        .or_else(|| text.strip_suffix(b"="))
+        .unwrap_or(text);
+    let engines = [
+        base64::engine::general_purpose::STANDARD_NO_PAD,
+        base64::engine::general_purpose::URL_SAFE_NO_PAD,
+    ];
+    engines
+        .iter()
+        .find_map(|engine| engine.decode(unpadded).ok())
+        .filter(|decoded| !decoded.is_empty())
+        .unwrap_or_else(|| contents.to_vec())
+}
+
+/// Percent-encodes a path segment: every byte that would end or split it
+/// (`/`, `?`, `#`), and every byte outside printable ASCII; `%` itself
+/// stays, so a segment that arrived in a request path comes out as it came.
+pub fn path_segment(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if byte.is_ascii_graphic() && !matches!(byte, b'/' | b'?' | b'#') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
 }
 
 /// Percent-encodes a query value (unreserved characters stay).
@@ -103,8 +166,55 @@ pub fn query_pairs(query: &str) -> Vec<(String, String)> {
 impl Signer {
     /// A signer with a fresh random key.
     pub fn generate() -> Result<Self, getrandom::Error> {
-        let mut key = [0u8; 32];
+        let mut key = vec![0u8; MIN_KEY_BYTES];
         getrandom::fill(&mut key)?;
+        Ok(Self { key })
+    }
+
+    /// A signer with the key of a file every replica shares: base64 text
+    /// (standard or URL-safe alphabet, padding optional, surrounding
+    /// whitespace ignored) of at least [`MIN_KEY_BYTES`] bytes, or else the
+    /// file's raw bytes, at least as many. The file must be a regular file
+    /// that other users cannot read.
+    pub fn from_key_file(path: &Path) -> Result<Self, KeyFileError> {
+        let read_error = |source| KeyFileError::Read {
+            path: path.to_owned(),
+            source,
+        };
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+            .map_err(read_error)?;
+        let metadata = file.metadata().map_err(read_error)?;
+        if !metadata.is_file() {
+            return Err(KeyFileError::NotAFile {
+                path: path.to_owned(),
+            });
+        }
+        let mode = metadata.mode() & 0o7777;
+        if mode & 0o007 != 0 {
+            return Err(KeyFileError::Readable {
+                path: path.to_owned(),
+                mode,
+            });
+        }
+        let mut contents = Vec::new();
+        file.take(MAX_KEY_FILE_BYTES + 1)
+            .read_to_end(&mut contents)
+            .map_err(read_error)?;
+        if contents.len() as u64 > MAX_KEY_FILE_BYTES {
+            return Err(KeyFileError::TooLarge {
+                path: path.to_owned(),
+            });
+        }
+        let key = decode_key(&contents);
+        if key.len() < MIN_KEY_BYTES {
+            return Err(KeyFileError::Short {
+                path: path.to_owned(),
+                bytes: key.len(),
+            });
+        }
         Ok(Self { key })
     }
 
@@ -138,7 +248,10 @@ impl Signer {
         b64url().encode(digest.get(..16).unwrap_or_default())
     }
 
-    /// `{base}/relay?role=…&env=…&reg=…[&hk=…][&cl=…]&exp=…&sig=…`.
+    /// `{base}/cloud/environment/{id}/relay?role=…&env=…&reg=…[&hk=…][&cl=…]&exp=…&sig=…`:
+    /// the path begins as the environment's registry calls do, so a load
+    /// balancer hashing on the first three path segments sends the relay
+    /// sockets to the replica that holds the environment.
     pub fn url(&self, ws_base: &str, grant: &UrlGrant, expires_at: u64) -> String {
         let exp = expires_at.to_string();
         let hk = grant.harness_key.as_deref().unwrap_or("");
@@ -152,7 +265,8 @@ impl Signer {
             &exp,
         ]);
         let mut url = format!(
-            "{ws_base}/relay?role={}&env={}&reg={}",
+            "{ws_base}/cloud/environment/{}/relay?role={}&env={}&reg={}",
+            path_segment(&grant.environment_id),
             grant.role.as_str(),
             percent_encode(&grant.environment_id),
             percent_encode(&grant.registration_id)
@@ -290,7 +404,7 @@ mod tests {
         };
         let url = s.url("ws://h:1", &grant, 100);
         assert!(url.starts_with(
-            "ws://h:1/relay?role=harness&env=env%201&reg=reg-1&hk=KEY&cl=CALLER&exp=100&sig="
+            "ws://h:1/cloud/environment/env%201/relay?role=harness&env=env%201&reg=reg-1&hk=KEY&cl=CALLER&exp=100&sig="
         ));
         assert_eq!(s.verify_url(query(&url), 99), Ok(grant));
         assert_eq!(s.verify_url(query(&url), 100), Err(SignatureError::Expired));
@@ -372,6 +486,107 @@ mod tests {
         assert_ne!(s.caller_id("tok"), s.caller_id("tok2"));
         assert_ne!(s.caller_id("tok"), signer().caller_id("tok"));
         assert!(!s.caller_id("tok").contains("tok"));
+    }
+
+    fn key_file(dir: &Path, name: &str, contents: &[u8], mode: u32) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt as _;
+        let path = dir.join(name);
+        std::fs::write(&path, contents).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        path
+    }
+
+    #[test]
+    fn replicas_with_one_key_file_verify_each_others_signatures() {
+        let dir = tempfile::tempdir().unwrap();
+        let base64_key = base64::engine::general_purpose::STANDARD.encode([7u8; 32]);
+        let shared = key_file(dir.path(), "k", format!("{base64_key}\n").as_bytes(), 0o600);
+        let (a, b) = (
+            Signer::from_key_file(&shared).unwrap(),
+            Signer::from_key_file(&shared).unwrap(),
+        );
+        let grant = UrlGrant {
+            role: Role::Harness,
+            environment_id: "env".into(),
+            registration_id: "reg".into(),
+            harness_key: Some("KEY".into()),
+            caller: None,
+        };
+        let url = a.url("ws://h", &grant, 100);
+        assert_eq!(b.verify_url(query(&url), 1), Ok(grant));
+        let authorization = a.authorization("env", "reg", "KEY", 100);
+        assert!(b
+            .verify_authorization(&authorization, "env", "reg", "KEY", 1)
+            .is_ok());
+        assert_eq!(a.caller_id("tok"), b.caller_id("tok"));
+        // The same key as raw bytes is the same key.
+        let raw = key_file(dir.path(), "raw", &[7u8; 32], 0o400);
+        let c = Signer::from_key_file(&raw).unwrap();
+        assert_eq!(
+            c.verify_url(query(&url), 1).map(|g| g.role),
+            Ok(Role::Harness)
+        );
+        // Another key refuses both.
+        let other = key_file(dir.path(), "other", &[8u8; 40], 0o600);
+        let d = Signer::from_key_file(&other).unwrap();
+        assert_eq!(d.verify_url(query(&url), 1), Err(SignatureError::Forged));
+        assert_eq!(
+            d.verify_authorization(&authorization, "env", "reg", "KEY", 1),
+            Err(SignatureError::Forged)
+        );
+    }
+
+    #[test]
+    fn key_files_others_may_read_short_keys_and_non_files_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let readable = key_file(dir.path(), "open", &[1u8; 32], 0o644);
+        assert!(matches!(
+            Signer::from_key_file(&readable),
+            Err(KeyFileError::Readable { mode: 0o644, .. })
+        ));
+        let short_text = base64::engine::general_purpose::STANDARD.encode([1u8; 31]);
+        let short = key_file(dir.path(), "short", short_text.as_bytes(), 0o600);
+        assert!(matches!(
+            Signer::from_key_file(&short),
+            Err(KeyFileError::Short { bytes: 31, .. })
+        ));
+        let empty = key_file(dir.path(), "empty", b"", 0o600);
+        assert!(matches!(
+            Signer::from_key_file(&empty),
+            Err(KeyFileError::Short { bytes: 0, .. })
+        ));
+        assert!(matches!(
+            Signer::from_key_file(dir.path()),
+            Err(KeyFileError::NotAFile { .. })
+        ));
+        assert!(matches!(
+            Signer::from_key_file(&dir.path().join("missing")),
+            Err(KeyFileError::Read { .. })
+        ));
+        let message = Signer::from_key_file(&readable).unwrap_err().to_string();
+        assert!(message.contains("chmod 600"), "{message}");
+    }
+
+    #[test]
+    fn relay_urls_begin_with_the_environments_registry_path() {
+        let s = signer();
+        for (id, segment) in [
+            ("env-1", "env-1"),
+            ("a b/c?d", "a%20b%2Fc%3Fd"),
+            ("x%41", "x%41"),
+        ] {
+            let grant = UrlGrant {
+                role: Role::Environment,
+                environment_id: id.into(),
+                registration_id: "reg".into(),
+                harness_key: None,
+                caller: None,
+            };
+            let url = s.url("ws://h/prefix", &grant, 100);
+            let expected = format!("ws://h/prefix/cloud/environment/{segment}/relay?");
+            assert!(url.starts_with(&expected), "{url}");
+            assert_eq!(s.verify_url(query(&url), 1), Ok(grant));
+        }
     }
 
     #[test]
