@@ -15,6 +15,14 @@
 //!
 //! Reliable streams (negotiated on the handshake) outlive the socket: they
 //! pause until the next one and then resume on it.
+//!
+//! For a fleet of rendezvous replicas behind a load balancer that hashes on
+//! the environment, the executor also registers again on a jittered timer:
+//! when the hash ring moves its environment to another replica, that
+//! replica answers with another registration id, and the executor moves
+//! its socket there. A registration the registry refuses for now (429
+//! `Retry-After`, and once serving also the network, 5xx, 408) is tried
+//! again after the wait it asked for plus the reconnect backoff's jitter.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,7 +39,7 @@ use super::channel::Channel;
 use super::frame::{Body, RelayMessageFrame, FEATURE_RELIABLE};
 use super::framing::{advertise, advertised, MessageLimits};
 use super::http_client::{redact, HttpError, HttpUrl};
-use super::noise::{prologue, NoiseError, NoiseIdentity, Responder};
+use super::noise::{prologue, NoiseError, NoiseIdentity, NoisePublicKey, Responder};
 use super::registry_api::RegisterResponse;
 use super::registry_client::{RegistryClient, RegistryError};
 use super::stream::{drive, LinkState, Outbox, Oversize, StreamIo};
@@ -59,6 +67,11 @@ pub const PEER_TIMEOUT: Duration = Duration::from_secs(60);
 pub const INITIAL_BACKOFF: Duration = Duration::from_millis(250);
 /// Longest reconnect delay.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Longest `Retry-After` honoured (a longer one is cut to this).
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+/// Default period of the re-registration timer (each wait is drawn
+/// uniformly from its second half).
+pub const DEFAULT_REGISTER_INTERVAL: Duration = Duration::from_secs(20);
 /// Frames queued for the socket writer.
 const SOCKET_OUTBOX: usize = 1024;
 /// Frames queued per stream before the demux refuses more.
@@ -133,6 +146,9 @@ struct Executor {
     registry: RegistryClient,
     identity: NoiseIdentity,
     registration: Mutex<RegisterResponse>,
+    /// Bumped when a re-registration moved the environment to another
+    /// registration (another replica): the socket moves to its URL.
+    moved: watch::Sender<u64>,
     streams: Mutex<HashMap<String, StreamHandle>>,
     link: watch::Sender<LinkState>,
     next_instance: AtomicU64,
@@ -162,31 +178,46 @@ enum Disconnect {
     ReadError,
     PongTimeout,
     LocalShutdown,
+    /// The environment's registration moved: the socket goes to its URL.
+    Moved,
 }
 
 /// Runs the executor until `shutdown` completes. A failed registration
 /// (at start-up or after a refused upgrade) is fatal, as with the reference.
 /// When `shutdown` asks for a drain, the rendezvous connection and the open
 /// streams stay up while new streams are refused, until the drain ends.
+/// `register_interval` is the period of the re-registration timer (`None`:
+/// register only at start and when the rendezvous refuses the URL).
 pub async fn run(
     shared: Shared,
     registry: RegistryClient,
+    register_interval: Option<Duration>,
     shutdown: impl std::future::Future<Output = impl Into<Stop>>,
 ) -> Result<(), ExecutorError> {
     let identity = NoiseIdentity::generate()?;
     let key = identity.public_key().encode();
-    let registration = registry.register(&key).await?;
+    let mut backoff = Backoff::new(INITIAL_BACKOFF, MAX_BACKOFF);
+    let registration = register(&registry, &key, &mut backoff, Retry::RateLimited).await?;
     tracing::info!(environment = %registration.environment_id, registration = %registration.executor_registration_id, "registered with the environment registry");
     let executor = Arc::new(Executor {
         shared,
         registry,
         identity,
         registration: Mutex::new(registration),
+        moved: watch::channel(0).0,
         streams: Mutex::new(HashMap::new()),
         link: watch::channel(None).0,
         next_instance: AtomicU64::new(1),
     });
-    let serving = connect_loop(executor.clone());
+    let serving = async {
+        match register_interval {
+            Some(period) => tokio::select! {
+                outcome = connect_loop(executor.clone()) => outcome,
+                never = register_periodically(executor.clone(), period) => match never {},
+            },
+            None => connect_loop(executor.clone()).await,
+        }
+    };
     tokio::pin!(serving);
     let stop: Stop = tokio::select! {
         outcome = &mut serving => return outcome,
@@ -203,6 +234,48 @@ pub async fn run(
     Ok(())
 }
 
+/// Which refusals of a registration are waited out rather than returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Retry {
+    /// Only "too many at once" (429): at start, where anything else is
+    /// fatal, as with the reference.
+    RateLimited,
+    /// Everything passing (the network, 5xx, 408, 429, `environment_offline`):
+    /// once serving, when a replica is lost or the fleet restarts.
+    Transient,
+}
+
+/// Registers `key`, waiting out the refusals `retry` names: after the
+/// registry's `Retry-After` (at most [`MAX_RETRY_AFTER`]) plus the
+/// backoff's jitter, so executors refused together come back spread out.
+async fn register(
+    registry: &RegistryClient,
+    key: &NoisePublicKey,
+    backoff: &mut Backoff,
+    retry: Retry,
+) -> Result<RegisterResponse, RegistryError> {
+    loop {
+        let err = match registry.register(key).await {
+            Ok(registration) => return Ok(registration),
+            Err(err) => err,
+        };
+        let waits = match retry {
+            Retry::RateLimited => err.is_rate_limited(),
+            Retry::Transient => err.is_retryable(),
+        };
+        if !waits {
+            return Err(err);
+        }
+        let told = err.retry_after().unwrap_or_default().min(MAX_RETRY_AFTER);
+        let wait = told + backoff.next_delay();
+        tracing::warn!(
+            "registration refused for now ({err}); trying again in {} ms",
+            wait.as_millis()
+        );
+        tokio::time::sleep(wait).await;
+    }
+}
+
 async fn connect_loop(executor: Arc<Executor>) -> Result<(), ExecutorError> {
     let mut backoff = Backoff::new(INITIAL_BACKOFF, MAX_BACKOFF);
     let mut generation = 0u64;
@@ -215,16 +288,54 @@ async fn connect_loop(executor: Arc<Executor>) -> Result<(), ExecutorError> {
                 tracing::info!(url = %redact(&url), "connected to the rendezvous");
                 let reason = serve_socket(&executor, ws, generation).await;
                 tracing::info!(?reason, "rendezvous connection ended");
+                if matches!(reason, Disconnect::Moved) {
+                    continue;
+                }
             }
             Err(DialError::Rejected(status)) if (400..500).contains(&status) => {
                 tracing::info!(status, "rendezvous refused the URL; registering again");
                 let key = executor.identity.public_key().encode();
-                let registration = executor.registry.register(&key).await?;
+                let registration =
+                    register(&executor.registry, &key, &mut backoff, Retry::Transient).await?;
                 *lock(&executor.registration) = registration;
             }
             Err(err) => tracing::warn!("cannot reach the rendezvous: {err}"),
         }
         backoff.wait().await;
+    }
+}
+
+/// Registers again every `period` (each wait drawn uniformly from its
+/// second half). The same registration id back means the same replica
+/// still holds the environment: only the URL is refreshed. Another id means
+/// the registry now places the environment elsewhere (the hash ring of a
+/// fleet moved): the socket is moved to the new URL. A failure is logged
+/// and tried at the next tick.
+async fn register_periodically(
+    executor: Arc<Executor>,
+    period: Duration,
+) -> std::convert::Infallible {
+    let mut jitter = Backoff::new(period / 2, period / 2);
+    let key = executor.identity.public_key().encode();
+    loop {
+        tokio::time::sleep(period / 2 + jitter.next_delay()).await;
+        let registration = match executor.registry.register(&key).await {
+            Ok(registration) => registration,
+            Err(err) => {
+                tracing::warn!("periodic registration failed: {err}");
+                continue;
+            }
+        };
+        let mut current = lock(&executor.registration);
+        let moved = current.executor_registration_id != registration.executor_registration_id;
+        *current = registration;
+        drop(current);
+        if moved {
+            tracing::info!(
+                "the registry placed this environment elsewhere; moving the rendezvous connection"
+            );
+            executor.moved.send_modify(|n| *n += 1);
+        }
     }
 }
 
@@ -248,9 +359,12 @@ async fn serve_socket(executor: &Arc<Executor>, ws: RelaySocket, generation: u64
     let (validated_tx, mut validated_rx) = mpsc::channel::<Validated>(MAX_PENDING_VALIDATIONS);
     let mut pending: HashMap<String, Pending> = HashMap::new();
     let mut next_validation = 0u64;
+    let mut moved = executor.moved.subscribe();
+    moved.mark_unchanged();
     let reason = loop {
         let message = tokio::select! {
             message = tokio::time::timeout(PEER_TIMEOUT, source.next()) => message,
+            _ = moved.changed() => break Disconnect::Moved,
             Some(done) = validated_rx.recv() => {
                 if !finish_handshake(executor, &outbox, &mut pending, done, generation) {
                     break Disconnect::LocalShutdown;

@@ -132,6 +132,8 @@ pub fn redact(url: &str) -> String {
 pub struct HttpResponse {
     pub status: u16,
     pub body: Vec<u8>,
+    /// A `Retry-After` given in seconds (a date is ignored).
+    pub retry_after: Option<Duration>,
 }
 
 /// `POST`s `body` as JSON to `url` with extra `headers`, within `timeout`
@@ -212,6 +214,7 @@ async fn read_response<S: AsyncRead + Unpin>(stream: &mut S) -> Result<HttpRespo
         .ok_or(HttpError::Malformed)?;
     let mut content_length = None;
     let mut chunked = false;
+    let mut retry_after = None;
     for line in lines.take_while(|l| !l.is_empty()) {
         let Some((name, value)) = line.split_once(':') else {
             return Err(HttpError::Malformed);
@@ -225,6 +228,8 @@ async fn read_response<S: AsyncRead + Unpin>(stream: &mut S) -> Result<HttpRespo
             );
         } else if name.trim().eq_ignore_ascii_case("transfer-encoding") {
             chunked = value.to_ascii_lowercase().contains("chunked");
+        } else if name.trim().eq_ignore_ascii_case("retry-after") {
+            retry_after = value.trim().parse::<u64>().ok().map(Duration::from_secs);
         }
     }
     let mut body = buf.split_off(head_end);
@@ -234,6 +239,7 @@ async fn read_response<S: AsyncRead + Unpin>(stream: &mut S) -> Result<HttpRespo
                 return Ok(HttpResponse {
                     status,
                     body: decoded,
+                    retry_after,
                 });
             }
             read_more(stream, &mut body, &mut chunk).await?;
@@ -260,7 +266,11 @@ async fn read_response<S: AsyncRead + Unpin>(stream: &mut S) -> Result<HttpRespo
             }
         },
     }
-    Ok(HttpResponse { status, body })
+    Ok(HttpResponse {
+        status,
+        body,
+        retry_after,
+    })
 }
 
 async fn read_more<S: AsyncRead + Unpin>(
@@ -344,5 +354,16 @@ mod tests {
         );
         assert_eq!(decode_chunked(b"4\r\nWi").unwrap(), None);
         assert!(decode_chunked(b"zz\r\n").is_err());
+    }
+
+    #[tokio::test]
+    async fn retry_after_in_seconds_is_read_and_a_date_ignored() {
+        let mut seconds: &[u8] =
+            b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 3\r\nContent-Length: 2\r\n\r\n{}";
+        let response = read_response(&mut seconds).await.unwrap();
+        assert_eq!(response.status, 429);
+        assert_eq!(response.retry_after, Some(Duration::from_secs(3)));
+        let mut date: &[u8] = b"HTTP/1.1 503 Busy\r\nretry-after: Wed, 21 Oct 2015 07:28:00 GMT\r\nContent-Length: 0\r\n\r\n";
+        assert_eq!(read_response(&mut date).await.unwrap().retry_after, None);
     }
 }

@@ -47,6 +47,8 @@ pub enum RegistryError {
         status_code: u16,
         code: Option<String>,
         message: String,
+        /// The answer's `Retry-After` (a 429 or 503 says when to come back).
+        retry_after: Option<Duration>,
     },
     #[error("environment registry harness key validation failed")]
     ValidationFailed { status_code: u16 },
@@ -83,6 +85,25 @@ impl RegistryError {
                     || (*status_code == 409 && code.as_deref() == Some(ENVIRONMENT_OFFLINE))
             }
             _ => false,
+        }
+    }
+
+    /// Whether the registry said "too many at once" (429).
+    pub fn is_rate_limited(&self) -> bool {
+        matches!(
+            self,
+            Self::Http {
+                status_code: 429,
+                ..
+            }
+        )
+    }
+
+    /// How long the registry asked the caller to wait (`Retry-After`).
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Http { retry_after, .. } => *retry_after,
+            _ => None,
         }
     }
 }
@@ -223,6 +244,7 @@ impl RegistryClient {
             message: message
                 .or_else(|| preview(&response.body))
                 .unwrap_or_else(|| fallback.into()),
+            retry_after: response.retry_after,
         })
     }
 
@@ -364,6 +386,7 @@ mod tests {
             status_code: 409,
             code: Some(ENVIRONMENT_OFFLINE.into()),
             message: "executor is not connected".into(),
+            retry_after: None,
         };
         assert_eq!(
             offline.to_string(),
@@ -375,6 +398,7 @@ mod tests {
             status_code: 409,
             code: Some("registration_conflict".into()),
             message: "m".into(),
+            retry_after: None,
         };
         assert!(!conflict.is_retryable());
         let busy = RegistryError::Http {
@@ -382,8 +406,10 @@ mod tests {
             status_code: 429,
             code: None,
             message: "m".into(),
+            retry_after: Some(Duration::from_secs(2)),
         };
         assert!(busy.is_retryable());
+        assert_eq!(busy.retry_after(), Some(Duration::from_secs(2)));
         assert!(!RegistryError::Authentication {
             status: status_text(401),
             message: "m".into()

@@ -77,6 +77,13 @@ struct Args {
     /// Authenticate to the registry with CODEX_ACCESS_TOKEN (remote mode).
     #[arg(long, requires = "remote")]
     use_agent_identity_auth: bool,
+    /// Remote mode: register again every this many seconds (each wait
+    /// drawn from the second half), so that an environment a fleet of
+    /// rendezvous replicas moved to another replica is reachable there
+    /// within that time; 0 registers only at start and when the URL is
+    /// refused.
+    #[arg(long, value_name = "SECS", requires = "remote", default_value_t = crate::relay::executor::DEFAULT_REGISTER_INTERVAL.as_secs())]
+    register_interval_secs: u64,
     /// On SIGTERM, take no new connection, stream or process and give
     /// running processes this long to finish before killing them
     /// (0 = kill at once; SIGINT always does).
@@ -119,6 +126,8 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         },
         _ => None,
     };
+    let register_interval =
+        Some(Duration::from_secs(args.register_interval_secs)).filter(|d| !d.is_zero());
     let config = match build_config(args) {
         Ok(config) => config,
         Err((message, code)) => {
@@ -152,8 +161,13 @@ pub fn main(argv: Vec<OsString>) -> i32 {
             let shared = super::shared_state(paths, config, Vec::new());
             let registry_state = shared.registry.clone();
             let scrapes = super::metrics_listener::spawn(metrics_listener, &shared);
-            let outcome =
-                crate::relay::executor::run(shared, registry, crate::startup::stop_signal()).await;
+            let outcome = crate::relay::executor::run(
+                shared,
+                registry,
+                register_interval,
+                crate::startup::stop_signal(),
+            )
+            .await;
             drop(scrapes);
             super::shutdown_cleanup(registry_state).await;
             outcome.map_err(|err| (err.to_string(), crate::cli::EXIT_FAILURE))
