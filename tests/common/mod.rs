@@ -3,6 +3,7 @@
 pub mod bwrap;
 pub mod client;
 pub mod confine;
+pub mod fleet;
 pub mod fs;
 pub mod fuzz;
 pub mod host;

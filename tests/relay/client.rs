@@ -51,7 +51,7 @@ async fn setup(env: &str) -> Setup {
 }
 
 /// Output of `process_id` until closed, checking seqs are 1, 2, 3, ….
-async fn collect(
+pub async fn collect(
     events: &mut mpsc::Receiver<Notification>,
     process_id: &str,
     until: Option<&str>,

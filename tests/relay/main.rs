@@ -6,6 +6,7 @@ mod common;
 
 mod client;
 mod flaky;
+mod fleet;
 mod interop;
 mod large;
 mod metrics;
