@@ -23,6 +23,8 @@ use super::client::{
 pub struct Proc {
     pub child: Child,
     stderr: Arc<Mutex<Vec<u8>>>,
+    /// Signalled when stderr reached its end.
+    stderr_done: std::sync::mpsc::Receiver<()>,
     what: String,
 }
 
@@ -49,10 +51,11 @@ impl Proc {
             Ok(child) => child,
             Err(err) => panic!("spawn {what}: {err}"),
         };
-        let (buffer, _) = collect_stderr(&mut child);
+        let (buffer, stderr_done) = collect_stderr(&mut child);
         Proc {
             child,
             stderr: buffer,
+            stderr_done,
             what: what.to_owned(),
         }
     }
@@ -89,6 +92,10 @@ impl Proc {
                 return;
             }
             if let Ok(Some(status)) = self.child.try_wait() {
+                let _ = self.stderr_done.recv_timeout(WAIT);
+                if self.stderr().matches(needle).count() >= count {
+                    return;
+                }
                 panic!(
                     "{} exited with {status}; stderr:\n{}",
                     self.what,
@@ -106,8 +113,14 @@ impl Proc {
     }
 
     /// Waits (bounded) for the exit status.
+    /// Waits (bounded) for the exit status, and for the end of stderr, so
+    /// [`Proc::stderr`] then holds all of it.
     pub fn wait(&mut self) -> Option<std::process::ExitStatus> {
-        wait_exit(&mut self.child)
+        let status = wait_exit(&mut self.child);
+        if status.is_some() {
+            let _ = self.stderr_done.recv_timeout(WAIT);
+        }
+        status
     }
 
     /// Kills the process now.
