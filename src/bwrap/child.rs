@@ -37,7 +37,7 @@ pub struct Inherited {
 /// the nested namespace exists anyway for `--disable-userns`, the caller's
 /// own otherwise. The command's view of its maps is then bubblewrap's in
 /// every case: `inside outside 1` with `outside` this setup id.
-fn setup_ids(config: &Config, caller: &Caller, sandbox: (u32, u32)) -> (u32, u32) {
+pub(super) fn setup_ids(config: &Config, caller: &Caller, sandbox: (u32, u32)) -> (u32, u32) {
     if config.needs_devpts() {
         (0, 0)
     } else if config.disable_userns {
@@ -208,7 +208,7 @@ pub fn run(
 /// gone. Its parent's pid means nothing inside a new pid namespace (it reads
 /// 0), so a launcher that died before the signal was armed is seen on the
 /// pipe it held.
-fn arm_death_signal(alive_read: &OwnedFd) -> Result<(), BwrapError> {
+pub(super) fn arm_death_signal(alive_read: &OwnedFd) -> Result<(), BwrapError> {
     super::kill_with_parent(|| super::has_hung_up(alive_read).map_err(BwrapError::Poll))
 }
 

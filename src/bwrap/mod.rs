@@ -32,6 +32,7 @@ pub mod log;
 pub mod namespaces;
 pub mod numbers;
 pub mod ops;
+pub mod prepared;
 pub mod proc_pid1;
 pub mod seccomp_fd;
 pub mod setup;
@@ -182,7 +183,7 @@ pub struct Caller {
 impl Caller {
     /// bubblewrap's checks on its caller (not setuid): a root caller's
     /// effective set is passed on; any other caller must hold no capability.
-    fn current() -> Result<Caller, BwrapError> {
+    pub(crate) fn current() -> Result<Caller, BwrapError> {
         let uid = nix::unistd::getuid().as_raw();
         let root_caps = if uid == 0 {
             Some(caps::effective_caps().map_err(|err| match err {
@@ -255,7 +256,7 @@ fn start(
 
 /// bubblewrap's test for `--unshare-user-try`: user namespaces exist and are
 /// not switched off (RHEL 7's module parameter, `max_user_namespaces` 0).
-fn user_namespaces_enabled() -> bool {
+pub(crate) fn user_namespaces_enabled() -> bool {
     if std::fs::metadata("/proc/self/ns/user").is_err() {
         return false;
     }
@@ -302,7 +303,7 @@ fn apply_env(ops: &[EnvOp]) -> Result<(), BwrapError> {
 }
 
 /// A close-on-exec pipe whose ends are numbered above `floor`.
-fn pipe(floor: Option<libc::c_int>) -> Result<(OwnedFd, OwnedFd), BwrapError> {
+pub(crate) fn pipe(floor: Option<libc::c_int>) -> Result<(OwnedFd, OwnedFd), BwrapError> {
     let mut ends = [0 as libc::c_int; 2];
     // SAFETY: pipe2 writes two fds into the live two-element array.
     if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -338,7 +339,7 @@ pub(crate) fn kill_with_parent(
 }
 
 /// `/proc` as an `O_PATH` descriptor numbered above `floor`.
-fn open_proc(floor: Option<libc::c_int>) -> Result<OwnedFd, BwrapError> {
+pub(crate) fn open_proc(floor: Option<libc::c_int>) -> Result<OwnedFd, BwrapError> {
     // SAFETY: the path is a NUL-terminated literal.
     let fd = unsafe {
         libc::open(

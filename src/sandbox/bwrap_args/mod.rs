@@ -126,9 +126,26 @@ pub struct BwrapInputs<'a> {
 pub struct BwrapCommand {
     pub args: Vec<BwrapArg>,
     pub synthetic_targets: Vec<SyntheticTarget>,
+    /// Where the per-command part of `args` begins (`--chdir` and the
+    /// inner command): what precedes it describes the sandbox alone.
+    pub tail_start: usize,
 }
 
 impl BwrapCommand {
+    /// The options that build the sandbox (namespaces and mount tree),
+    /// without the working directory and the command.
+    pub fn sandbox_args(&self) -> &[BwrapArg] {
+        self.args.get(..self.tail_start).unwrap_or(&self.args)
+    }
+
+    /// The working directory the command starts in (`--chdir`).
+    pub fn chdir(&self) -> Option<&OsStr> {
+        match self.args.get(self.tail_start..)? {
+            [BwrapArg::Text(flag), BwrapArg::Text(dir), ..] if flag == "--chdir" => Some(dir),
+            _ => None,
+        }
+    }
+
     /// How many empty-file fds [`Self::render`] needs.
     pub fn fd_count(&self) -> usize {
         self.args

@@ -64,6 +64,7 @@ impl Builder<'_> {
                 "/proc",
             ]);
         }
+        self.out.tail_start = self.out.args.len();
         self.out.text("--chdir");
         self.out.text(self.start_dir());
     }
