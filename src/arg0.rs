@@ -21,7 +21,12 @@ pub fn dispatch(argv: Vec<OsString>) -> i32 {
         .get(1)
         .is_some_and(|a| a == crate::process::zygote::ZYGOTE_ARG1)
     {
-        return crate::process::zygote::main(&argv, crate::sandbox::cli::main);
+        let helpers = crate::process::zygote::Helpers {
+            sandbox: crate::sandbox::cli::main,
+            reuse: crate::sandbox::warm::entry,
+            warm_up: crate::sandbox::warm::warm_up,
+        };
+        return crate::process::zygote::main(&argv, helpers);
     }
     // The markers of the binary's re-execs of itself come before argv[0]:
     // they select their mode whatever name the binary is installed under

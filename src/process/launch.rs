@@ -3,7 +3,9 @@
 //! shared by the spawn paths and the zygote's job encoding.
 
 use std::ffi::OsString;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::protocol::process::PtySize;
 
@@ -24,4 +26,57 @@ pub struct LaunchSpec {
     pub pipe_stdin: bool,
     /// Set by the sandbox layer: compute `sandboxDenied` on exit.
     pub sandboxed: bool,
+    /// Set by the sandbox layer when the helper is to reuse a prepared
+    /// sandbox (or prepare one): only the spawn zygote carries it; any
+    /// other way of starting the helper drops it, and the helper then
+    /// builds a one-shot sandbox.
+    pub helper: Option<HelperJob>,
 }
+
+/// What the sandbox helper gets beside its command line when it reuses or
+/// prepares a sandbox: an encoded request (`sandbox::warm::request`) and
+/// the descriptors it names.
+#[derive(Debug, Clone)]
+pub struct HelperJob {
+    pub kind: HelperKind,
+    pub data: Vec<u8>,
+    pub fds: Vec<Arc<OwnedFd>>,
+}
+
+/// Which of the helper's reuse roles a job asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HelperKind {
+    /// Run the command in a prepared sandbox (or a one-shot one).
+    Launch,
+    /// Prepare a sandbox and keep it until told to let go.
+    Prepare,
+}
+
+impl HelperKind {
+    /// Its number in a job message.
+    pub fn code(self) -> u8 {
+        match self {
+            HelperKind::Launch => 1,
+            HelperKind::Prepare => 2,
+        }
+    }
+
+    /// The kind a job message names, if any.
+    pub fn from_code(code: u8) -> Option<HelperKind> {
+        match code {
+            1 => Some(HelperKind::Launch),
+            2 => Some(HelperKind::Prepare),
+            _ => None,
+        }
+    }
+}
+
+impl PartialEq for HelperJob {
+    fn eq(&self, other: &Self) -> bool {
+        let numbers =
+            |job: &HelperJob| -> Vec<i32> { job.fds.iter().map(|fd| fd.as_raw_fd()).collect() };
+        self.kind == other.kind && self.data == other.data && numbers(self) == numbers(other)
+    }
+}
+
+impl Eq for HelperJob {}

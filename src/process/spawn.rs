@@ -190,6 +190,24 @@ pub async fn spawn_async(
     spawn(spec, reaper_exe)
 }
 
+/// Starts `spec`, which carries a sandbox helper's request, through the
+/// spawn zygote only: the request travels nowhere else, and the helper
+/// without it would run its command on a one-shot sandbox.
+pub async fn spawn_helper_job(spec: &LaunchSpec, exe: &Path) -> Result<Spawned, SpawnError> {
+    if spec.argv.is_empty() {
+        return Err(SpawnError::EmptyArgv);
+    }
+    if zygote_disabled() {
+        return Err(SpawnError::Io(io::Error::other("the spawn zygote is off")));
+    }
+    let zygote = ZYGOTE.get_or_init(|| Zygote::new(exe));
+    match spawn_with_zygote(zygote, spec).await {
+        Ok(spawned) => Ok(spawned),
+        Err(ZygoteError::Unavailable(err)) => Err(SpawnError::Io(err)),
+        Err(ZygoteError::Spawn(err)) => Err(err),
+    }
+}
+
 enum ZygoteError {
     /// The job never reached the zygote: try the direct path.
     Unavailable(io::Error),

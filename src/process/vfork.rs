@@ -51,6 +51,13 @@ pub fn prefault<T: Default + Copy>(items: &mut [T]) {
     }
 }
 
+impl ChildStack {
+    /// The top of the stack (it grows down), 16-byte aligned, for `clone`.
+    pub fn top(&mut self) -> *mut libc::c_void {
+        self.0.as_mut_ptr_range().end.cast::<libc::c_void>()
+    }
+}
+
 impl Default for ChildStack {
     fn default() -> Self {
         Self::new()
@@ -164,7 +171,7 @@ impl Launch {
             libc::sigfillset(&mut all);
             libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut context.old_mask);
         }
-        let stack_top = stack.0.as_mut_ptr_range().end.cast::<libc::c_void>();
+        let stack_top = stack.top();
         // SAFETY: `child_main` only makes async-signal-safe system calls on
         // `context`, which outlives the call: CLONE_VFORK suspends us until
         // the child has exec'd or exited, and the stack is ours alone and
@@ -191,6 +198,15 @@ impl Launch {
                 Err(io::Error::from_raw_os_error(errno))
             }
         }
+    }
+}
+
+impl Launch {
+    /// The exec alone (the `execvp` search with the prepared argv and
+    /// environment), for a `CLONE_VM` child the caller made and prepared
+    /// itself. Async-signal-safe; returns only the errno of the failure.
+    pub fn exec_prepared(&mut self) -> libc::c_int {
+        exec_first_found(self)
     }
 }
 

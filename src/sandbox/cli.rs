@@ -17,7 +17,6 @@
 //! `ProxyRouted` seccomp mode. It needs the bubblewrap backend; the Landlock
 //! backend refuses it (it cannot route), never running with more network.
 
-use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -265,6 +264,7 @@ fn absolute(p: &Path) -> Result<PathBuf, Failure> {
 }
 
 /// Everything a run needs, resolved once.
+#[derive(Debug)]
 pub struct Prepared {
     pub profile: PermissionProfile,
     pub network: NetworkSandboxPolicy,
@@ -290,7 +290,7 @@ fn resolve_for_run(
 }
 
 /// One warning line per grant the run drops for a planted symlink.
-fn dropped_grant_warnings(resolved: &ResolvedPolicy) -> Vec<String> {
+pub(crate) fn dropped_grant_warnings(resolved: &ResolvedPolicy) -> Vec<String> {
     resolved
         .dropped_grants()
         .iter()
@@ -317,7 +317,7 @@ pub fn planted_link_warnings(
     dropped_grant_warnings(&resolve_for_run(&fs, policy_cwd, plantable))
 }
 
-fn prepare(args: &Args) -> Result<Prepared, Failure> {
+pub(crate) fn prepare(args: &Args) -> Result<Prepared, Failure> {
     let Some(cwd) = &args.sandbox_policy_cwd else {
         return Err(usage(
             "the following required argument was not provided: --sandbox-policy-cwd <DIR>",
@@ -351,7 +351,7 @@ fn prepare(args: &Args) -> Result<Prepared, Failure> {
     })
 }
 
-fn seccomp_mode(network: NetworkSandboxPolicy) -> SeccompMode {
+pub(crate) fn seccomp_mode(network: NetworkSandboxPolicy) -> SeccompMode {
     if network.is_enabled() {
         SeccompMode::NetworkEnabled
     } else {
@@ -359,7 +359,7 @@ fn seccomp_mode(network: NetworkSandboxPolicy) -> SeccompMode {
     }
 }
 
-fn run_args(args: Args) -> Result<i32, Failure> {
+pub(crate) fn run_args(args: Args) -> Result<i32, Failure> {
     if args.command.is_empty() && !args.explain {
         return Err(usage("no command specified to execute"));
     }
@@ -452,7 +452,7 @@ fn run_args(args: Args) -> Result<i32, Failure> {
 /// Why managed routing and the Landlock backend do not mix.
 const LANDLOCK_CANNOT_ROUTE: &str = "managed proxy routing needs the bubblewrap backend (a network namespace); the Landlock backend cannot confine the command to the proxy";
 
-fn is_wsl1() -> bool {
+pub(crate) fn is_wsl1() -> bool {
     crate::sandbox::probe::host_wsl() == crate::sandbox::probe::Wsl::Wsl1
 }
 
@@ -586,21 +586,11 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
         .map_err(|e| fail(format!("cannot locate this executable: {e}")))?;
 
     // Deny globs, expanded now (a snapshot), fail closed.
-    let globs = prepared.resolved.unreadable_globs();
-    let mut glob_matches = BTreeSet::new();
-    if !globs.is_empty() {
-        let scanner = glob::Scanner::detect(&prepared.policy_cwd, &untrusted);
-        let depth = prepared.resolved.glob_scan_max_depth.map(|d| d.get());
-        let expansion = glob::expand(globs, depth, &scanner)
-            .map_err(|e| fail(format!("error building bubblewrap command: {e}")))?;
-        if !expansion.skipped.is_empty() {
-            eprintln!(
-                "{PREFIX}: warning: deny globs scanning from / are too broad to expand and are not enforced: {}",
-                expansion.skipped.join(", ")
-            );
-        }
-        glob_matches = expansion.paths;
+    let expansion = expand_globs(prepared, &untrusted)?;
+    if let Some(line) = skipped_globs_warning(&expansion) {
+        eprintln!("{line}");
     }
+    let glob_matches = expansion.paths;
 
     let inner_profile = prepared.profile.with_network(prepared.network);
     // Managed routing: the bridges live in this process until it returns.
@@ -669,11 +659,7 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
             mount_proc,
             caps: choice.caps,
             glob_matches: glob_matches.clone(),
-            extra_deny: if prepared.resolved.can_read(&state_dir) {
-                vec![state_dir.clone()]
-            } else {
-                Vec::new()
-            },
+            extra_deny: extra_deny(&prepared.resolved, &state_dir),
             extra_read: vec![exe.to_path_buf()],
             managed_proxy: routing.as_ref().map(|r| r.mounts.clone()),
             inner: InnerCommand {
@@ -728,6 +714,41 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
         use std::io::Write;
         let _ = std::io::stderr().write_all(&outcome.held);
         return Ok(outcome.code);
+    }
+}
+
+/// The deny globs of `prepared` expanded (a snapshot, scanned now, with
+/// ripgrep when a trusted one is on `PATH`), failing closed.
+pub(crate) fn expand_globs(
+    prepared: &Prepared,
+    untrusted: &[PathBuf],
+) -> Result<glob::GlobExpansion, Failure> {
+    let globs = prepared.resolved.unreadable_globs();
+    if globs.is_empty() {
+        return Ok(glob::GlobExpansion::default());
+    }
+    let scanner = glob::Scanner::detect(&prepared.policy_cwd, untrusted);
+    let depth = prepared.resolved.glob_scan_max_depth.map(|d| d.get());
+    glob::expand(globs, depth, &scanner)
+        .map_err(|e| fail(format!("error building bubblewrap command: {e}")))
+}
+
+/// The warning for deny globs too broad to expand, if any.
+pub(crate) fn skipped_globs_warning(expansion: &glob::GlobExpansion) -> Option<String> {
+    (!expansion.skipped.is_empty()).then(|| {
+        format!(
+            "{PREFIX}: warning: deny globs scanning from / are too broad to expand and are not enforced: {}",
+            expansion.skipped.join(", ")
+        )
+    })
+}
+
+/// The helper's state directory when the sandbox could otherwise read it.
+pub(crate) fn extra_deny(resolved: &ResolvedPolicy, state_dir: &Path) -> Vec<PathBuf> {
+    if resolved.can_read(state_dir) {
+        vec![state_dir.to_path_buf()]
+    } else {
+        Vec::new()
     }
 }
 

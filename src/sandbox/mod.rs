@@ -17,3 +17,4 @@ pub mod routed_netns;
 pub mod run;
 pub mod seccomp;
 pub mod state;
+pub mod warm;

@@ -401,6 +401,24 @@ impl SeccompProgram {
         Self::build_with(mode, HostShared::default())
     }
 
+    /// [`Self::build`] once per mode and process: what a fork of the spawn
+    /// zygote finds already built (the zygote builds them at its start).
+    pub fn shared(mode: SeccompMode) -> Result<&'static SeccompProgram> {
+        static RESTRICTED: std::sync::OnceLock<SeccompProgram> = std::sync::OnceLock::new();
+        static ROUTED: std::sync::OnceLock<SeccompProgram> = std::sync::OnceLock::new();
+        static ENABLED: std::sync::OnceLock<SeccompProgram> = std::sync::OnceLock::new();
+        let cell = match mode {
+            SeccompMode::Restricted => &RESTRICTED,
+            SeccompMode::ProxyRouted => &ROUTED,
+            SeccompMode::NetworkEnabled => &ENABLED,
+        };
+        if let Some(program) = cell.get() {
+            return Ok(program);
+        }
+        let program = Self::build(mode)?;
+        Ok(cell.get_or_init(|| program))
+    }
+
     /// [`Self::build`], also denying what `shared` names.
     pub fn build_with(mode: SeccompMode, shared: HostShared) -> Result<SeccompProgram> {
         let arch = ARCH.ok_or(SeccompError::UnsupportedArch(std::env::consts::ARCH))?;

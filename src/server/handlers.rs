@@ -145,6 +145,7 @@ pub async fn start(
         tty: params.tty.then(|| params.size.unwrap_or_default()),
         pipe_stdin: params.pipe_stdin && !params.tty,
         sandboxed: false,
+        helper: None,
     };
     process_sandbox::prepare(
         params.sandbox.as_ref(),

@@ -142,6 +142,11 @@ pub fn no_new_privs() -> bool {
 /// `/proc/sys/kernel/cap_last_cap`, else found by probing the bounding set.
 /// Allocates: call it before forking.
 pub fn last_cap() -> u32 {
+    static LAST: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *LAST.get_or_init(read_last_cap)
+}
+
+fn read_last_cap() -> u32 {
     if let Ok(text) = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap") {
         if let Ok(n) = text.trim().parse::<u32>() {
             return n.min(MAX_CAP);

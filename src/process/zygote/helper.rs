@@ -8,11 +8,40 @@ use std::os::unix::ffi::OsStrExt;
 
 use super::job::Job;
 use crate::mode::LINUX_SANDBOX_ARG0;
+use crate::process::launch::HelperKind;
 use crate::process::supervisor;
 
 /// The `codex-linux-sandbox` mode's entry point (argv in, exit code out),
 /// handed down by the dispatcher so that this module does not depend on it.
 pub type SandboxHelper = fn(Vec<OsString>) -> i32;
+
+/// The sandbox helper's reuse roles (`sandbox::warm`): argv, the role, its
+/// encoded request and descriptors in, exit code out.
+pub type ReuseHelper = fn(Vec<OsString>, HelperKind, Vec<u8>, Vec<OwnedFd>) -> i32;
+
+/// What `ps` shows first for the keeper of a prepared sandbox.
+pub const KEEPER_TITLE: &str = "codexbox-sandbox-keeper";
+
+/// The helper entry points a supervisor may run in a fork of itself, and
+/// what the zygote does once at its start so that every fork has it done
+/// (caches the helpers would otherwise fill on every launch).
+#[derive(Clone, Copy)]
+pub struct Helpers {
+    pub sandbox: SandboxHelper,
+    pub reuse: ReuseHelper,
+    pub warm_up: fn(),
+}
+
+/// What a forked helper runs.
+pub(super) enum Entry {
+    Plain(SandboxHelper),
+    Reuse {
+        helper: ReuseHelper,
+        kind: HelperKind,
+        data: Vec<u8>,
+        fds: Vec<OwnedFd>,
+    },
+}
 
 /// Whether the job runs this very binary as the `codex-linux-sandbox`
 /// helper, as the server does for every sandboxed command.
@@ -40,7 +69,7 @@ pub(super) fn runs_own_sandbox_helper(job: &Job) -> bool {
 /// millisecond of every sandboxed start). The child takes the steps an
 /// exec'd command would (see [`run_forked_helper`]); a failed step comes
 /// back on a pipe as its errno, like a failed exec.
-pub(super) fn fork_sandbox_helper(job: &Job, entry: SandboxHelper) -> io::Result<libc::pid_t> {
+pub(super) fn fork_sandbox_helper(job: &Job, entry: Entry) -> io::Result<libc::pid_t> {
     let invalid = || io::Error::from_raw_os_error(libc::EINVAL);
     let cwd = std::ffi::CString::new(job.cwd.as_os_str().as_bytes()).map_err(|_| invalid())?;
     let mut argv = job.argv.clone();
@@ -80,7 +109,7 @@ pub(super) fn fork_sandbox_helper(job: &Job, entry: SandboxHelper) -> io::Result
 /// environment; then the `codex-linux-sandbox` mode, and `_exit` with its code.
 fn run_forked_helper(
     job: &Job,
-    entry: SandboxHelper,
+    entry: Entry,
     argv: Vec<OsString>,
     parent: libc::pid_t,
     cwd: &std::ffi::CStr,
@@ -92,13 +121,54 @@ fn run_forked_helper(
         unsafe { libc::_exit(127) }
     }
     drop(report);
-    // SAFETY: closing descriptors above stdio (this process holds no other
-    // descriptor it needs), then naming the process for `ps` and `top`.
+    // The request's descriptors move to 3, 4, …; every other one above
+    // stdio is closed (this process holds no other descriptor it needs).
+    let entry = match entry {
+        Entry::Reuse {
+            helper,
+            kind,
+            data,
+            fds,
+        } => match renumber_from_3(fds) {
+            Ok(fds) => Entry::Reuse {
+                helper,
+                kind,
+                data,
+                fds,
+            },
+            // SAFETY: _exit skips atexit handlers.
+            Err(_) => unsafe { libc::_exit(127) },
+        },
+        plain => {
+            // SAFETY: closing descriptors above stdio.
+            unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+            plain
+        }
+    };
+    // A keeper shows what it is (and is not taken for a command's helper).
+    let keeper = matches!(
+        entry,
+        Entry::Reuse {
+            kind: HelperKind::Prepare,
+            ..
+        }
+    );
+    let (name, first) = if keeper {
+        (c"codexbox-keeper", std::ffi::OsStr::new(KEEPER_TITLE))
+    } else {
+        (
+            c"codex-linux-san",
+            argv.first()
+                .map_or(std::ffi::OsStr::new(""), OsString::as_os_str),
+        )
+    };
+    // SAFETY: naming the process for `ps` and `top`.
     unsafe {
-        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
-        libc::prctl(libc::PR_SET_NAME, c"codex-linux-san".as_ptr(), 0, 0, 0);
+        libc::prctl(libc::PR_SET_NAME, name.as_ptr(), 0, 0, 0);
     }
-    let title: Vec<&std::ffi::OsStr> = argv.iter().map(OsString::as_os_str).collect();
+    let title: Vec<&std::ffi::OsStr> = std::iter::once(first)
+        .chain(argv.iter().skip(1).map(OsString::as_os_str))
+        .collect();
     set_process_title(&title);
     crate::sys::signals::reset_dispositions(true);
     for (key, _) in std::env::vars_os() {
@@ -108,10 +178,51 @@ fn run_forked_helper(
         std::env::set_var(key, value);
     }
     // A panic must not unwind into the zygote's frames this fork inherited.
-    let code = std::panic::catch_unwind(|| entry(argv)).unwrap_or(101);
+    let code = std::panic::catch_unwind(move || match entry {
+        Entry::Plain(helper) => helper(argv),
+        Entry::Reuse {
+            helper,
+            kind,
+            data,
+            fds,
+        } => helper(argv, kind, data, fds),
+    })
+    .unwrap_or(101);
     let _ = std::io::Write::flush(&mut std::io::stdout());
     // SAFETY: _exit skips atexit handlers registered before the fork.
     unsafe { libc::_exit(code) }
+}
+
+/// Moves `fds` to 3, 4, … (close-on-exec) and closes every other
+/// descriptor above stdio.
+fn renumber_from_3(fds: Vec<OwnedFd>) -> io::Result<Vec<OwnedFd>> {
+    use std::os::fd::FromRawFd;
+    let count = u32::try_from(fds.len()).map_err(|_| io::Error::from_raw_os_error(libc::EMFILE))?;
+    // First out of the way (above every target), then down in order.
+    let mut high = Vec::with_capacity(fds.len());
+    for fd in fds {
+        // SAFETY: F_DUPFD_CLOEXEC duplicates a descriptor we own.
+        let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3 + count) };
+        if moved < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fcntl just returned this descriptor.
+        high.push(unsafe { OwnedFd::from_raw_fd(moved) });
+    }
+    let mut out = Vec::with_capacity(high.len());
+    for (target, fd) in (3..).zip(&high) {
+        // SAFETY: dup3 onto a number this process is about to own; the
+        // close_range below keeps it.
+        if unsafe { libc::dup3(fd.as_raw_fd(), target, libc::O_CLOEXEC) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: dup3 just made `target` a descriptor we own.
+        out.push(unsafe { OwnedFd::from_raw_fd(target) });
+    }
+    std::mem::forget(high);
+    // SAFETY: closes the high copies and everything else above the kept ones.
+    unsafe { libc::syscall(libc::SYS_close_range, 3 + count, u32::MAX, 0u32) };
+    Ok(out)
 }
 
 /// Rewrites this process's command line as `ps` and `/proc/PID/cmdline`
@@ -136,8 +247,14 @@ pub(super) fn set_process_title(args: &[&std::ffi::OsStr]) {
 }
 
 /// `[arg_start, arg_end)` of this process (fields 48 and 49 of
-/// `/proc/self/stat`).
+/// `/proc/self/stat`), read once: the zygote's forks have it at the same
+/// addresses.
 fn argv_area() -> Option<(usize, usize)> {
+    static AREA: std::sync::OnceLock<Option<(usize, usize)>> = std::sync::OnceLock::new();
+    *AREA.get_or_init(read_argv_area)
+}
+
+fn read_argv_area() -> Option<(usize, usize)> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
     let after_name = stat.get(stat.rfind(')')? + 2..)?;
     let mut fields = after_name.split(' ').skip(48 - 3);

@@ -1,12 +1,14 @@
 //! The job message: a launch encoded by the server and decoded by a warm
-//! supervisor (`tty, cwd, arg0?, argc, argv…, envc, KEY=VALUE…`, each
-//! variable-length field with a little-endian `u32` length prefix).
+//! supervisor (`tty, cwd, arg0?, argc, argv…, envc, KEY=VALUE…, helper
+//! kind (0: none), helper data`, each variable-length field with a
+//! little-endian `u32` length prefix). The helper's descriptors follow the
+//! four of every job.
 
 use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
 
-use crate::process::launch::LaunchSpec;
+use crate::process::launch::{HelperKind, LaunchSpec};
 
 fn push_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
@@ -36,6 +38,13 @@ pub(super) fn encode(spec: &LaunchSpec) -> Vec<u8> {
         pair.extend_from_slice(value.as_bytes());
         push_bytes(&mut out, &pair);
     }
+    match &spec.helper {
+        Some(helper) => {
+            out.push(helper.kind.code());
+            push_bytes(&mut out, &helper.data);
+        }
+        None => out.push(0),
+    }
     out
 }
 
@@ -47,6 +56,8 @@ pub(super) struct Job {
     pub arg0: Option<OsString>,
     pub argv: Vec<OsString>,
     pub env: Vec<(OsString, OsString)>,
+    /// The sandbox helper's reuse role and its request.
+    pub helper: Option<(HelperKind, Vec<u8>)>,
 }
 
 struct Reader<'a>(&'a [u8]);
@@ -94,12 +105,17 @@ pub(super) fn decode(bytes: &[u8]) -> Option<Job> {
         key.truncate(eq);
         env.push((OsString::from_vec(key), OsString::from_vec(value)));
     }
+    let helper = match r.byte()? {
+        0 => None,
+        code => Some((HelperKind::from_code(code)?, r.bytes()?)),
+    };
     Some(Job {
         tty,
         cwd,
         arg0,
         argv,
         env,
+        helper,
     })
 }
 
@@ -117,6 +133,7 @@ mod tests {
             tty: Some(Default::default()),
             pipe_stdin: false,
             sandboxed: false,
+            helper: None,
         };
         let job = decode(&encode(&spec)).unwrap();
         assert_eq!(
@@ -127,8 +144,19 @@ mod tests {
                 arg0: Some("x".into()),
                 argv: spec.argv.clone(),
                 env: spec.env.clone(),
+                helper: None,
             }
         );
         assert!(decode(&encode(&spec)[..5]).is_none());
+        let with_helper = LaunchSpec {
+            helper: Some(crate::process::launch::HelperJob {
+                kind: HelperKind::Prepare,
+                data: b"req".to_vec(),
+                fds: Vec::new(),
+            }),
+            ..spec
+        };
+        let job = decode(&encode(&with_helper)).unwrap();
+        assert_eq!(job.helper, Some((HelperKind::Prepare, b"req".to_vec())));
     }
 }

@@ -12,8 +12,9 @@
 //!
 //! Jobs travel over a `SOCK_SEQPACKET` socket: one message with the encoded
 //! launch and four descriptors (stdin, stdout, stderr, status pipe) as
-//! `SCM_RIGHTS`. Any failure to reach the zygote makes the caller fall back to
-//! forking the server directly.
+//! `SCM_RIGHTS`, then those of a sandbox helper's reuse request
+//! ([`crate::process::launch::HelperJob`]). Any failure to reach the zygote
+//! makes the caller fall back to forking the server directly.
 
 mod helper;
 mod job;
@@ -27,6 +28,7 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
 use super::launch::LaunchSpec;
+pub use helper::{Helpers, ReuseHelper, SandboxHelper};
 pub use run::main;
 
 /// argv[1] that turns the binary into the spawn zygote (stdin is its socket).
@@ -153,6 +155,10 @@ impl Zygote {
         if job.len() > MAX_JOB_BYTES {
             return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
         }
+        let mut all: Vec<RawFd> = fds.to_vec();
+        if let Some(helper) = &spec.helper {
+            all.extend(helper.fds.iter().map(|fd| fd.as_raw_fd()));
+        }
         let mut live = crate::sync::lock(&self.live);
         for attempt in 0..2 {
             let socket = match live.as_ref() {
@@ -164,7 +170,7 @@ impl Zygote {
                     fd
                 }
             };
-            match crate::sys::scm::send_with_fds(socket, &job, &fds) {
+            match crate::sys::scm::send_with_fds(socket, &job, &all) {
                 Ok(()) => return Ok(()),
                 Err(err) if attempt == 0 && is_gone(&err) => *live = None,
                 Err(err) => return Err(err),

@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use super::helper::{
-    fork_sandbox_helper, runs_own_sandbox_helper, set_process_title, SandboxHelper,
+    fork_sandbox_helper, runs_own_sandbox_helper, set_process_title, Entry, Helpers,
 };
 use super::job::{self, Job};
 use super::{
@@ -22,8 +22,9 @@ use crate::sys::scm::recv_with_fds;
 /// pipe once the command runs, and the zygote forks a replacement. The zygote reaps supervisors
 /// and, when idle for [`IDLE_EXIT`] or when the server hangs up, stops taking
 /// jobs, waits for its supervisors and exits.
-pub fn main(_argv: &[OsString], sandbox_helper: SandboxHelper) -> i32 {
+pub fn main(_argv: &[OsString], helpers: Helpers) -> i32 {
     set_process_title(&ZYGOTE_TITLE.map(std::ffi::OsStr::new));
+    (helpers.warm_up)();
     // Supervisors and commands inherit these; the command resets SIGPIPE.
     crate::sys::signals::reset_dispositions(true);
     // Wake for a due replacement on time, not up to 50 us late (the
@@ -79,7 +80,7 @@ pub fn main(_argv: &[OsString], sandbox_helper: SandboxHelper) -> i32 {
                 0 => {
                     // SAFETY: the child does not need the notice reader.
                     unsafe { libc::close(taken_read) };
-                    warm_supervisor(zygote, taken_write, sandbox_helper)
+                    warm_supervisor(zygote, taken_write, helpers)
                 }
                 pid if pid > 0 => {
                     warm.insert(pid);
@@ -129,7 +130,7 @@ fn stop_taking_jobs() -> i32 {
 /// A supervisor forked ahead of its job: its own session, a child subreaper,
 /// dying with the zygote; it waits for one job, reports that it took it, and
 /// runs it.
-fn warm_supervisor(zygote: libc::pid_t, taken_write: RawFd, sandbox_helper: SandboxHelper) -> ! {
+fn warm_supervisor(zygote: libc::pid_t, taken_write: RawFd, helpers: Helpers) -> ! {
     // While idle, the parent-death signal's default action ends this
     // supervisor with the zygote; once it holds a job it blocks the signal
     // and kills its subtree on it instead.
@@ -162,8 +163,12 @@ fn warm_supervisor(zygote: libc::pid_t, taken_write: RawFd, sandbox_helper: Sand
         unsafe { libc::_exit(1) }
     }
     let job = buf.get(..len).and_then(job::decode);
+    let mut fds = fds;
+    let extra = fds.split_off(JOB_FDS.min(fds.len()));
+    // Descriptors beyond the four belong to a helper request only.
+    let job = job.filter(|job| job.helper.is_some() || extra.is_empty());
     match (job, <[OwnedFd; JOB_FDS]>::try_from(fds)) {
-        (Some(job), Ok(fds)) => supervise(job, fds, &mut stack, taken_write, sandbox_helper),
+        (Some(job), Ok(fds)) => supervise(job, fds, extra, &mut stack, taken_write, helpers),
         // A malformed job: dropping its descriptors tells the server.
         _ => {
             announce_taken(taken_write);
@@ -201,9 +206,10 @@ fn announce_taken(taken_write: RawFd) {
 fn supervise(
     job: Job,
     fds: [OwnedFd; JOB_FDS],
+    extra: Vec<OwnedFd>,
     stack: &mut ChildStack,
     taken_write: RawFd,
-    sandbox_helper: SandboxHelper,
+    helpers: Helpers,
 ) -> ! {
     let [stdin, stdout, stderr, status] = fds;
     let status_fd = status.as_raw_fd();
@@ -216,8 +222,19 @@ fn supervise(
     }
     drop((stdin, stdout, stderr));
     let outcome = if runs_own_sandbox_helper(&job) {
-        fork_sandbox_helper(&job, sandbox_helper)
+        let entry = match &job.helper {
+            Some((kind, data)) => Entry::Reuse {
+                helper: helpers.reuse,
+                kind: *kind,
+                data: data.clone(),
+                fds: extra,
+            },
+            None => Entry::Plain(helpers.sandbox),
+        };
+        fork_sandbox_helper(&job, entry)
     } else {
+        // A reuse request only means something to the sandbox helper.
+        drop(extra);
         Launch::new(&job.argv, job.arg0.as_deref(), &job.env, &job.cwd, job.tty)
             .and_then(|mut launch| launch.spawn(stack))
     };

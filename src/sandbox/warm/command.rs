@@ -1,0 +1,319 @@
+//! The command's own process in a reused sandbox, started by the
+//! sandbox's pid 1 with `clone(CLONE_VM | CLONE_VFORK)`: no copy of pid 1's
+//! memory; pid 1 waits until the command has exec'd or failed.
+//!
+//! Its steps, system calls only on data prepared before the clone (as the
+//! one-shot launcher and inner stage take them): die with pid 1; a nested
+//! user namespace with the one-shot launcher's mapping, in which no user
+//! namespace can be made (`max_user_namespaces` 0, then checked); the
+//! working directory (`--chdir`, then the command cwd as given when it
+//! exists, as the inner stage does); an empty signal mask (dispositions are
+//! pid 1's: the defaults, with SIGPIPE ignored as the inner stage leaves
+//! it); nothing inherited but stdio; a fresh session keyring,
+//! no_new_privs, no capability; the seccomp filter; the exec, searched
+//! along the command's `PATH` as `execvp` searches. A failed step leaves
+//! its errno for pid 1, which says why in the words of the one-shot
+//! sandbox's part that would have failed.
+
+use std::ffi::{CString, OsString};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::ptr;
+use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
+
+use crate::process::vfork::{ChildStack, Launch};
+use crate::sandbox::cli::PREFIX;
+use crate::sandbox::inner::InnerError;
+use crate::sandbox::seccomp::SeccompProgram;
+use crate::sys::confine;
+
+/// The step that failed, for the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Step {
+    None = 0,
+    DieWithParent,
+    UserNamespace,
+    IdMaps,
+    CloseUserNamespaces,
+    UsernsStillAllowed,
+    Chdir,
+    Keyring,
+    Capabilities,
+    Seccomp,
+    Exec,
+}
+
+impl Step {
+    fn from_code(code: u8) -> Step {
+        [
+            Step::None,
+            Step::DieWithParent,
+            Step::UserNamespace,
+            Step::IdMaps,
+            Step::CloseUserNamespaces,
+            Step::UsernsStillAllowed,
+            Step::Chdir,
+            Step::Keyring,
+            Step::Capabilities,
+            Step::Seccomp,
+            Step::Exec,
+        ]
+        .get(usize::from(code))
+        .copied()
+        .unwrap_or(Step::None)
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Step::None => "start the command",
+            Step::DieWithParent => "tie the command to pid 1",
+            Step::UserNamespace => "create the command's user namespace",
+            Step::IdMaps => "map the command's ids",
+            Step::CloseUserNamespaces => "limit user namespaces",
+            Step::UsernsStillAllowed => "disable user namespaces",
+            Step::Chdir => "change directory",
+            Step::Keyring => "join a fresh session keyring",
+            Step::Capabilities => "drop every capability",
+            Step::Seccomp => "install the seccomp filter",
+            Step::Exec => "execute the command",
+        }
+    }
+}
+
+/// Everything the command's steps use, built before the clone.
+pub struct CommandExec<'a> {
+    launch: Launch,
+    program_name: OsString,
+    uid_map: Vec<u8>,
+    gid_map: Vec<u8>,
+    chdir: CString,
+    command_cwd: CString,
+    user_sysctls: RawFd,
+    last_cap: u32,
+    seccomp: &'a SeccompProgram,
+    step: AtomicU8,
+    errno: AtomicI32,
+}
+
+fn cstring(bytes: &[u8]) -> io::Result<CString> {
+    CString::new(bytes).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+impl<'a> CommandExec<'a> {
+    /// `command` with this process's environment and `PWD` = `chdir`, the
+    /// caller's ids `ids` mapped over the prepared namespace's 0.
+    pub fn new(
+        command: &[OsString],
+        chdir: &std::ffi::OsStr,
+        command_cwd: &Path,
+        ids: (u32, u32),
+        user_sysctls: &OwnedFd,
+        seccomp: &'a SeccompProgram,
+    ) -> io::Result<CommandExec<'a>> {
+        let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+            .filter(|(key, _)| key != "PWD")
+            .collect();
+        env.push(("PWD".into(), chdir.to_owned()));
+        let launch = Launch::new(command, None, &env, Path::new(chdir), false)?;
+        Ok(CommandExec {
+            launch,
+            program_name: command.first().cloned().unwrap_or_default(),
+            uid_map: format!("{} 0 1\n", ids.0).into_bytes(),
+            gid_map: format!("{} 0 1\n", ids.1).into_bytes(),
+            chdir: cstring(chdir.as_bytes())?,
+            command_cwd: cstring(command_cwd.as_os_str().as_bytes())?,
+            user_sysctls: user_sysctls.as_raw_fd(),
+            last_cap: confine::last_cap(),
+            seccomp,
+            step: AtomicU8::new(Step::None as u8),
+            errno: AtomicI32::new(0),
+        })
+    }
+
+    /// Starts the command (see the module docs). `Ok(pid)` once it has
+    /// exec'd; `Err((pid, line))` when a step failed: the child exits 1
+    /// (reap it) and `line` says why.
+    pub fn spawn(&mut self, stack: &mut ChildStack) -> Result<libc::pid_t, (libc::pid_t, String)> {
+        // SAFETY: sigset_t is plain data, filled below.
+        let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: blocking every signal while the child runs on our memory
+        // (no handler may run there); restored right after.
+        unsafe {
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        }
+        let stack_top = stack.top();
+        // SAFETY: `child_main` only makes system calls on `self`, which
+        // outlives the call: CLONE_VFORK suspends us until the child has
+        // exec'd or exited, and the stack is ours alone, aligned at its top.
+        let pid = unsafe {
+            libc::clone(
+                child_main,
+                stack_top,
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                ptr::from_mut(self).cast(),
+            )
+        };
+        let clone_error = io::Error::last_os_error();
+        // SAFETY: restoring the mask saved above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, ptr::null_mut()) };
+        if pid < 0 {
+            return Err((
+                -1,
+                format!("{PREFIX}: cannot start the command: {clone_error}"),
+            ));
+        }
+        match Step::from_code(self.step.load(Ordering::SeqCst)) {
+            Step::None => Ok(pid),
+            step => Err((pid, self.failure(step))),
+        }
+    }
+
+    /// The stderr line for a failed step, in the one-shot sandbox's words.
+    fn failure(&self, step: Step) -> String {
+        let errno = self.errno.load(Ordering::SeqCst);
+        let source = io::Error::from_raw_os_error(errno);
+        match step {
+            Step::Exec => format!(
+                "{PREFIX}: {}",
+                InnerError::Exec {
+                    program: self.program_name.to_string_lossy().into_owned(),
+                    source: nix::errno::Errno::from_raw(errno),
+                }
+            ),
+            Step::Chdir => format!(
+                "bwrap: {}",
+                crate::bwrap::BwrapError::Chdir {
+                    path: std::ffi::OsStr::from_bytes(self.chdir.as_bytes()).to_owned(),
+                    source,
+                }
+            ),
+            Step::UsernsStillAllowed => {
+                format!("{PREFIX}: creation of new user namespaces was not disabled as requested")
+            }
+            other => format!(
+                "{PREFIX}: error applying Linux sandbox restrictions: cannot {}: {}",
+                other.what(),
+                crate::sys::errno_text(&source)
+            ),
+        }
+    }
+}
+
+fn errno() -> libc::c_int {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+
+/// The child's side: system calls on prepared data only.
+extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `CommandExec` the suspended parent passed, valid
+    // and not touched by anyone else until we exec or exit.
+    let exec = unsafe { &mut *arg.cast::<CommandExec<'_>>() };
+    let (step, errno) = steps(exec);
+    exec.errno.store(errno, Ordering::SeqCst);
+    exec.step.store(step as u8, Ordering::SeqCst);
+    // SAFETY: _exit leaves without running any user-space cleanup.
+    unsafe { libc::_exit(1) }
+}
+
+/// Runs the steps; returns the failed one and its errno (the exec only
+/// returns on failure).
+fn steps(exec: &mut CommandExec<'_>) -> (Step, libc::c_int) {
+    let check = |rc: libc::c_long| if rc < 0 { Err(errno()) } else { Ok(()) };
+    // SAFETY: each call is a plain system call on data prepared before the
+    // clone, with buffers that outlive it.
+    let outcome = unsafe {
+        let die = check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0).into())
+            .and_then(|()| {
+                if libc::getppid() == 1 {
+                    Ok(())
+                } else {
+                    Err(libc::ESRCH)
+                }
+            });
+        if let Err(errno) = die {
+            return (Step::DieWithParent, errno);
+        }
+        if let Err(errno) = check(libc::unshare(libc::CLONE_NEWUSER).into()) {
+            return (Step::UserNamespace, errno);
+        }
+        for (path, map) in [
+            (c"/proc/self/uid_map", &exec.uid_map),
+            (c"/proc/self/gid_map", &exec.gid_map),
+        ] {
+            if let Err(errno) = write_file(libc::AT_FDCWD, path, map) {
+                return (Step::IdMaps, errno);
+            }
+        }
+        if let Err(errno) = write_file(exec.user_sysctls, c"max_user_namespaces", b"0") {
+            return (Step::CloseUserNamespaces, errno);
+        }
+        if libc::unshare(libc::CLONE_NEWUSER) == 0 {
+            return (Step::UsernsStillAllowed, libc::EPERM);
+        }
+        if let Err(errno) = check(libc::chdir(exec.chdir.as_ptr()).into()) {
+            return (Step::Chdir, errno);
+        }
+        // As the inner stage: the cwd as given, when it exists inside.
+        libc::chdir(exec.command_cwd.as_ptr());
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &empty, ptr::null_mut());
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        );
+        Ok(())
+    };
+    if let Err((step, errno)) = outcome.and_then(|()| confine_steps(exec)) {
+        return (step, errno);
+    }
+    (Step::Exec, exec.launch.exec_prepared())
+}
+
+/// The inner stage's confinement and the filter.
+fn confine_steps(exec: &CommandExec<'_>) -> Result<(), (Step, libc::c_int)> {
+    let errno_of = |err: confine::ConfineError| {
+        use std::error::Error;
+        err.source()
+            .and_then(|source| source.downcast_ref::<io::Error>())
+            .and_then(io::Error::raw_os_error)
+            .unwrap_or(libc::EPERM)
+    };
+    confine::join_fresh_session_keyring().map_err(|e| (Step::Keyring, errno_of(e)))?;
+    confine::set_no_new_privs().map_err(|e| (Step::Capabilities, errno_of(e)))?;
+    confine::drop_capabilities_through(exec.last_cap)
+        .map_err(|e| (Step::Capabilities, errno_of(e)))?;
+    exec.seccomp
+        .install()
+        .map_err(|_| (Step::Seccomp, libc::EPERM))?;
+    Ok(())
+}
+
+/// Writes `data` to `path` (relative to `dir`) in one write.
+/// Async-signal-safe.
+fn write_file(dir: RawFd, path: &std::ffi::CStr, data: &[u8]) -> Result<(), libc::c_int> {
+    // SAFETY: the path is NUL-terminated; the fd is closed below.
+    let fd = unsafe { libc::openat(dir, path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: `data` is a live buffer of its length; then closing our fd.
+    let written = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
+    let failed = errno();
+    // SAFETY: closing the fd opened above.
+    unsafe { libc::close(fd) };
+    match usize::try_from(written) {
+        Ok(n) if n == data.len() => Ok(()),
+        Ok(_) => Err(libc::EIO),
+        Err(_) => Err(failed),
+    }
+}

@@ -1,0 +1,326 @@
+//! One command in a prepared sandbox: the helper's side ([`run`]) and the
+//! command's own pid 1 (the reaper). Pid 1's mounts are `super::mounts`',
+//! the command's own last steps `super::command`'s.
+//!
+//! The helper joins the prepared user, mount and (restricted network)
+//! network namespaces and clones the command's pid 1 into new pid, mount
+//! (a copy of the prepared tree), ipc, uts and cgroup namespaces. The
+//! helper itself keeps nothing of them, so its exit tears nothing down on
+//! the way of the exit status.
+//!
+//! Pid 1, with the capabilities of the prepared user namespace over the
+//! copied tree, mounts what must be the command's own: a fresh `/proc`
+//! with the host's kernel knobs bound read-only over it and its own pid 1
+//! hidden, as a one-shot sandbox has them; a fresh tmpfs on `/dev/shm` and
+//! devpts on `/dev/pts`; the command's terminal on `/dev/console` when it
+//! runs on one. It then leads a new session, becomes non-dumpable, starts
+//! the command (a nested user namespace that may create no further one,
+//! its directory, a fresh session keyring, no capability, no_new_privs,
+//! the seccomp filter, the exec), and reaps as the built-in launcher's
+//! reaper does: no capability, no signal handler, only its status pipe.
+//!
+//! The helper waits for the status pid 1 reports the moment the command
+//! ends and exits with it; pid 1 dies with the helper (parent-death
+//! signal), and with it the pid namespace and whatever the command left
+//! running, as in a one-shot sandbox. HUP, INT, QUIT and TERM sent to the
+//! helper end the sandbox at once and the helper exits 128 + the signal,
+//! as a one-shot run does when it passes them on to bubblewrap.
+
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use nix::sys::signal::Signal;
+
+use super::command::CommandExec;
+use super::mounts;
+use crate::bwrap::namespaces::{self, Forked};
+use crate::bwrap::proc_pid1;
+use crate::process::vfork::ChildStack;
+use crate::sandbox::cli::PREFIX;
+use crate::sandbox::inner::InnerError;
+use crate::sandbox::seccomp::{SeccompMode, SeccompProgram};
+use crate::sys::{confine, fds, netns};
+
+/// The prepared sandbox's namespaces, as received.
+#[derive(Debug)]
+pub struct Namespaces {
+    pub user: OwnedFd,
+    pub mnt: OwnedFd,
+    pub net: Option<OwnedFd>,
+}
+
+/// What the command runs with.
+#[derive(Debug, Clone)]
+pub struct CommandSetup {
+    pub command: Vec<OsString>,
+    /// bwrap's `--chdir` (sets `PWD`).
+    pub chdir: OsString,
+    /// The command cwd as given, tried after `chdir` as the inner stage does.
+    pub command_cwd: PathBuf,
+    pub seccomp: SeccompMode,
+    /// Standard output is a terminal: bind it as `/dev/console`.
+    pub console: bool,
+}
+
+/// A step that failed before the command ran.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("cannot enter the prepared sandbox ({what}): {source}")]
+    Enter {
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error(transparent)]
+    Seccomp(#[from] crate::sandbox::seccomp::SeccompError),
+    #[error(transparent)]
+    Namespace(#[from] namespaces::NamespaceError),
+    #[error("cannot {what}: {source}")]
+    Io {
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot mount {what} on {}: {source}", .dest.display())]
+    Mount {
+        what: &'static str,
+        dest: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("creation of new user namespaces was not disabled as requested")]
+    UsernsStillAllowed,
+    /// What the inner stage of a one-shot sandbox says (confinement,
+    /// seccomp, exec), with its words.
+    #[error(transparent)]
+    Inner(#[from] InnerError),
+    /// What the launcher of a one-shot sandbox says (the working
+    /// directory, the parent-death signal), with its words.
+    #[error(transparent)]
+    Launcher(#[from] crate::bwrap::BwrapError),
+}
+
+impl LaunchError {
+    /// The stderr line, prefixed as the one-shot sandbox's part that would
+    /// have failed prefixes it.
+    fn line(&self) -> String {
+        match self {
+            LaunchError::Launcher(err) => format!("bwrap: {err}"),
+            other => format!("{PREFIX}: {other}"),
+        }
+    }
+}
+
+/// Says why on stderr and ends this forked process.
+fn die(err: &LaunchError) -> ! {
+    eprintln!("{}", err.line());
+    // SAFETY: ends this forked process without the parent's atexit work.
+    unsafe { libc::_exit(1) }
+}
+
+fn io_error(what: &'static str) -> impl FnOnce(io::Error) -> LaunchError {
+    move |source| LaunchError::Io { what, source }
+}
+
+/// Runs `setup` in the sandbox `ns` and returns the helper's exit status:
+/// the command's (128 + signal when it was killed), 128 + a signal passed
+/// on, or 1 when the sandbox could not be entered (said on stderr).
+pub fn run(ns: Namespaces, setup: &CommandSetup) -> i32 {
+    match start(ns, setup) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("{}", err.line());
+            1
+        }
+    }
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), LaunchError> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|errno| io_error("create a pipe")(errno.into()))
+}
+
+fn start(ns: Namespaces, setup: &CommandSetup) -> Result<i32, LaunchError> {
+    let program = SeccompProgram::shared(setup.seccomp)?;
+    // Read on the host, before /proc is the sandbox's.
+    let cgroup_ns = Path::new("/proc/self/ns/cgroup").exists();
+    let ids = (
+        nix::unistd::getuid().as_raw(),
+        nix::unistd::getgid().as_raw(),
+    );
+    let forwarded = crate::sandbox::run::forwarded();
+    let old_mask = forwarded
+        .thread_swap_mask(nix::sys::signal::SigmaskHow::SIG_BLOCK)
+        .map_err(|errno| io_error("block signals")(errno.into()))?;
+    let signals = nix::sys::signalfd::SignalFd::with_flags(
+        &forwarded,
+        nix::sys::signalfd::SfdFlags::SFD_CLOEXEC | nix::sys::signalfd::SfdFlags::SFD_NONBLOCK,
+    )
+    .map_err(|errno| io_error("create a signalfd")(errno.into()))?;
+    let (status_read, status_write) = pipe()?;
+    let (alive_read, alive_write) = pipe()?;
+    let enter = |fd: &OwnedFd, nstype, what| {
+        netns::setns(fd.as_raw_fd(), nstype).map_err(|source| LaunchError::Enter { what, source })
+    };
+    enter(&ns.user, libc::CLONE_NEWUSER, "user namespace")?;
+    enter(&ns.mnt, libc::CLONE_NEWNS, "mount namespace")?;
+    if let Some(net) = &ns.net {
+        enter(net, libc::CLONE_NEWNET, "network namespace")?;
+    }
+    drop(ns);
+    let mut flags =
+        libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
+    if cgroup_ns {
+        flags |= libc::CLONE_NEWCGROUP;
+    }
+    match namespaces::clone_into(flags)? {
+        Forked::Parent(pid1) => {
+            drop((status_write, alive_read));
+            let code = wait_for(pid1, &status_read, &signals);
+            // The helper exits now; pid 1 follows (parent-death signal).
+            drop(alive_write);
+            let _ = old_mask.thread_set_mask();
+            Ok(code)
+        }
+        Forked::Child => {
+            drop((status_read, alive_write, signals));
+            let pid1 = Pid1 {
+                alive: alive_read,
+                status: status_write,
+                program,
+                ids,
+                setup,
+            };
+            pid1.run()
+        }
+    }
+}
+
+/// The helper's wait: the status pid 1 reports, or pid 1's own end, or a
+/// signal to pass on (which ends the sandbox at once).
+fn wait_for(pid1: libc::pid_t, status: &OwnedFd, signals: &nix::sys::signalfd::SignalFd) -> i32 {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    loop {
+        let mut polls = [
+            PollFd::new(signals.as_fd(), PollFlags::POLLIN),
+            PollFd::new(status.as_fd(), PollFlags::POLLIN),
+        ];
+        let _ = poll(&mut polls, PollTimeout::NONE);
+        while let Ok(Some(info)) = signals.read_signal() {
+            let Some(signal) = i32::try_from(info.ssi_signo)
+                .ok()
+                .and_then(|signo| Signal::try_from(signo).ok())
+            else {
+                continue;
+            };
+            if signal != Signal::SIGCHLD {
+                // SAFETY: kill takes a pid and a signal number.
+                unsafe { libc::kill(pid1, libc::SIGKILL) };
+                reap(pid1);
+                return 128 + signal as i32;
+            }
+        }
+        let ready = polls[1].revents().is_some_and(|r| !r.is_empty());
+        if !ready {
+            continue;
+        }
+        let mut record = [0u8; 4];
+        match nix::unistd::read(status, &mut record) {
+            Ok(4) => return i32::from_ne_bytes(record),
+            Err(nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN) => continue,
+            // Pid 1 ended without a status (it said why on stderr).
+            _ => return proc_pid1::exit_code(reap(pid1)),
+        }
+    }
+}
+
+fn reap(pid: libc::pid_t) -> libc::c_int {
+    let mut status = 0;
+    loop {
+        // SAFETY: status is a valid out-pointer for the call.
+        let got = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if got >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return if got == pid { status } else { 1 << 8 };
+        }
+    }
+}
+
+/// The sandbox's pid 1 for one command.
+struct Pid1<'a> {
+    alive: OwnedFd,
+    status: OwnedFd,
+    program: &'static SeccompProgram,
+    ids: (u32, u32),
+    setup: &'a CommandSetup,
+}
+
+impl Pid1<'_> {
+    fn run(self) -> ! {
+        if let Err(err) = crate::bwrap::kill_with_parent(|| {
+            crate::bwrap::has_hung_up(&self.alive).map_err(crate::bwrap::BwrapError::Poll)
+        }) {
+            die(&err.into());
+        }
+        let mounts = mounts::fresh_mounts(self.setup.console).unwrap_or_else(|err| die(&err));
+        if let Err(errno) = nix::unistd::setsid() {
+            die(&io_error("start a session")(errno.into()));
+        }
+        // The reaper holds no secret, but nothing of it is the command's
+        // business: not dumpable, so /proc/1 and pidfd_getfd stay shut.
+        let off: libc::c_ulong = 0;
+        // SAFETY: PR_SET_DUMPABLE takes integers only.
+        if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, off, off, off, off) } != 0 {
+            die(&io_error("make pid 1 non-dumpable")(
+                io::Error::last_os_error(),
+            ));
+        }
+        let mut command = CommandExec::new(
+            &self.setup.command,
+            &self.setup.chdir,
+            &self.setup.command_cwd,
+            self.ids,
+            &mounts.user_sysctls,
+            self.program,
+        )
+        .unwrap_or_else(|err| die(&io_error("prepare the command")(err)));
+        let mut stack = ChildStack::new();
+        let child = match command.spawn(&mut stack) {
+            Ok(pid) => pid,
+            Err((pid, line)) => {
+                eprintln!("{line}");
+                if pid < 0 {
+                    // SAFETY: ends pid 1 before any command ran.
+                    unsafe { libc::_exit(1) }
+                }
+                pid
+            }
+        };
+        drop((command, mounts));
+        let code = reaper(child, self.status);
+        // SAFETY: ends pid 1; the namespace goes with it.
+        unsafe { libc::_exit(code) }
+    }
+}
+
+/// Pid 1 once the command runs: no capability, nothing open but its
+/// status pipe, no signal handler (its dispositions are the helper's
+/// defaults; only the signals the helper waited for were blocked), as the
+/// built-in launcher's reaper; then reaping until the namespace is empty.
+fn reaper(command: libc::pid_t, status: OwnedFd) -> i32 {
+    let log = crate::bwrap::log::Log::default();
+    if confine::clear_capability_sets().is_err()
+        || fds::close_all_but(&[status.as_raw_fd()]).is_err()
+    {
+        return 1;
+    }
+    // Its stdio is the command's: pid 1 keeps none of it.
+    for fd in 0..3 {
+        fds::close(fd);
+    }
+    if nix::sys::signal::SigSet::empty().thread_set_mask().is_err() {
+        return 1;
+    }
+    proc_pid1::run_reaper(command, status, log)
+}

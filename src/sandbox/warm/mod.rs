@@ -1,0 +1,138 @@
+//! Reused sandboxes: the exec-server's sandboxed commands run in a sandbox
+//! prepared once per shape instead of one built per command.
+//!
+//! The expensive part of a sandbox (user and mount namespaces with the
+//! whole mount tree, and the empty network namespace) is built once by a
+//! keeper ([`keeper`]) and kept as namespace descriptors; each command gets
+//! only what must be its own on top ([`launch`]): pid, mount (a copy of
+//! the tree), ipc, uts and cgroup namespaces, a fresh `/proc`, `/dev/shm`
+//! and `/dev/pts`, a nested user namespace without capabilities, a fresh
+//! session keyring, no_new_privs and the seccomp filter.
+//!
+//! Reuse never changes what a command can do: before each command its
+//! helper decides the sandbox exactly as a one-shot run would
+//! ([`plan::decide`]), from the host as it is at that moment, and uses the
+//! prepared one only when the decision and every host path it names are
+//! the same as when the sandbox was prepared ([`plan::Plan::digest`]).
+//! Otherwise it runs the command on a one-shot sandbox and tells the
+//! server, which prepares a new one. The server also drops every prepared
+//! sandbox when its own mount table changes. `docs/sandbox.md` (Reused
+//! sandboxes) has the argument in full.
+//!
+//! Both roles run in a fork of the spawn zygote's supervisor, reached
+//! through [`entry`] with a request the server encoded ([`request`]).
+
+mod command;
+pub mod keeper;
+pub mod launch;
+mod mounts;
+pub mod plan;
+pub mod request;
+
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use crate::process::launch::HelperKind;
+use crate::sandbox::cli::{self, Args, PREFIX};
+use launch::{CommandSetup, Namespaces};
+use request::LaunchRequest;
+
+/// What the spawn zygote does once, so that every helper forked from it
+/// finds it done: this executable's path, the last capability number, and
+/// the seccomp filters compiled.
+pub fn warm_up() {
+    let _ = crate::runtime_paths::self_exe();
+    let _ = crate::sys::confine::last_cap();
+    for mode in [
+        crate::sandbox::seccomp::SeccompMode::Restricted,
+        crate::sandbox::seccomp::SeccompMode::NetworkEnabled,
+    ] {
+        let _ = crate::sandbox::seccomp::SeccompProgram::shared(mode);
+    }
+}
+
+/// Entry point of the helper's reuse roles (argv as for
+/// `codex-linux-sandbox`, the role, its request and descriptors).
+pub fn entry(argv: Vec<OsString>, kind: HelperKind, data: Vec<u8>, fds: Vec<OwnedFd>) -> i32 {
+    match kind {
+        HelperKind::Launch => launch_or_one_shot(argv, &data, fds),
+        HelperKind::Prepare => {
+            let mut fds = fds.into_iter();
+            match (fds.next(), fds.next()) {
+                (Some(control), Some(in_use)) => keeper::run(&argv, &data, control, in_use),
+                _ => 1,
+            }
+        }
+    }
+}
+
+/// One command: in the prepared sandbox when a one-shot run would build
+/// the same, else on a one-shot sandbox (and the server is told). The
+/// in-use marker stays open until this process exits: the keeper removes
+/// the mount points it made on the host only once no command of its
+/// sandbox is left (removing one would unmount the command's mask).
+fn launch_or_one_shot(argv: Vec<OsString>, data: &[u8], fds: Vec<OwnedFd>) -> i32 {
+    let args = match cli::try_parse_args::<Args>(&argv, PREFIX) {
+        Ok(args) => args,
+        Err(exit) => return exit.report(),
+    };
+    let mut fds = fds.into_iter();
+    let (Some(request), Some(stale), Some(_in_use), Some(user), Some(mnt)) = (
+        LaunchRequest::decode(data),
+        fds.next(),
+        fds.next(),
+        fds.next(),
+        fds.next(),
+    ) else {
+        return one_shot(args);
+    };
+    let net = fds.next();
+    let console = nix::unistd::isatty(std::io::stdout()).unwrap_or(false);
+    let plan = match plan::decide(&args, request.expansion.as_ref(), console) {
+        Ok(Ok(plan)) if plan.digest == request.expected => plan,
+        Ok(_) => {
+            // The prepared sandbox is not what a one-shot run would build
+            // now: the server replaces it.
+            let _ = crate::sys::fds::write_all(stale.as_raw_fd(), &[1]);
+            return one_shot(args);
+        }
+        // The one-shot run fails the same way and says so.
+        Err(_) => return one_shot(args),
+    };
+    drop(stale);
+    for line in &plan.warnings {
+        eprintln!("{line}");
+    }
+    let network_enabled = plan.prepared.network.is_enabled();
+    let setup = CommandSetup {
+        command: args.command.clone(),
+        chdir: plan
+            .built
+            .chdir()
+            .map(ToOwned::to_owned)
+            .unwrap_or_else(|| plan.prepared.command_cwd.clone().into_os_string()),
+        command_cwd: plan.prepared.command_cwd.clone(),
+        seccomp: cli::seccomp_mode(plan.prepared.network),
+        console,
+    };
+    let namespaces = Namespaces {
+        user,
+        mnt,
+        net: if network_enabled { None } else { net },
+    };
+    if !network_enabled && namespaces.net.is_none() {
+        return one_shot(args);
+    }
+    launch::run(namespaces, &setup)
+}
+
+/// The one-shot run of the same command line.
+fn one_shot(args: Args) -> i32 {
+    match cli::run_args(args) {
+        Ok(code) => code,
+        Err(failure) => {
+            eprintln!("{PREFIX}: {}", failure.message);
+            failure.code
+        }
+    }
+}

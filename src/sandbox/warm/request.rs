@@ -1,0 +1,239 @@
+//! What the exec-server asks of the sandbox helper's reuse roles, and what
+//! a keeper answers: encoded here, on both sides, as length-prefixed
+//! binary (paths need not be UTF-8). The descriptors travel beside the
+//! bytes, in the order the role documents.
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::PathBuf;
+
+use crate::sandbox::glob::GlobExpansion;
+
+/// Run one command in a prepared sandbox. Descriptors: the prepared
+/// sandbox's stale notice and its in-use marker (write ends; the helper
+/// holds the marker until it exits), its user namespace, its mount
+/// namespace, and its network namespace when it has one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchRequest {
+    /// The digest the prepared sandbox was built for.
+    pub expected: [u8; 32],
+    /// The deny-glob matches now (`None`: the helper scans).
+    pub expansion: Option<GlobExpansion>,
+}
+
+/// Prepare a sandbox for the command line and keep it. Descriptors: the
+/// keeper's end of its control socket, and the read end of the sandbox's
+/// in-use marker (EOF once no command's helper holds it any more).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrepareRequest {
+    /// The commands run on a terminal (`/dev/console`).
+    pub console: bool,
+    /// The deny-glob matches now (`None`: the keeper scans).
+    pub expansion: Option<GlobExpansion>,
+}
+
+/// A keeper's answer on its control socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PrepareAnswer {
+    /// Ready; the namespaces come with the message (user, mount, network).
+    Ready { digest: [u8; 32], net: bool },
+    /// This command line gets one-shot sandboxes only.
+    NotReusable(String),
+    /// Preparing failed.
+    Failed(String),
+}
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn bytes(&mut self, bytes: &[u8]) {
+        self.0
+            .extend_from_slice(&u32::try_from(bytes.len()).unwrap_or(u32::MAX).to_le_bytes());
+        self.0.extend_from_slice(bytes);
+    }
+
+    fn expansion(&mut self, expansion: Option<&GlobExpansion>) {
+        let Some(expansion) = expansion else {
+            self.0.push(0);
+            return;
+        };
+        self.0.push(1);
+        self.count(expansion.paths.len());
+        for path in &expansion.paths {
+            self.bytes(path.as_os_str().as_bytes());
+        }
+        self.count(expansion.skipped.len());
+        for pattern in &expansion.skipped {
+            self.bytes(pattern.as_bytes());
+        }
+    }
+
+    fn count(&mut self, n: usize) {
+        self.0
+            .extend_from_slice(&u32::try_from(n).unwrap_or(u32::MAX).to_le_bytes());
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn byte(&mut self) -> Option<u8> {
+        let (&b, rest) = self.0.split_first()?;
+        self.0 = rest;
+        Some(b)
+    }
+
+    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let head = self.0.get(..N)?;
+        let out = <[u8; N]>::try_from(head).ok()?;
+        self.0 = self.0.get(N..)?;
+        Some(out)
+    }
+
+    fn count(&mut self) -> Option<usize> {
+        usize::try_from(u32::from_le_bytes(self.array::<4>()?)).ok()
+    }
+
+    fn bytes(&mut self) -> Option<Vec<u8>> {
+        let len = self.count()?;
+        let out = self.0.get(..len)?.to_vec();
+        self.0 = self.0.get(len..)?;
+        Some(out)
+    }
+
+    fn expansion(&mut self) -> Option<Option<GlobExpansion>> {
+        if self.byte()? == 0 {
+            return Some(None);
+        }
+        let mut paths = BTreeSet::new();
+        for _ in 0..self.count()? {
+            paths.insert(PathBuf::from(OsString::from_vec(self.bytes()?)));
+        }
+        let mut skipped = Vec::new();
+        for _ in 0..self.count()? {
+            skipped.push(String::from_utf8(self.bytes()?).ok()?);
+        }
+        Some(Some(GlobExpansion { paths, skipped }))
+    }
+
+    fn end(&self) -> Option<()> {
+        self.0.is_empty().then_some(())
+    }
+}
+
+impl LaunchRequest {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer(Vec::new());
+        w.0.extend_from_slice(&self.expected);
+        w.expansion(self.expansion.as_ref());
+        w.0
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<LaunchRequest> {
+        let mut r = Reader(bytes);
+        let expected = r.array::<32>()?;
+        let expansion = r.expansion()?;
+        r.end()?;
+        Some(LaunchRequest {
+            expected,
+            expansion,
+        })
+    }
+}
+
+impl PrepareRequest {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer(vec![u8::from(self.console)]);
+        w.expansion(self.expansion.as_ref());
+        w.0
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<PrepareRequest> {
+        let mut r = Reader(bytes);
+        let console = r.byte()? == 1;
+        let expansion = r.expansion()?;
+        r.end()?;
+        Some(PrepareRequest { console, expansion })
+    }
+}
+
+impl PrepareAnswer {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer(Vec::new());
+        match self {
+            PrepareAnswer::Ready { digest, net } => {
+                w.0.push(1);
+                w.0.extend_from_slice(digest);
+                w.0.push(u8::from(*net));
+            }
+            PrepareAnswer::NotReusable(why) => {
+                w.0.push(2);
+                w.bytes(why.as_bytes());
+            }
+            PrepareAnswer::Failed(why) => {
+                w.0.push(3);
+                w.bytes(why.as_bytes());
+            }
+        }
+        w.0
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<PrepareAnswer> {
+        let mut r = Reader(bytes);
+        let answer = match r.byte()? {
+            1 => PrepareAnswer::Ready {
+                digest: r.array::<32>()?,
+                net: r.byte()? == 1,
+            },
+            2 => PrepareAnswer::NotReusable(String::from_utf8_lossy(&r.bytes()?).into_owned()),
+            3 => PrepareAnswer::Failed(String::from_utf8_lossy(&r.bytes()?).into_owned()),
+            _ => return None,
+        };
+        r.end()?;
+        Some(answer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_and_answers_round_trip_and_refuse_garbage() {
+        let expansion = GlobExpansion {
+            paths: [PathBuf::from(OsString::from_vec(b"/w/\xff.env".to_vec()))]
+                .into_iter()
+                .collect(),
+            skipped: vec!["/**/*.key".into()],
+        };
+        let launch = LaunchRequest {
+            expected: [7; 32],
+            expansion: Some(expansion.clone()),
+        };
+        assert_eq!(
+            LaunchRequest::decode(&launch.encode()),
+            Some(launch.clone())
+        );
+        let mut longer = launch.encode();
+        longer.push(0);
+        assert_eq!(LaunchRequest::decode(&longer), None);
+        assert_eq!(LaunchRequest::decode(&launch.encode()[..40]), None);
+        let prepare = PrepareRequest {
+            console: true,
+            expansion: None,
+        };
+        assert_eq!(PrepareRequest::decode(&prepare.encode()), Some(prepare));
+        for answer in [
+            PrepareAnswer::Ready {
+                digest: [1; 32],
+                net: true,
+            },
+            PrepareAnswer::NotReusable("why".into()),
+            PrepareAnswer::Failed("bad".into()),
+        ] {
+            assert_eq!(PrepareAnswer::decode(&answer.encode()), Some(answer));
+        }
+        assert_eq!(PrepareAnswer::decode(&[9]), None);
+    }
+}
