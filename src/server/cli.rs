@@ -13,6 +13,7 @@ use super::config::{
 };
 use super::listen::{ListenUrl, DEFAULT_LISTEN_URL};
 use super::liveness::{Keepalive, PEER_TIMEOUT, TAKEOVER_PROBE_MS};
+use super::sandbox_reuse::{ReuseConfig, DEFAULT_IDLE};
 use crate::logging::{self, LogFormat};
 use crate::process::retention::RETAINED_OUTPUT_BYTES;
 use crate::runtime_paths::ExecServerRuntimePaths;
@@ -89,6 +90,13 @@ struct Args {
     /// (0 = kill at once; SIGINT always does).
     #[arg(long, value_name = "SECS", default_value_t = 0)]
     drain_grace_secs: u64,
+    /// Whether sandboxed commands reuse a sandbox prepared per shape
+    /// (on) or each get a sandbox of their own built for them (off).
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
+    sandbox_reuse: String,
+    /// Seconds an unused prepared sandbox is kept.
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_IDLE.as_secs())]
+    sandbox_reuse_idle_secs: u64,
 }
 
 /// The registry client of remote mode, with its credentials.
@@ -237,6 +245,10 @@ fn build_config(args: Args) -> Result<ServerConfig, (String, i32)> {
         protected_paths: args.auth_token_file.into_iter().collect(),
         drain_grace: Duration::from_secs(args.drain_grace_secs),
         metrics_listen: args.metrics_listen,
+        sandbox_reuse: ReuseConfig {
+            enabled: args.sandbox_reuse == "on",
+            idle: Duration::from_secs(args.sandbox_reuse_idle_secs),
+        },
     })
 }
 

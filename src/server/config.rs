@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::listen::ListenUrl;
 use super::liveness::Keepalive;
+use super::sandbox_reuse::ReuseConfig;
 use crate::process::retention::RETAINED_OUTPUT_BYTES;
 
 /// Environment variable holding the bearer token (alternative to the file).
@@ -55,6 +56,9 @@ pub struct ServerConfig {
     pub drain_grace: Duration,
     /// A side port serving only `GET /metrics` (`--metrics-listen`).
     pub metrics_listen: Option<SocketAddr>,
+    /// Whether sandboxed commands reuse prepared sandboxes, and for how long
+    /// an unused one is kept.
+    pub sandbox_reuse: ReuseConfig,
 }
 
 impl ServerConfig {
@@ -74,6 +78,7 @@ impl ServerConfig {
             protected_paths: Vec::new(),
             drain_grace: Duration::ZERO,
             metrics_listen: None,
+            sandbox_reuse: ReuseConfig::default(),
         }
     }
 

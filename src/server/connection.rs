@@ -42,6 +42,8 @@ pub struct Shared {
     pub network: Arc<super::network_proxy::NetworkState>,
     /// What `GET /metrics` reports.
     pub metrics: Arc<ExecMetrics>,
+    /// Reused sandboxes: the server-wide part.
+    pub reuse: Arc<super::sandbox_reuse::Reuse>,
 }
 
 /// One connection.

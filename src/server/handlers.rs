@@ -147,7 +147,7 @@ pub async fn start(
         sandboxed: false,
         helper: None,
     };
-    process_sandbox::prepare(
+    let sandbox = process_sandbox::prepare(
         params.sandbox.as_ref(),
         &mut spec,
         &conn.shared.paths,
@@ -168,6 +168,12 @@ pub async fn start(
         return Err(RpcError::invalid_request(format!(
             "too many processes: this session already runs the maximum of {max}"
         )));
+    }
+    if let Some(request) = &sandbox {
+        conn.shared
+            .reuse
+            .attach(session.sandboxes(), request, &mut spec)
+            .await;
     }
     let options = ProcessOptions {
         retained_bytes: conn.shared.config.retained_output_bytes,

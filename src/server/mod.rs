@@ -23,6 +23,7 @@ pub mod peer_guard;
 pub mod process_sandbox;
 pub mod reply;
 pub mod router;
+pub mod sandbox_reuse;
 pub mod session;
 pub mod transport;
 pub mod wire_trace;
@@ -172,6 +173,7 @@ pub fn shared_state(
 ) -> Shared {
     let mut denied = config.protected_paths.clone();
     denied.extend(extra_denied);
+    let reuse = sandbox_reuse::Reuse::new(config.sandbox_reuse, paths.codex_self_exe.clone());
     Shared {
         registry: Registry::new(config.session_grace),
         config: Arc::new(config),
@@ -179,6 +181,7 @@ pub fn shared_state(
         guard: Arc::new(process_sandbox::SandboxGuard::new(denied)),
         network: Arc::default(),
         metrics: crate::metrics::exec::ExecMetrics::new(fs_methods::METHODS),
+        reuse: Arc::new(reuse),
     }
 }
 

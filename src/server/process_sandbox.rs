@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::applied_roots::AppliedRoots;
+use super::sandbox_reuse::SandboxRequest;
 use crate::mode::LINUX_SANDBOX_ARG0;
 use crate::process::LaunchSpec;
 use crate::protocol::sandbox::{FileSystemSandboxContext, ResolvedSandbox, SandboxContextError};
@@ -146,20 +147,20 @@ pub fn resolve(sandbox: &Value) -> Result<ResolvedSandbox, RpcError> {
 /// Prepares `spec` for the requested sandbox (`None` or `null` = unsandboxed).
 /// Rewrites `spec.argv`/`spec.arg0` (the request's `arg0` goes to the
 /// helper's `--command-arg0`) and sets `spec.sandboxed = true` when it
-/// wraps the command.
+/// wraps the command; returns what was decided, for sandbox reuse.
 pub fn prepare(
     sandbox: Option<&Value>,
     spec: &mut LaunchSpec,
     paths: &ExecServerRuntimePaths,
     guard: &SandboxGuard,
     enforce_managed_network: bool,
-) -> Result<(), RpcError> {
+) -> Result<Option<SandboxRequest>, RpcError> {
     let Some(sandbox) = sandbox.filter(|value| !value.is_null()) else {
-        return Ok(());
+        return Ok(None);
     };
     if spec.argv.is_empty() {
         // Left for the caller's `argv must not be empty`.
-        return Ok(());
+        return Ok(None);
     }
     let resolved = resolve(sandbox)?;
     let policy_cwd = resolved.cwd.clone().unwrap_or_else(|| spec.cwd.clone());
@@ -167,11 +168,12 @@ pub fn prepare(
     guard.apply(&mut profile);
     let plantable = guard.plantable(&profile, &resolved.workspace_roots);
     let mut argv: Vec<OsString> = vec![paths.linux_sandbox_exe().as_os_str().to_owned()];
+    let profile_json = profile.to_json();
     // The proxy flag suppresses the Landlock backend (it cannot route).
     argv.extend(helper_args(
         &policy_cwd,
         &spec.cwd,
-        &profile.to_json(),
+        &profile_json,
         resolved.use_legacy_landlock && !enforce_managed_network,
     ));
     argv.extend(plantable_args(&plantable));
@@ -188,7 +190,13 @@ pub fn prepare(
     spec.argv = argv;
     spec.arg0 = Some(LINUX_SANDBOX_ARG0.into());
     spec.sandboxed = true;
-    Ok(())
+    Ok(Some(SandboxRequest {
+        one_shot_only: resolved.use_legacy_landlock || enforce_managed_network,
+        profile,
+        profile_json,
+        policy_cwd,
+        plantable,
+    }))
 }
 
 #[cfg(test)]

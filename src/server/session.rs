@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use super::liveness::{Liveness, Probe};
+use super::sandbox_reuse::SessionSandboxes;
 use crate::process::{EventRoute, ManagedProcess};
 use crate::protocol::session::{ProcessState, ProcessSummary, SessionSummary};
 use crate::protocol::RpcError;
@@ -69,6 +70,8 @@ pub struct Session {
     attachment: Mutex<Attachment>,
     /// Woken when another connection resumes the session.
     taken_over: Notify,
+    /// The sandboxes prepared for this session's sandboxed commands.
+    sandboxes: SessionSandboxes,
 }
 
 impl Session {
@@ -80,6 +83,11 @@ impl Session {
     /// Where the session's notifications go.
     pub fn route(&self) -> &EventRoute {
         &self.route
+    }
+
+    /// The sandboxes prepared for this session's commands.
+    pub fn sandboxes(&self) -> &SessionSandboxes {
+        &self.sandboxes
     }
 
     /// The current attach epoch.
@@ -290,6 +298,7 @@ impl Registry {
                 ..Attachment::default()
             }),
             taken_over: Notify::new(),
+            sandboxes: SessionSandboxes::default(),
         });
         session.route.set(Some(sender));
         lock(&self.sessions).insert(session.id.clone(), session.clone());
@@ -400,14 +409,19 @@ impl Registry {
         }
         lock(&self.sessions).remove(&session.id);
         tracing::info!(session = %session.id, "detached session expired; killing its processes");
+        session.sandboxes.clear();
         let session = session.clone();
         tokio::task::spawn_blocking(move || session.kill_all_blocking());
     }
 
-    /// Kills every process of every session (server shutdown, stdio EOF).
+    /// Kills every process of every session (server shutdown, stdio EOF)
+    /// and drops every prepared sandbox.
     pub fn kill_everything_blocking(&self) {
-        let processes: Vec<_> = self
-            .all()
+        let sessions = self.all();
+        for session in &sessions {
+            session.sandboxes.clear();
+        }
+        let processes: Vec<_> = sessions
             .iter()
             .flat_map(|session| session.all_processes())
             .collect();

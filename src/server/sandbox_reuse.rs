@@ -1,0 +1,631 @@
+//! Reused sandboxes, the server's side (`sandbox::warm` is the helper's):
+//! which prepared sandbox a sandboxed `process/start` may use, preparing
+//! it when there is none, and dropping it when it may no longer be used.
+//!
+//! A prepared sandbox belongs to one session and one shape ([`Key`]: the
+//! helper's flags but the command and its directory, the environment the
+//! helper's decision reads, and whether the command runs on a terminal).
+//! The first command of a shape waits while a keeper prepares it (about
+//! the cost of a one-shot sandbox); later ones run in it, each after its
+//! helper checked that a one-shot run would build the same sandbox now.
+//!
+//! It is dropped (its keeper then removes what it left on the host and
+//! exits, its namespaces vanish with the last descriptor): when a helper
+//! found it outdated (its stale pipe), when its keeper is gone, when the
+//! server's mount table changed since it was prepared (`/proc/self/
+//! mountinfo` signals every change), after [`ReuseConfig::idle`] unused,
+//! with its session, and at shutdown. Bounds: [`MAX_PER_SESSION`] per
+//! session (the least recently used goes first), [`MAX_PREPARED`] in the
+//! whole server (beyond that, commands get one-shot sandboxes).
+//!
+//! Deny globs: the matches are kept per shape ([`DenyGlobs`]) and sent with
+//! every command, so a file made under a deny glob (by an earlier command
+//! or the host) is masked for the next one.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use tokio::io::unix::AsyncFd;
+
+use crate::process::fd::register;
+use crate::process::launch::{HelperJob, HelperKind, LaunchSpec};
+use crate::sandbox::glob::{self, GlobError, GlobExpansion};
+use crate::sandbox::policy::{PermissionProfile, ResolveContext};
+use crate::sandbox::warm::request::{LaunchRequest, PrepareAnswer, PrepareRequest};
+use crate::sync::lock;
+
+/// Prepared sandboxes one session keeps.
+pub const MAX_PER_SESSION: usize = 4;
+/// Prepared sandboxes the whole server keeps.
+pub const MAX_PREPARED: usize = 16;
+/// Default time a prepared sandbox stays unused before it is dropped.
+pub const DEFAULT_IDLE: Duration = Duration::from_secs(30);
+/// How long a shape that could not be prepared runs one-shot before the
+/// next try.
+const RETRY_AFTER: Duration = Duration::from_secs(30);
+/// How long preparing may take.
+const PREPARE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Largest deny-glob match list sent with a command (larger: the helper
+/// scans, as a one-shot run does).
+const MAX_EXPANSION_BYTES: usize = 64 * 1024;
+/// The environment the helper's decision reads.
+const DECISION_ENV: [&str; 4] = ["TMPDIR", "HOME", "XDG_RUNTIME_DIR", "CODEXBOX_BWRAP"];
+
+/// Whether and how the server reuses sandboxes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReuseConfig {
+    /// `--sandbox-reuse on|off`.
+    pub enabled: bool,
+    /// `--sandbox-reuse-idle-secs`.
+    pub idle: Duration,
+}
+
+impl Default for ReuseConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            idle: DEFAULT_IDLE,
+        }
+    }
+}
+
+/// What the sandbox layer decided for one sandboxed start, in the parts
+/// reuse needs (the helper's argv holds the same).
+#[derive(Debug, Clone)]
+pub struct SandboxRequest {
+    pub profile: PermissionProfile,
+    pub profile_json: String,
+    pub policy_cwd: PathBuf,
+    pub plantable: Vec<PathBuf>,
+    /// Landlock or managed routing: one-shot sandboxes only.
+    pub one_shot_only: bool,
+}
+
+/// The shape of a prepared sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Key {
+    profile_json: String,
+    policy_cwd: PathBuf,
+    plantable: Vec<PathBuf>,
+    env: Vec<Option<OsString>>,
+    console: bool,
+}
+
+impl Key {
+    fn of(request: &SandboxRequest, spec: &LaunchSpec) -> Key {
+        let env = DECISION_ENV
+            .iter()
+            .map(|name| {
+                spec.env
+                    .iter()
+                    .rev()
+                    .find(|(key, _)| key == name)
+                    .map(|(_, value)| value.clone())
+            })
+            .collect();
+        Key {
+            profile_json: request.profile_json.clone(),
+            policy_cwd: request.policy_cwd.clone(),
+            plantable: request.plantable.clone(),
+            env,
+            console: spec.tty.is_some(),
+        }
+    }
+}
+
+/// The deny-glob matches of one set of patterns, current at each
+/// [`refresh`](Self::refresh). A rescan each time for now: a source kept
+/// current by change notifications takes its place behind this interface.
+#[derive(Debug)]
+pub struct DenyGlobs {
+    patterns: Vec<String>,
+    max_depth: Option<usize>,
+}
+
+impl DenyGlobs {
+    pub fn build(patterns: Vec<String>, max_depth: Option<usize>) -> Result<DenyGlobs, GlobError> {
+        Ok(DenyGlobs {
+            patterns,
+            max_depth,
+        })
+    }
+
+    /// The matches now, exactly as `glob::expand` finds them.
+    pub fn refresh(&mut self) -> Result<GlobExpansion, GlobError> {
+        glob::expand(&self.patterns, self.max_depth, &glob::Scanner::BuiltIn)
+    }
+}
+
+/// The server-wide part: the configuration, the count, the mount table.
+#[derive(Debug)]
+pub struct Reuse {
+    config: ReuseConfig,
+    exe: PathBuf,
+    live: Arc<AtomicUsize>,
+    mounts: MountWatch,
+}
+
+impl Reuse {
+    pub fn new(config: ReuseConfig, exe: PathBuf) -> Reuse {
+        Reuse {
+            config,
+            exe,
+            live: Arc::new(AtomicUsize::new(0)),
+            mounts: MountWatch::open(),
+        }
+    }
+
+    /// Prepared sandboxes alive in the server (for tests and diagnostics).
+    pub fn live(&self) -> usize {
+        self.live.load(Ordering::Relaxed)
+    }
+
+    /// Marks `spec` (the sandbox helper's launch) to run in a prepared
+    /// sandbox of `session`, preparing one first when there is none.
+    /// Leaves it alone (a one-shot sandbox) when reuse is off, not
+    /// possible for this request, or preparing failed.
+    pub async fn attach(
+        &self,
+        session: &SessionSandboxes,
+        request: &SandboxRequest,
+        spec: &mut LaunchSpec,
+    ) {
+        if !self.config.enabled || request.one_shot_only {
+            return;
+        }
+        if !self.mounts.watchable() {
+            return;
+        }
+        let key = Key::of(request, spec);
+        let generation = self.mounts.generation();
+        for _ in 0..2 {
+            let slot = session.slot(&key, self.config.idle);
+            let expansion = slot.expansion(request).await;
+            let prepared = slot
+                .cell
+                .get_or_init(|| self.prepare(spec, key.console, expansion.clone(), generation))
+                .await;
+            match prepared {
+                Outcome::Ready(sandbox) if sandbox.usable(generation) => {
+                    slot.touch();
+                    spec.helper = Some(sandbox.launch_job(expansion));
+                    return;
+                }
+                Outcome::Unavailable { since } if since.elapsed() < RETRY_AFTER => return,
+                _ => session.remove(&key, &slot),
+            }
+        }
+    }
+
+    async fn prepare(
+        &self,
+        spec: &LaunchSpec,
+        console: bool,
+        expansion: Option<GlobExpansion>,
+        generation: u64,
+    ) -> Outcome {
+        let unavailable = |why: &str| {
+            tracing::debug!("sandbox not prepared: {why}");
+            Outcome::Unavailable {
+                since: Instant::now(),
+            }
+        };
+        if self.live.load(Ordering::Relaxed) >= MAX_PREPARED {
+            return unavailable("the server keeps the most prepared sandboxes it may");
+        }
+        match tokio::time::timeout(
+            PREPARE_TIMEOUT,
+            self.start_keeper(spec, console, expansion, generation),
+        )
+        .await
+        {
+            Ok(Ok(sandbox)) => Outcome::Ready(Arc::new(sandbox)),
+            Ok(Err(why)) => unavailable(&why),
+            Err(_) => unavailable("preparing took too long"),
+        }
+    }
+
+    /// Starts a keeper for `spec`'s command line and waits for its answer.
+    async fn start_keeper(
+        &self,
+        spec: &LaunchSpec,
+        console: bool,
+        expansion: Option<GlobExpansion>,
+        generation: u64,
+    ) -> Result<PreparedSandbox, String> {
+        let (ours, theirs) = seqpacket_pair().map_err(|e| e.to_string())?;
+        let (in_use_read, in_use_write) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| e.to_string())?;
+        let request = PrepareRequest { console, expansion };
+        let keeper = LaunchSpec {
+            argv: spec.argv.clone(),
+            arg0: spec.arg0.clone(),
+            cwd: spec.cwd.clone(),
+            env: spec.env.clone(),
+            tty: None,
+            pipe_stdin: false,
+            sandboxed: false,
+            helper: Some(HelperJob {
+                kind: HelperKind::Prepare,
+                data: request.encode(),
+                fds: vec![Arc::new(theirs), Arc::new(in_use_read)],
+            }),
+        };
+        let spawned = crate::process::spawn::spawn_helper_job(&keeper, &self.exe)
+            .await
+            .map_err(|e| format!("cannot start a keeper: {e}"))?;
+        drop(keeper);
+        log_keeper_stderr(spawned.stderr);
+        let control = register(ours).map_err(|e| e.to_string())?;
+        let (answer, fds) = receive_answer(&control).await?;
+        let mut fds = fds.into_iter();
+        match answer {
+            PrepareAnswer::Ready { digest, net } => {
+                let (Some(user), Some(mnt)) = (fds.next(), fds.next()) else {
+                    return Err("the keeper sent no namespaces".into());
+                };
+                let net = if net {
+                    Some(fds.next().ok_or("the keeper sent no network namespace")?)
+                } else {
+                    None
+                };
+                let (stale_read, stale_write) = nix::unistd::pipe2(
+                    nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK,
+                )
+                .map_err(|e| e.to_string())?;
+                self.live.fetch_add(1, Ordering::Relaxed);
+                Ok(PreparedSandbox {
+                    user: Arc::new(user),
+                    mnt: Arc::new(mnt),
+                    net: net.map(Arc::new),
+                    digest,
+                    stale_read,
+                    stale_write: Arc::new(stale_write),
+                    in_use: Arc::new(in_use_write),
+                    control: control.into_inner(),
+                    generation,
+                    live: self.live.clone(),
+                })
+            }
+            PrepareAnswer::NotReusable(why) => Err(format!("one-shot only: {why}")),
+            PrepareAnswer::Failed(why) => Err(why),
+        }
+    }
+}
+
+/// Logs what a keeper says on stderr (bubblewrap's setup errors).
+fn log_keeper_stderr(stderr: Option<OwnedFd>) {
+    let Some(stderr) = stderr else { return };
+    tokio::spawn(async move {
+        let Ok(fd) = register(stderr) else { return };
+        let mut text = Vec::new();
+        loop {
+            let Ok(mut ready) = fd.readable().await else {
+                break;
+            };
+            let mut buf = [0u8; 1024];
+            match ready.try_io(|fd| nix::unistd::read(fd.get_ref(), &mut buf).map_err(Into::into)) {
+                Ok(Ok(0)) | Ok(Err(_)) => break,
+                Ok(Ok(n)) => text.extend_from_slice(buf.get(..n).unwrap_or_default()),
+                Err(_would_block) => continue,
+            }
+        }
+        if !text.is_empty() {
+            tracing::debug!("sandbox keeper: {}", String::from_utf8_lossy(&text).trim());
+        }
+    });
+}
+
+async fn receive_answer(
+    control: &AsyncFd<OwnedFd>,
+) -> Result<(PrepareAnswer, Vec<OwnedFd>), String> {
+    loop {
+        let mut ready = control.readable().await.map_err(|e| e.to_string())?;
+        let mut buf = [0u8; 512];
+        match ready.try_io(|fd| crate::sys::scm::recv_with_fds(fd.get_ref().as_raw_fd(), &mut buf))
+        {
+            Ok(Ok(Some((len, fds)))) => {
+                let answer = buf
+                    .get(..len)
+                    .and_then(PrepareAnswer::decode)
+                    .ok_or("the keeper's answer is malformed")?;
+                return Ok((answer, fds));
+            }
+            Ok(Ok(None)) => return Err("the keeper ended without an answer".into()),
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(_would_block) => continue,
+        }
+    }
+}
+
+/// A socket pair whose first end (the server's) is non-blocking and the
+/// second (the keeper's, which blocks on it) is not.
+fn seqpacket_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    let (ours, theirs) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )?;
+    crate::process::pty::set_nonblocking(&ours)?;
+    Ok((ours, theirs))
+}
+
+/// What a slot holds once its preparation ended.
+#[derive(Debug)]
+enum Outcome {
+    Ready(Arc<PreparedSandbox>),
+    Unavailable { since: Instant },
+}
+
+/// One shape's place in a session.
+#[derive(Debug)]
+struct Slot {
+    cell: tokio::sync::OnceCell<Outcome>,
+    last_used: Mutex<Instant>,
+    globs: Arc<Mutex<Option<DenyGlobs>>>,
+}
+
+impl Slot {
+    fn touch(&self) {
+        *lock(&self.last_used) = Instant::now();
+    }
+
+    fn idle_for(&self) -> Duration {
+        lock(&self.last_used).elapsed()
+    }
+
+    /// The deny-glob matches now (`None`: none to send, the helper scans).
+    async fn expansion(&self, request: &SandboxRequest) -> Option<GlobExpansion> {
+        let (patterns, depth) = deny_globs(request);
+        if patterns.is_empty() {
+            return Some(GlobExpansion::default());
+        }
+        let globs = self.globs.clone();
+        let expansion = tokio::task::spawn_blocking(move || {
+            let mut globs = lock(&globs);
+            if globs.is_none() {
+                *globs = DenyGlobs::build(patterns, depth).ok();
+            }
+            globs.as_mut().map(DenyGlobs::refresh)
+        })
+        .await
+        .ok()
+        .flatten()?
+        .ok()?;
+        let size: usize = expansion
+            .paths
+            .iter()
+            .map(|p| p.as_os_str().len() + 4)
+            .sum();
+        (size <= MAX_EXPANSION_BYTES).then_some(expansion)
+    }
+}
+
+/// The deny globs of `request` as the helper resolves them, and the depth.
+fn deny_globs(request: &SandboxRequest) -> (Vec<String>, Option<usize>) {
+    let (fs, _) = request.profile.to_runtime();
+    let resolved = fs.resolve_with(&ResolveContext {
+        cwd: request.policy_cwd.clone(),
+        ..ResolveContext::default()
+    });
+    (
+        resolved.unreadable_globs().to_vec(),
+        resolved.glob_scan_max_depth.map(|d| d.get()),
+    )
+}
+
+/// The prepared sandboxes of one session.
+#[derive(Debug, Default)]
+pub struct SessionSandboxes {
+    slots: Arc<Mutex<HashMap<Key, Arc<Slot>>>>,
+}
+
+impl SessionSandboxes {
+    /// The slot for `key`, made (and the least recently used one dropped
+    /// beyond [`MAX_PER_SESSION`]) when there is none.
+    fn slot(&self, key: &Key, idle: Duration) -> Arc<Slot> {
+        let mut slots = lock(&self.slots);
+        if let Some(slot) = slots.get(key) {
+            return slot.clone();
+        }
+        if slots.len() >= MAX_PER_SESSION {
+            let oldest = slots
+                .iter()
+                .max_by_key(|(_, slot)| slot.idle_for())
+                .map(|(key, _)| key.clone());
+            if let Some(oldest) = oldest {
+                slots.remove(&oldest);
+            }
+        }
+        let slot = Arc::new(Slot {
+            cell: tokio::sync::OnceCell::new(),
+            last_used: Mutex::new(Instant::now()),
+            globs: Arc::default(),
+        });
+        slots.insert(key.clone(), slot.clone());
+        drop(slots);
+        expire_when_idle(Arc::downgrade(&self.slots), key.clone(), &slot, idle);
+        slot
+    }
+
+    /// Drops `slot` if it is still the one for `key`.
+    fn remove(&self, key: &Key, slot: &Arc<Slot>) {
+        let mut slots = lock(&self.slots);
+        if slots
+            .get(key)
+            .is_some_and(|current| Arc::ptr_eq(current, slot))
+        {
+            slots.remove(key);
+        }
+    }
+
+    /// Drops every prepared sandbox of the session.
+    pub fn clear(&self) {
+        let drained: Vec<Arc<Slot>> = lock(&self.slots).drain().map(|(_, slot)| slot).collect();
+        drop(drained);
+    }
+
+    /// Prepared sandboxes ready in this session (for tests and diagnostics).
+    pub fn ready(&self) -> usize {
+        lock(&self.slots)
+            .values()
+            .filter(|slot| matches!(slot.cell.get(), Some(Outcome::Ready(_))))
+            .count()
+    }
+}
+
+/// Drops the slot once it has been unused for `idle`.
+fn expire_when_idle(
+    slots: Weak<Mutex<HashMap<Key, Arc<Slot>>>>,
+    key: Key,
+    slot: &Arc<Slot>,
+    idle: Duration,
+) {
+    let weak_slot = Arc::downgrade(slot);
+    tokio::spawn(async move {
+        let mut wait = idle;
+        loop {
+            tokio::time::sleep(wait).await;
+            let (Some(slots), Some(slot)) = (slots.upgrade(), weak_slot.upgrade()) else {
+                return;
+            };
+            let unused = slot.idle_for();
+            if unused >= idle {
+                let mut slots = lock(&slots);
+                if slots
+                    .get(&key)
+                    .is_some_and(|current| Arc::ptr_eq(current, &slot))
+                {
+                    slots.remove(&key);
+                }
+                return;
+            }
+            wait = idle.saturating_sub(unused).max(Duration::from_millis(10));
+        }
+    });
+}
+
+/// A sandbox a keeper prepared: its namespaces, the digest it was built
+/// for, the pipe helpers report it outdated on, the keeper's control
+/// socket (closing it lets the keeper go).
+#[derive(Debug)]
+struct PreparedSandbox {
+    user: Arc<OwnedFd>,
+    mnt: Arc<OwnedFd>,
+    net: Option<Arc<OwnedFd>>,
+    digest: [u8; 32],
+    stale_read: OwnedFd,
+    stale_write: Arc<OwnedFd>,
+    /// Held by every command's helper: the keeper keeps its mount points
+    /// on the host until the last one is gone.
+    in_use: Arc<OwnedFd>,
+    control: OwnedFd,
+    /// The mount table's generation when preparing began.
+    generation: u64,
+    live: Arc<AtomicUsize>,
+}
+
+impl PreparedSandbox {
+    /// Whether commands may still run in it: nobody reported it outdated,
+    /// its keeper is there, and the server's mounts did not change since
+    /// it was prepared.
+    fn usable(&self, generation: u64) -> bool {
+        let mut byte = [0u8; 1];
+        let reported = matches!(nix::unistd::read(&self.stale_read, &mut byte), Ok(n) if n > 0);
+        let mut poll = libc::pollfd {
+            fd: self.control.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one live pollfd, zero timeout.
+        let keeper_gone = unsafe { libc::poll(&mut poll, 1, 0) } != 0;
+        let usable = !reported && !keeper_gone && generation == self.generation;
+        if !usable {
+            tracing::debug!(
+                reported,
+                keeper_gone,
+                prepared_at = self.generation,
+                now = generation,
+                "prepared sandbox dropped"
+            );
+        }
+        usable
+    }
+
+    /// The job that runs a command in it.
+    fn launch_job(&self, expansion: Option<GlobExpansion>) -> HelperJob {
+        let request = LaunchRequest {
+            expected: self.digest,
+            expansion,
+        };
+        let mut fds = vec![
+            self.stale_write.clone(),
+            self.in_use.clone(),
+            self.user.clone(),
+            self.mnt.clone(),
+        ];
+        fds.extend(self.net.clone());
+        HelperJob {
+            kind: HelperKind::Launch,
+            data: request.encode(),
+            fds,
+        }
+    }
+}
+
+impl Drop for PreparedSandbox {
+    fn drop(&mut self) {
+        self.live.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Changes of the server's mount table: `/proc/self/mountinfo` polls
+/// readable with `POLLPRI` once after every change.
+#[derive(Debug)]
+struct MountWatch {
+    file: Option<Arc<std::fs::File>>,
+    generation: Arc<AtomicU64>,
+}
+
+impl MountWatch {
+    fn open() -> MountWatch {
+        MountWatch {
+            file: std::fs::File::open("/proc/self/mountinfo")
+                .ok()
+                .map(Arc::new),
+            generation: Arc::default(),
+        }
+    }
+
+    /// Whether changes can be seen (without, nothing is reused).
+    fn watchable(&self) -> bool {
+        self.file.is_some()
+    }
+
+    /// A number that changes whenever the mount table did.
+    fn generation(&self) -> u64 {
+        let Some(file) = &self.file else {
+            return self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        };
+        let mut poll = libc::pollfd {
+            fd: file.as_raw_fd(),
+            events: libc::POLLPRI,
+            revents: 0,
+        };
+        // SAFETY: one live pollfd, zero timeout.
+        let changed = unsafe { libc::poll(&mut poll, 1, 0) } > 0
+            && poll.revents & (libc::POLLPRI | libc::POLLERR) != 0;
+        if changed {
+            self.generation.fetch_add(1, Ordering::Relaxed) + 1
+        } else {
+            self.generation.load(Ordering::Relaxed)
+        }
+    }
+}
