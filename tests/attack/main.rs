@@ -17,5 +17,6 @@ mod listeners;
 mod planted_links;
 mod proxy;
 mod rendezvous;
+mod reuse;
 mod sandbox_escape;
 mod server;

@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use crate::common::fs::{b64, unb64, Client, RpcErr, Server};
-use crate::common::redteam::{available, Launcher, Tree};
+use crate::common::redteam::{available, reused_and_one_shot, Launcher, Reuse, Tree};
 use serde_json::{json, Value};
 
 fn entry(path: &Path, access: &str) -> Value {
@@ -263,8 +263,7 @@ async fn sandboxed_fs_requests_respect_denies_and_metadata() {
 
 /// A full-disk-write profile narrowed by a deny entry or glob is not "full
 /// write": the deny must still hold for fs requests.
-#[tokio::test]
-async fn full_write_with_denies_still_denies() {
+async fn full_write_with_denies_still_denies(reuse: Reuse) {
     if !ready() {
         return;
     }
@@ -279,7 +278,7 @@ async fn full_write_with_denies_still_denies() {
         {"path": {"type": "glob_pattern", "pattern": format!("{}/**/.env", ws.display())}, "access": "deny"},
     ]}, "network": "restricted"});
     let sandbox = ctx(profile, ws);
-    let server = Server::start();
+    let server = Server::start_with(&reuse.flags(), &[]);
     let c = server.connect().await;
     let r = c
         .ok(
@@ -317,14 +316,13 @@ async fn full_write_with_denies_still_denies() {
 }
 
 /// The older `sandboxPolicy` shape must not grant more than it says.
-#[tokio::test]
-async fn legacy_sandbox_policy_grants_no_more_than_asked() {
+async fn legacy_sandbox_policy_grants_no_more_than_asked(reuse: Reuse) {
     if !ready() {
         return;
     }
     let t = Tree::new();
     t.put("outside/private", "PRIVATE");
-    let server = Server::start();
+    let server = Server::start_with(&reuse.flags(), &[]);
     let c = server.connect().await;
     let plain = json!({"sandboxPolicy": {"type": "read-only"}, "sandboxPolicyCwd": p(&t.ws), "windowsSandboxLevel": "disabled"});
     let r = c
@@ -347,13 +345,12 @@ async fn legacy_sandbox_policy_grants_no_more_than_asked() {
 
 /// Neither a sandboxed process nor a sandboxed fs request can read the
 /// server's environment (where a token would live) or see its process.
-#[tokio::test]
-async fn server_environment_is_out_of_reach() {
+async fn server_environment_is_out_of_reach(reuse: Reuse) {
     if !ready() {
         return;
     }
     let t = Tree::new();
-    let server = Server::start_with_env(&[("CODEXBOX_ATTACK_TOKEN", "T0KEN-4f3a")]);
+    let server = Server::start_with(&reuse.flags(), &[("CODEXBOX_ATTACK_TOKEN", "T0KEN-4f3a")]);
     let pid = server.pid();
     let c = server.connect().await;
     let sandbox = ctx(workspace(vec![]), &t.ws);
@@ -420,15 +417,16 @@ async fn start_sleeper_in_sandbox(
 }
 
 /// Mount-point cleanup through the server: `process/terminate` of a sandboxed
-/// command leaves no mount points in the workspace.
-#[tokio::test]
-async fn terminate_leaves_nothing_in_the_workspace() {
+/// command leaves no mount points in the workspace: at once with one-shot
+/// sandboxes; with a reused one, only the mount points the prepared
+/// sandbox keeps, gone with its session.
+async fn terminate_leaves_nothing_in_the_workspace(reuse: Reuse) {
     if !ready() {
         return;
     }
     let t = Tree::new();
     t.put("ws/src/main.rs", "fn main() {}\n");
-    let server = Server::start();
+    let server = Server::start_with(&reuse.with(&["--session-grace-secs", "0"]), &[]);
     let c = server.connect().await;
     let sandbox = ctx(workspace(vec![]), &t.ws);
     let mut after = start_sleeper_in_sandbox(
@@ -455,7 +453,22 @@ async fn terminate_leaves_nothing_in_the_workspace() {
             break;
         }
     }
-    assert_eq!(t.names("ws"), ["src"], "leftovers after terminate");
+    if reuse == Reuse::Off {
+        assert_eq!(t.names("ws"), ["src"], "leftovers after terminate");
+        return;
+    }
+    let kept = [".agents", ".codex", ".git", "src"];
+    assert!(
+        t.names("ws").iter().all(|n| kept.contains(&n.as_str())),
+        "leftovers after terminate: {:?}",
+        t.names("ws")
+    );
+    drop(c);
+    assert!(
+        crate::common::fs::eventually(|| t.names("ws") == ["src"]).await,
+        "leftovers after the session: {:?}",
+        t.names("ws")
+    );
 }
 
 /// Warm fs-helpers are pooled per sandbox context: two contexts that differ
@@ -623,13 +636,12 @@ fn network_enabled_read_only() -> Value {
 /// A process the server sandboxes with network enabled connects back to
 /// the server's own loopback listener (no token: the default) and starts
 /// an unsandboxed command. Control: the same client from outside works.
-#[tokio::test]
-async fn sandboxed_process_cannot_drive_its_own_server() {
+async fn sandboxed_process_cannot_drive_its_own_server(reuse: Reuse) {
     if !ready() || !crate::common::host::python3() {
         return;
     }
     let t = Tree::new();
-    let server = Server::start();
+    let server = Server::start_with(&reuse.flags(), &[]);
     let port = port_of(&server.url);
     // Control: from outside, the client drives the server.
     let control = t.outside.join("control");
@@ -674,14 +686,14 @@ async fn sandboxed_process_cannot_drive_its_own_server() {
 /// With a token file, the sandboxes the server builds must not be able to
 /// read it (a read-everything profile would), or the previous attack works
 /// again.
-#[tokio::test]
-async fn sandboxed_process_cannot_read_the_servers_token() {
+async fn sandboxed_process_cannot_read_the_servers_token(reuse: Reuse) {
     if !ready() || !crate::common::host::python3() {
         return;
     }
     let t = Tree::new();
     let token_file = t.put("outside/token", "s3cr3t-token-0123456789");
-    let server = crate::common::client::Server::start(&["--auth-token-file", &p(&token_file)]);
+    let server =
+        crate::common::client::Server::start(&reuse.with(&["--auth-token-file", &p(&token_file)]));
     let port = port_of(&server.url);
     let target = t.outside.join("escaped");
     let inner = vec![
@@ -718,13 +730,12 @@ async fn sandboxed_process_cannot_read_the_servers_token() {
 
 /// With the network restricted the same reach-back fails (network
 /// namespace and seccomp), while the sandboxed process itself runs.
-#[tokio::test]
-async fn restricted_network_cannot_drive_the_server() {
+async fn restricted_network_cannot_drive_the_server(reuse: Reuse) {
     if !ready() || !crate::common::host::python3() {
         return;
     }
     let t = Tree::new();
-    let server = Server::start();
+    let server = Server::start_with(&reuse.flags(), &[]);
     let port = port_of(&server.url);
     let c = server.connect().await;
     let target = t.outside.join("escaped");
@@ -748,15 +759,15 @@ async fn restricted_network_cannot_drive_the_server() {
 /// The sandboxes the server builds deny its token file (processes and
 /// fs-helpers), even under a read-everything profile; the neighbouring
 /// file stays readable (control).
-#[tokio::test]
-async fn the_token_file_is_denied_in_every_sandbox() {
+async fn the_token_file_is_denied_in_every_sandbox(reuse: Reuse) {
     if !ready() || !crate::common::host::python3() {
         return;
     }
     let t = Tree::new();
     let token_file = t.put("outside/token", "s3cr3t-token-0123456789");
     t.put("outside/neighbour", "NEIGHBOUR");
-    let server = crate::common::client::Server::start(&["--auth-token-file", &p(&token_file)]);
+    let server =
+        crate::common::client::Server::start(&reuse.with(&["--auth-token-file", &p(&token_file)]));
     let port = port_of(&server.url);
     let script = format!(
         "cat {} {}; echo done",
@@ -805,14 +816,13 @@ async fn the_token_file_is_denied_in_every_sandbox() {
 /// (behind that, it would refuse a peer whose `SO_PEERCRED` pid is one of
 /// its sandboxed processes), with or without network; the same client from
 /// outside is served (control).
-#[tokio::test]
-async fn sandboxed_process_cannot_drive_its_server_over_the_unix_socket() {
+async fn sandboxed_process_cannot_drive_its_server_over_the_unix_socket(reuse: Reuse) {
     if !ready() || !crate::common::host::python3() {
         return;
     }
     let t = Tree::new();
     let socket = t.outside.join("exec.sock");
-    let _server = crate::common::client::Server::start_unix(&socket, &[]);
+    let _server = crate::common::client::Server::start_unix(&socket, &reuse.flags());
     let target = t.outside.join("escaped");
     let inner = vec![
         "python3".to_owned(),
@@ -852,15 +862,14 @@ async fn sandboxed_process_cannot_drive_its_server_over_the_unix_socket() {
 /// `tmpdir` means the server's `$TMPDIR`, never the request's: a request
 /// whose `env` says `TMPDIR=<elsewhere>` gets no write access there, while
 /// the server's own temporary directory is writable (control).
-#[tokio::test]
-async fn tmpdir_comes_from_the_server_not_the_request() {
+async fn tmpdir_comes_from_the_server_not_the_request(reuse: Reuse) {
     if !ready() {
         return;
     }
     let t = Tree::new();
     let server_tmp = t.root.join("server-tmp");
     std::fs::create_dir_all(&server_tmp).expect("mkdir");
-    let server = Server::start_with_env(&[("TMPDIR", &p(&server_tmp))]);
+    let server = Server::start_with(&reuse.flags(), &[("TMPDIR", &p(&server_tmp))]);
     let c = server.connect().await;
     let profile = json!({"type": "managed", "file_system": {"type": "restricted",
         "entries": [special("root", "read"), special("tmpdir", "write")]}, "network": "restricted"});
@@ -910,14 +919,13 @@ async fn tmpdir_comes_from_the_server_not_the_request() {
 
 /// Mount-point cleanup through session expiry: a detached session's sandboxed
 /// process is killed, and its helper still removes its mount points.
-#[tokio::test]
-async fn session_expiry_leaves_nothing_in_the_workspace() {
+async fn session_expiry_leaves_nothing_in_the_workspace(reuse: Reuse) {
     if !ready() {
         return;
     }
     let t = Tree::new();
     t.put("ws/src/main.rs", "fn main() {}\n");
-    let server = crate::common::client::Server::start(&["--session-grace-secs", "0"]);
+    let server = crate::common::client::Server::start(&reuse.with(&["--session-grace-secs", "0"]));
     let (mut raw, _) = server.session().await;
     let sandbox = ctx(workspace(vec![]), &t.ws);
     start_sleeper_in_sandbox(
@@ -936,5 +944,29 @@ async fn session_expiry_leaves_nothing_in_the_workspace() {
         crate::common::fs::eventually(|| crate::common::fs::sandbox_wrappers(pid).is_empty()).await,
         "the expired session's sandbox survived"
     );
-    assert_eq!(t.names("ws"), ["src"], "leftovers after expiry");
+    if reuse == Reuse::Off {
+        assert_eq!(t.names("ws"), ["src"], "leftovers after expiry");
+        return;
+    }
+    // The prepared sandbox's keeper removes its mount points once the last
+    // command that used it is gone.
+    assert!(
+        crate::common::fs::eventually(|| t.names("ws") == ["src"]).await,
+        "leftovers after expiry: {:?}",
+        t.names("ws")
+    );
 }
+
+reused_and_one_shot!(
+    full_write_with_denies_still_denies,
+    legacy_sandbox_policy_grants_no_more_than_asked,
+    server_environment_is_out_of_reach,
+    terminate_leaves_nothing_in_the_workspace,
+    sandboxed_process_cannot_drive_its_own_server,
+    sandboxed_process_cannot_read_the_servers_token,
+    restricted_network_cannot_drive_the_server,
+    the_token_file_is_denied_in_every_sandbox,
+    sandboxed_process_cannot_drive_its_server_over_the_unix_socket,
+    tmpdir_comes_from_the_server_not_the_request,
+    session_expiry_leaves_nothing_in_the_workspace,
+);

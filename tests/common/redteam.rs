@@ -351,3 +351,50 @@ macro_rules! against {
 }
 #[allow(unused_imports)] // not every attack file runs a case per launcher
 pub(crate) use against;
+
+/// Whether the server reuses prepared sandboxes (its default) or gives
+/// every command a one-shot sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reuse {
+    On,
+    Off,
+}
+
+impl Reuse {
+    /// The server flags that choose it.
+    pub fn flags(self) -> [&'static str; 2] {
+        match self {
+            Reuse::On => ["--sandbox-reuse", "on"],
+            Reuse::Off => ["--sandbox-reuse", "off"],
+        }
+    }
+
+    /// `flags()` followed by `extra`.
+    pub fn with<'a>(self, extra: &[&'a str]) -> Vec<&'a str> {
+        let mut all: Vec<&str> = self.flags().to_vec();
+        all.extend_from_slice(extra);
+        all
+    }
+}
+
+/// `mod case { reused, one_shot }`: runs `async fn case(reuse: Reuse)`
+/// through a server that reuses sandboxes and through one that does not.
+macro_rules! reused_and_one_shot {
+    ($($case:ident),+ $(,)?) => {
+        $(
+            mod $case {
+                #[tokio::test]
+                async fn reused() {
+                    super::$case(crate::common::redteam::Reuse::On).await;
+                }
+
+                #[tokio::test]
+                async fn one_shot() {
+                    super::$case(crate::common::redteam::Reuse::Off).await;
+                }
+            }
+        )+
+    };
+}
+#[allow(unused_imports)] // not every test binary parametrises server cases
+pub(crate) use reused_and_one_shot;

@@ -1,0 +1,621 @@
+//! Reused sandboxes (`exec-server --sandbox-reuse on`, the default): commands
+//! run one after another and side by side in one prepared sandbox must not
+//! reach each other (`/dev/shm`, SysV IPC, background processes, abstract
+//! sockets), and a change on the host between them (a file under a deny
+//! glob, protected metadata appearing, disappearing or replaced, a link
+//! planted by an earlier command, a mount) must be seen by the next command
+//! as a fresh sandbox would see it. Every command is checked for no
+//! capabilities and the seccomp filter. Killing the server leaves no
+//! prepared sandbox behind. Each test proves that its commands really ran
+//! in a reused sandbox: they share its network namespace.
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use crate::common::client::{sleepers, unb64, Raw, Server};
+use crate::common::fs::eventually;
+use crate::common::redteam::{available, Launcher, Tree};
+
+fn ready() -> bool {
+    available(Launcher::Builtin)
+}
+
+fn special(kind: &str, access: &str) -> Value {
+    json!({"path": {"type": "special", "value": {"kind": kind}}, "access": access})
+}
+
+fn meta(sub: &str) -> Value {
+    json!({"path": {"type": "special", "value": {"kind": "project_roots", "subpath": sub}}, "access": "read"})
+}
+
+fn path_entry(path: &Path, access: &str) -> Value {
+    json!({"path": {"type": "path", "path": path.to_string_lossy()}, "access": access})
+}
+
+fn managed(entries: Vec<Value>) -> Value {
+    json!({"type": "managed", "file_system": {"type": "restricted", "entries": entries}, "network": "restricted"})
+}
+
+/// Read everything, write the workspace (metadata protected), plus `extra`.
+fn workspace(extra: Vec<Value>) -> Value {
+    let mut entries = vec![
+        special("root", "read"),
+        special("project_roots", "write"),
+        meta(".git"),
+        meta(".agents"),
+        meta(".codex"),
+    ];
+    entries.extend(extra);
+    managed(entries)
+}
+
+fn read_only() -> Value {
+    managed(vec![special("root", "read")])
+}
+
+fn ctx(permissions: Value, ws: &Path) -> Value {
+    json!({
+        "permissions": permissions,
+        "cwd": ws.to_string_lossy(),
+        "workspaceRoots": [ws.to_string_lossy()],
+        "windowsSandboxLevel": "disabled",
+    })
+}
+
+/// A server and one session on it.
+struct Session {
+    server: Server,
+    raw: Raw,
+    next: usize,
+}
+
+impl Session {
+    async fn start(extra: &[&str]) -> Session {
+        Self::on(Server::start(extra)).await
+    }
+
+    async fn on(server: Server) -> Session {
+        let (raw, _) = server.session().await;
+        Session {
+            server,
+            raw,
+            next: 0,
+        }
+    }
+
+    fn id(&mut self) -> String {
+        self.next += 1;
+        format!("p{}", self.next)
+    }
+
+    /// Starts `script` in `sandbox` (cwd: the sandbox's); returns its id.
+    async fn start_script(&mut self, sandbox: &Value, script: &str) -> String {
+        let id = self.id();
+        let cwd = sandbox["cwd"].clone();
+        self.raw
+            .call(
+                "process/start",
+                json!({"processId": id, "argv": ["sh", "-c", script], "cwd": cwd,
+                       "env": {"PATH": "/usr/bin:/bin"}, "tty": false, "sandbox": sandbox}),
+            )
+            .await;
+        id
+    }
+
+    /// (exit code, stdout and stderr) of a started process once closed.
+    async fn finish(&mut self, id: &str) -> (i64, String) {
+        let read = self.raw.read_until_closed(id, 0).await;
+        let output: String = read["chunks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                String::from_utf8_lossy(&unb64(c["chunk"].as_str().unwrap_or(""))).into_owned()
+            })
+            .collect();
+        (read["exitCode"].as_i64().unwrap_or(-1), output)
+    }
+
+    async fn run(&mut self, sandbox: &Value, script: &str) -> (i64, String) {
+        let id = self.start_script(sandbox, script).await;
+        self.finish(&id).await
+    }
+
+    /// Proves that commands of `sandbox` run in one reused sandbox now:
+    /// two of them alive at once share its network namespace (two one-shot
+    /// sandboxes alive at once never do). Returns that namespace.
+    async fn assert_reused(&mut self, sandbox: &Value) -> String {
+        let holder = self.id();
+        self.raw
+            .call(
+                "process/start",
+                json!({"processId": holder, "argv": ["sh", "-c", format!("{NETNS}read line")],
+                       "cwd": sandbox["cwd"], "env": {"PATH": "/usr/bin:/bin"}, "tty": false,
+                       "pipeStdin": true, "sandbox": sandbox}),
+            )
+            .await;
+        let (_, second) = self.run(sandbox, NETNS).await;
+        self.raw
+            .call(
+                "process/write",
+                json!({"processId": holder, "chunk": crate::common::client::b64(b"go\n"), "closeStdin": true}),
+            )
+            .await;
+        let (_, first) = self.finish(&holder).await;
+        assert_eq!(netns(&first), netns(&second), "not one reused sandbox");
+        netns(&first)
+    }
+}
+
+/// The `net:[…]` line a command printed with `readlink /proc/self/ns/net`.
+fn netns(output: &str) -> String {
+    output
+        .lines()
+        .find(|line| line.starts_with("net:["))
+        .unwrap_or_else(|| panic!("no netns line in {output}"))
+        .to_owned()
+}
+
+const NETNS: &str = "readlink /proc/self/ns/net; ";
+
+/// Commands one after another in one prepared sandbox: what the first one
+/// leaves in `/dev/shm`, SysV IPC and its background processes is gone for
+/// the second; an abstract socket cannot even be bound.
+#[tokio::test]
+async fn commands_in_turn_leave_nothing_to_each_other() {
+    if !ready() {
+        return;
+    }
+    let t = Tree::new();
+    let sandbox = ctx(workspace(vec![]), &t.ws);
+    let mut s = Session::start(&[]).await;
+    let net = s.assert_reused(&sandbox).await;
+    let marker = format!("9{}", std::process::id());
+    let (_, first) = s
+        .run(
+            &sandbox,
+            &format!(
+                "{NETNS}echo left > /dev/shm/left && echo shm:made; \
+                 ipcmk -M 4096 >/dev/null && echo sysv:made; \
+                 ipcmk -Q >/dev/null && echo queue:made; \
+                 python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"\\0codexbox-reuse\"); print(\"abstract:bound\")' 2>/dev/null; \
+                 (setsid sleep {marker} >/dev/null 2>&1 &); echo background:started"
+            ),
+        )
+        .await;
+    for made in ["shm:made", "sysv:made", "queue:made", "background:started"] {
+        assert!(first.contains(made), "control {made}: {first}");
+    }
+    assert!(!first.contains("abstract:bound"), "{first}");
+    assert!(
+        eventually(|| sleepers(&marker).is_empty()).await,
+        "the background process outlived its command"
+    );
+    let (_, second) = s
+        .run(
+            &sandbox,
+            "readlink /proc/self/ns/net; ls -A /dev/shm; echo shm:listed; \
+             ipcs -m | grep -c '^0x'; ipcs -q | grep -c '^0x'; \
+             ps -eo comm | grep -c '^sleep$'",
+        )
+        .await;
+    assert_eq!(netns(&first), net, "not the reused sandbox");
+    assert_eq!(netns(&second), net, "not the reused sandbox");
+    assert!(second.contains("shm:listed"), "control: {second}");
+    assert!(!second.contains("left"), "{second}");
+    let counts: Vec<&str> = second
+        .lines()
+        .filter(|line| line.chars().all(|c| c.is_ascii_digit()) && !line.is_empty())
+        .collect();
+    assert_eq!(counts, ["0", "0", "0"], "ipc and processes seen: {second}");
+}
+
+/// Two commands running at once in one prepared sandbox: the second sees
+/// none of the first's `/dev/shm`, SysV IPC or processes.
+#[tokio::test]
+async fn commands_side_by_side_share_nothing() {
+    if !ready() {
+        return;
+    }
+    let t = Tree::new();
+    let sandbox = ctx(workspace(vec![]), &t.ws);
+    let mut s = Session::start(&[]).await;
+    let wait_for = |file: &str| {
+        format!("i=0; while [ ! -e {file} ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; ")
+    };
+    let first = s
+        .start_script(
+            &sandbox,
+            &format!(
+                "{NETNS}echo a > /dev/shm/a; ipcmk -M 4096 >/dev/null; sleep 1000 & \
+                 touch a.ready; {}kill $!",
+                wait_for("b.done")
+            ),
+        )
+        .await;
+    let (_, second) = s
+        .run(
+            &sandbox,
+            &format!(
+                "{NETNS}{}ls -A /dev/shm; echo shm:listed; ipcs -m | grep -c '^0x'; \
+                 ps -eo comm | grep -c '^sleep$'; touch b.done",
+                wait_for("a.ready")
+            ),
+        )
+        .await;
+    let (_, first) = s.finish(&first).await;
+    // Alive at once, in one network namespace: one reused sandbox.
+    assert_eq!(netns(&first), netns(&second), "not one reused sandbox");
+    assert!(second.contains("shm:listed"), "control: {second}");
+    assert!(!second.lines().any(|l| l == "a"), "{second}");
+    let counts: Vec<&str> = second
+        .lines()
+        .filter(|line| !line.is_empty() && line.chars().all(|c| c.is_ascii_digit()))
+        .collect();
+    assert_eq!(counts, ["0", "0"], "ipc or processes seen: {second}");
+}
+
+/// Every command, the first, the ones after and the ones side by side,
+/// holds no capability, runs under the seccomp filter with no_new_privs,
+/// and cannot create a user namespace.
+#[tokio::test]
+async fn every_command_is_confined() {
+    if !ready() {
+        return;
+    }
+    let t = Tree::new();
+    let sandbox = ctx(workspace(vec![]), &t.ws);
+    let mut s = Session::start(&[]).await;
+    let probe =
+        "grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|Seccomp|NoNewPrivs):' /proc/self/status; \
+                 unshare -U true 2>/dev/null && echo userns:made; echo probe:done";
+    let mut outputs = Vec::new();
+    for _ in 0..3 {
+        outputs.push(s.run(&sandbox, probe).await.1);
+    }
+    let together: Vec<String> = {
+        let mut ids = Vec::new();
+        for _ in 0..3 {
+            ids.push(s.start_script(&sandbox, probe).await);
+        }
+        let mut out = Vec::new();
+        for id in ids {
+            out.push(s.finish(&id).await.1);
+        }
+        out
+    };
+    outputs.extend(together);
+    for output in outputs {
+        assert!(output.contains("probe:done"), "{output}");
+        assert!(!output.contains("userns:made"), "{output}");
+        for line in output.lines().filter(|l| l.starts_with("Cap")) {
+            assert!(line.ends_with("0000000000000000"), "{line} in {output}");
+        }
+        assert!(output.contains("Seccomp:\t2"), "{output}");
+        assert!(output.contains("NoNewPrivs:\t1"), "{output}");
+    }
+}
+
+/// A file made under a deny glob, by an earlier command or by the host,
+/// is denied to the next command.
+#[tokio::test]
+async fn deny_glob_matches_made_later_are_denied() {
+    if !ready() {
+        return;
+    }
+    let t = Tree::new();
+    t.put("ws/sub/plain.txt", "PLAIN");
+    let deny = json!({"path": {"type": "glob_pattern", "pattern": "**/*.env"}, "access": "deny"});
+    let sandbox = ctx(workspace(vec![deny]), &t.ws);
+    let mut s = Session::start(&[]).await;
+    s.assert_reused(&sandbox).await;
+    let (_, made) = s
+        .run(&sandbox, "echo CMD-SECRET > sub/new.env && echo made")
+        .await;
+    assert!(made.contains("made"), "control: {made}");
+    let (_, read) = s.run(&sandbox, "cat sub/new.env; cat sub/plain.txt").await;
+    assert!(!read.contains("CMD-SECRET"), "{read}");
+    assert!(read.contains("PLAIN"), "control: {read}");
+    t.put("ws/host.env", "HOST-SECRET");
+    let (_, read) = s.run(&sandbox, "cat host.env").await;
+    assert!(!read.contains("HOST-SECRET"), "{read}");
+    // And a sandbox is reused again once rebuilt, still denying both.
+    s.assert_reused(&sandbox).await;
+    let (_, read) = s.run(&sandbox, "cat host.env sub/new.env").await;
+    assert!(!read.contains("SECRET"), "{read}");
+}
+
+/// Protected metadata appearing, replaced and disappearing on the host
+/// between commands is protected in the next one as in a fresh sandbox.
+#[tokio::test]
+async fn protected_metadata_changes_on_the_host_are_seen() {
+    if !ready() {
+        return;
+    }
+    let t = Tree::new();
+    let sandbox = ctx(workspace(vec![]), &t.ws);
+    let mut s = Session::start(&[]).await;
+    s.assert_reused(&sandbox).await;
+    let (_, first) = s.run(&sandbox, "mkdir .git 2>/dev/null && echo made").await;
+    assert!(!first.contains("made"), "{first}");
+
+    // Appears.
+    t.put("ws/.git/config", "[core]\n");
+    let write = "echo x >> .git/config && echo wrote; echo ok > file && echo control";
+    let (_, out) = s.run(&sandbox, write).await;
+    assert!(out.contains("control") && !out.contains("wrote"), "{out}");
+    s.assert_reused(&sandbox).await;
+
+    // Replaced by another directory (the sandbox's read-only mask was on
+    // the old one).
+    std::fs::remove_dir_all(t.ws.join(".git")).expect("remove .git");
+    t.put("ws/.git/config", "[core]\n");
+    let (_, out) = s.run(&sandbox, write).await;
+    assert!(out.contains("control") && !out.contains("wrote"), "{out}");
+    assert_eq!(t.read("ws/.git/config").as_deref(), Some("[core]\n"));
+
+    // Disappears.
+    std::fs::remove_dir_all(t.ws.join(".git")).expect("remove .git");
+    let (_, out) = s
+        .run(&sandbox, "mkdir .git 2>/dev/null && echo made; echo done")
+        .await;
+    assert!(out.contains("done") && !out.contains("made"), "{out}");
+
+    // Becomes a symlink to a decoy (in place of the empty directory the
+    // prepared sandbox keeps as the mount point of its mask).
+    t.put("decoy/config.toml", "decoy");
+    let _ = std::fs::remove_dir(t.ws.join(".codex"));
+    std::os::unix::fs::symlink(t.root.join("decoy"), t.ws.join(".codex")).expect("symlink");
+    let (_, out) = s
+        .run(
+            &sandbox,
+            "echo x >> .codex/config.toml && echo wrote; echo done",
+        )
+        .await;
+    assert!(out.contains("done") && !out.contains("wrote"), "{out}");
+    assert_eq!(t.read("decoy/config.toml").as_deref(), Some("decoy"));
+}
+
+/// A sandbox prepared while `ws/out` was a directory it may write; an
+/// earlier command (another shape) then replaces it with a link to
+/// `outside`: the next command of the first shape writes nothing there
+/// and is told why.
+#[tokio::test]
+async fn links_planted_by_an_earlier_command_grant_nothing() {
+    if !ready() {
+        return;
+    }
+    let t = Tree::new();
+    t.put("ws/out/keep", "");
+    let narrow = ctx(
+        managed(vec![
+            special("root", "read"),
+            path_entry(&t.ws.join("out"), "write"),
+        ]),
+        &t.ws,
+    );
+    let writer = ctx(workspace(vec![]), &t.ws);
+    let mut s = Session::start(&[]).await;
+    s.assert_reused(&narrow).await;
+    let (_, first) = s.run(&narrow, "echo ok > out/first && echo wrote").await;
+    assert!(first.contains("wrote"), "control: {first}");
+    let (_, planted) = s
+        .run(
+            &writer,
+            &format!(
+                "rm -rf out && ln -s {} out && echo planted",
+                t.outside.display()
+            ),
+        )
+        .await;
+    assert!(planted.contains("planted"), "control: {planted}");
+    let (_, out) = s
+        .run(&narrow, "echo pwned > out/new && echo ESCAPE; echo done")
+        .await;
+    assert!(out.contains("done") && !out.contains("ESCAPE"), "{out}");
+    assert!(out.contains("grants nothing"), "no warning: {out}");
+    assert_eq!(t.names("outside"), Vec::<String>::new());
+}
+
+/// Another workspace or profile in between does not mix up grants.
+#[tokio::test]
+async fn workspaces_and_profiles_in_sequence_keep_their_own_grants() {
+    if !ready() {
+        return;
+    }
+    let one = Tree::new();
+    let two = Tree::new();
+    let mut s = Session::start(&[]).await;
+    let write = |dir: &Path, name: &str| {
+        format!("echo x > {}/{name} && echo wrote:{name}; ", dir.display())
+    };
+    let ws1 = ctx(workspace(vec![]), &one.ws);
+    let ws2 = ctx(workspace(vec![]), &two.ws);
+    let ro1 = ctx(read_only(), &one.ws);
+    for round in 0..2 {
+        let (_, out) = s
+            .run(
+                &ws1,
+                &(write(&one.ws, &format!("a{round}")) + &write(&two.ws, "x")),
+            )
+            .await;
+        assert!(out.contains(&format!("wrote:a{round}")), "{out}");
+        assert!(!out.contains("wrote:x"), "{out}");
+        let (_, out) = s
+            .run(
+                &ws2,
+                &(write(&two.ws, &format!("b{round}")) + &write(&one.ws, "y")),
+            )
+            .await;
+        assert!(out.contains(&format!("wrote:b{round}")), "{out}");
+        assert!(!out.contains("wrote:y"), "{out}");
+        let (_, out) = s.run(&ro1, &write(&one.ws, "z")).await;
+        assert!(!out.contains("wrote:z"), "{out}");
+    }
+    // Besides the mount points the prepared sandboxes keep.
+    let written = |t: &Tree| -> Vec<String> {
+        t.names("ws")
+            .into_iter()
+            .filter(|n| ![".git", ".codex", ".agents"].contains(&n.as_str()))
+            .collect()
+    };
+    assert_eq!(written(&one), ["a0", "a1"]);
+    assert_eq!(written(&two), ["b0", "b1"]);
+}
+
+/// A tmpfs the host mounts after the sandbox was prepared is not writable
+/// from it (the server runs in a mount namespace of its own, where the
+/// test mounts it).
+#[tokio::test]
+async fn a_host_mount_made_after_preparing_is_not_writable() {
+    if !ready() {
+        return;
+    }
+    if !nix::unistd::geteuid().is_root() {
+        crate::common::host::not_applicable("mounting on the host needs root");
+        return;
+    }
+    let t = Tree::new();
+    std::fs::create_dir(t.outside.join("mnt")).expect("mkdir");
+    let mut command = std::process::Command::new("unshare");
+    command
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            crate::common::client::BIN,
+        ])
+        .args(["exec-server", "--listen", "ws://127.0.0.1:0"])
+        .args(crate::common::wire::TRACE_ARGS)
+        .env(
+            crate::common::wire::TRACE_ENV.0,
+            crate::common::wire::TRACE_ENV.1,
+        );
+    let server = Server::start_command(command, "in a mount namespace of its own");
+    let pid = server.pid().to_string();
+    let mut s = Session::on(server).await;
+    let sandbox = ctx(workspace(vec![]), &t.ws);
+    s.assert_reused(&sandbox).await;
+    let mnt = t.outside.join("mnt");
+    let mounted = std::process::Command::new("nsenter")
+        .args(["-t", &pid, "-m", "mount", "-t", "tmpfs", "none"])
+        .arg(&mnt)
+        .status()
+        .expect("nsenter");
+    assert!(mounted.success(), "mount failed");
+    let (_, out) = s
+        .run(
+            &sandbox,
+            &format!(
+                "echo x > {0}/f && echo wrote; mkdir {0}/d && echo made; echo done",
+                mnt.display()
+            ),
+        )
+        .await;
+    assert!(out.contains("done"), "control: {out}");
+    assert!(!out.contains("wrote") && !out.contains("made"), "{out}");
+}
+
+/// SIGKILL of the server: no process of a prepared sandbox, and no process
+/// in its namespaces, stays behind.
+#[tokio::test]
+async fn killing_the_server_leaves_no_prepared_sandbox() {
+    if !ready() {
+        return;
+    }
+    let t = Tree::new();
+    let sandbox = ctx(workspace(vec![]), &t.ws);
+    let mut s = Session::start(&[]).await;
+    let net = s.assert_reused(&sandbox).await;
+    let keepers = || processes_where(|cmdline| cmdline.contains(&t.ws.display().to_string()));
+    assert!(
+        !keepers().is_empty(),
+        "no keeper found while the server runs"
+    );
+    s.server.kill_hard();
+    assert!(
+        eventually(|| keepers().is_empty()).await,
+        "left behind: {:?}",
+        keepers()
+    );
+    assert!(
+        eventually(|| processes_in_netns(&net).is_empty()).await,
+        "processes left in the prepared network namespace: {:?}",
+        processes_in_netns(&net)
+    );
+}
+
+/// Pids whose command line (NUL-separated words joined by spaces) matches.
+fn processes_where(matches: impl Fn(&str) -> bool) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|raw| {
+                let text = String::from_utf8_lossy(&raw).replace('\0', " ");
+                matches(&text)
+            })
+        })
+        .filter(|&pid| !crate::common::client::is_gone(pid))
+        .collect()
+}
+
+/// Pids in the network namespace `net` (`net:[N]`).
+fn processes_in_netns(net: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/ns/net"))
+                .is_ok_and(|link| link.to_string_lossy() == net)
+        })
+        .collect()
+}
+
+/// When its session ends, a prepared sandbox goes, and the mount points it
+/// kept on the host with it.
+#[tokio::test]
+async fn the_session_takes_its_prepared_sandboxes_along() {
+    if !ready() {
+        return;
+    }
+    let t = Tree::new();
+    t.put("ws/src/main.rs", "fn main() {}\n");
+    let sandbox = ctx(workspace(vec![]), &t.ws);
+    let mut s = Session::start(&["--session-grace-secs", "0"]).await;
+    s.assert_reused(&sandbox).await;
+    assert!(t.names("ws").len() > 1, "mount points expected while kept");
+    let Session { server, raw, .. } = s;
+    drop(raw);
+    assert!(
+        eventually(|| t.names("ws") == ["src"]).await,
+        "left on the host: {:?}",
+        t.names("ws")
+    );
+    drop(server);
+}
+
+/// An unused prepared sandbox goes after the idle time.
+#[tokio::test]
+async fn an_idle_prepared_sandbox_goes() {
+    if !ready() {
+        return;
+    }
+    let t = Tree::new();
+    t.put("ws/src/main.rs", "fn main() {}\n");
+    let sandbox = ctx(workspace(vec![]), &t.ws);
+    let mut s = Session::start(&["--sandbox-reuse-idle-secs", "1"]).await;
+    s.assert_reused(&sandbox).await;
+    let keepers = || processes_where(|cmdline| cmdline.contains(&t.ws.display().to_string()));
+    assert!(!keepers().is_empty(), "no keeper found");
+    assert!(
+        eventually(|| keepers().is_empty() && t.names("ws") == ["src"]).await,
+        "kept: {:?}, left on the host: {:?}",
+        keepers(),
+        t.names("ws")
+    );
+    s.assert_reused(&sandbox).await;
+}
