@@ -16,6 +16,9 @@
 //!
 //! A helper whose sandbox drops a grant for a planted symlink says so on a
 //! stderr nobody reads: its failed answers carry the same warning lines.
+//!
+//! Helpers go with the server: with its runtime thread (parent-death
+//! signal) as well as at the end of their stdin.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -477,6 +480,25 @@ impl Helper {
     }
 }
 
+/// A helper never outlives the server, SIGKILL of the server included: it
+/// gets SIGTERM when the thread that started it ends (the server's runtime
+/// thread; it then takes its sandbox down and removes its mount points),
+/// besides the end of its stdin.
+fn die_with_the_server(command: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    let server = std::process::id();
+    // SAFETY: the hook only makes async-signal-safe calls (prctl, getppid).
+    unsafe {
+        command.pre_exec(move || {
+            crate::sys::confine::set_parent_death_signal(libc::SIGTERM)?;
+            if u32::try_from(libc::getppid()).ok() != Some(server) {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
 fn spawn_helper(paths: &ExecServerRuntimePaths, key: &HelperKey) -> Result<Helper, RpcError> {
     let mut command = paths.linux_sandbox_command();
     command.args(helper_args(
@@ -497,6 +519,7 @@ fn spawn_helper(paths: &ExecServerRuntimePaths, key: &HelperKey) -> Result<Helpe
             command.env(name, value);
         }
     }
+    die_with_the_server(&mut command);
     // What the helper is about to find (and print where nobody reads it).
     let warnings = planted_link_warnings(&key.cwd, &key.profile_json, &key.plantable).join("; ");
     let mut command = tokio::process::Command::from(command);
