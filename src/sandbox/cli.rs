@@ -189,6 +189,64 @@ pub fn command() -> clap::Command {
     Args::command()
 }
 
+/// The command lines the exec-server sends on every sandboxed start
+/// ([`helper_args`], [`plantable_args`], then `--allow-network-for-proxy`
+/// and `--` before the command), read without building the clap parser:
+/// `None` for anything else (a repeated or unknown flag, a value that
+/// starts with `-`), which [`try_parse_args`] then reads.
+pub fn parse_server_args(argv: &[OsString]) -> Option<Args> {
+    let mut words = argv.iter().skip(1);
+    let mut policy_cwd = None;
+    let mut command_cwd = None;
+    let mut profile = None;
+    let mut landlock = false;
+    let mut proxy = false;
+    let mut plantable = Vec::new();
+    fn value(word: Option<&OsString>) -> Option<&OsString> {
+        word.filter(|w| !w.as_encoded_bytes().starts_with(b"-"))
+    }
+    let once = |slot: &mut Option<PathBuf>, word: Option<&OsString>| {
+        let word = value(word)?;
+        slot.replace(PathBuf::from(word)).is_none().then_some(())
+    };
+    loop {
+        match words.next()?.to_str()? {
+            "--sandbox-policy-cwd" => once(&mut policy_cwd, words.next())?,
+            "--command-cwd" => once(&mut command_cwd, words.next())?,
+            "--permission-profile" => {
+                let json = value(words.next())?.to_str()?.to_owned();
+                if profile.replace(json).is_some() {
+                    return None;
+                }
+            }
+            "--plantable-root" => plantable.push(PathBuf::from(value(words.next())?)),
+            "--use-legacy-landlock" if !landlock => landlock = true,
+            "--allow-network-for-proxy" if !proxy => proxy = true,
+            "--" => break,
+            _ => return None,
+        }
+    }
+    Some(Args {
+        sandbox_policy_cwd: policy_cwd,
+        command_cwd,
+        permission_profile: profile,
+        sandbox_policy: None,
+        file_system_sandbox_policy: None,
+        network_sandbox_policy: None,
+        use_legacy_landlock: landlock,
+        allow_network_for_proxy: proxy,
+        plantable_roots: plantable,
+        proxy_route_spec: None,
+        no_proc: false,
+        apply_seccomp_then_exec: false,
+        restore_stderr_fd: None,
+        started_fd: None,
+        explain: false,
+        backend: Backend::Auto,
+        command: words.cloned().collect(),
+    })
+}
+
 /// Entry point of this mode.
 pub fn main(argv: Vec<OsString>) -> i32 {
     let args = match crate::cli::parse::<Args>(&argv, PREFIX) {
@@ -834,4 +892,47 @@ fn explain(
         .collect();
     let _ = writeln!(out, "argv: {}", argv.join(" "));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_command_lines_read_as_clap_reads_them() {
+        let mut argv: Vec<OsString> = vec!["codex-linux-sandbox".into()];
+        argv.extend(helper_args(
+            Path::new("/w"),
+            Path::new("/w/sub"),
+            r#"{"type":"disabled"}"#,
+            false,
+        ));
+        argv.extend(plantable_args(&[
+            PathBuf::from("/tmp"),
+            PathBuf::from("/w"),
+        ]));
+        argv.push(ALLOW_NETWORK_FOR_PROXY_FLAG.into());
+        argv.push("--".into());
+        argv.extend(["sh".into(), "-c".into(), "echo --explain".into()]);
+        let fast = parse_server_args(&argv).expect("a server command line");
+        let clap: Args = try_parse_args(&argv, PREFIX).expect("clap reads it");
+        assert_eq!(format!("{fast:?}"), format!("{clap:?}"));
+        for odd in [
+            vec!["x", "--explain", "--", "true"],
+            vec![
+                "x",
+                "--command-cwd",
+                "/a",
+                "--command-cwd",
+                "/b",
+                "--",
+                "true",
+            ],
+            vec!["x", "--command-cwd", "-a", "--", "true"],
+            vec!["x", "--command-cwd", "/a"],
+        ] {
+            let odd: Vec<OsString> = odd.into_iter().map(OsString::from).collect();
+            assert!(parse_server_args(&odd).is_none(), "{odd:?}");
+        }
+    }
 }

@@ -72,7 +72,10 @@ pub fn entry(argv: Vec<OsString>, kind: HelperKind, data: Vec<u8>, fds: Vec<Owne
 /// the mount points it made on the host only once no command of its
 /// sandbox is left (removing one would unmount the command's mask).
 fn launch_or_one_shot(argv: Vec<OsString>, data: &[u8], fds: Vec<OwnedFd>) -> i32 {
-    let args = match cli::try_parse_args::<Args>(&argv, PREFIX) {
+    let parsed = cli::parse_server_args(&argv)
+        .map(Ok)
+        .unwrap_or_else(|| cli::try_parse_args::<Args>(&argv, PREFIX));
+    let args = match parsed {
         Ok(args) => args,
         Err(exit) => return exit.report(),
     };
