@@ -43,6 +43,17 @@ fn wait_any(pid: libc::pid_t) -> io::Result<(libc::pid_t, libc::c_int)> {
 /// The reaper: waits for every child; reports the command's status as soon
 /// as it ends, and exits with it once nothing is left to reap.
 pub fn run_reaper(command: libc::pid_t, status_pipe: OwnedFd, log: Log) -> i32 {
+    run_reaper_reporting(command, status_pipe, log, |_| {})
+}
+
+/// [`run_reaper`], also handing the command's exit status to `also` the
+/// moment it is known.
+pub fn run_reaper_reporting(
+    command: libc::pid_t,
+    status_pipe: OwnedFd,
+    log: Log,
+    mut also: impl FnMut(i32),
+) -> i32 {
     let mut code = 1;
     let mut status_pipe = Some(status_pipe);
     loop {
@@ -50,6 +61,7 @@ pub fn run_reaper(command: libc::pid_t, status_pipe: OwnedFd, log: Log) -> i32 {
             Ok((pid, status)) if pid == command => {
                 code = exit_code(status);
                 if let Some(pipe) = status_pipe.take() {
+                    also(code);
                     // The outer process may be gone already: nothing to tell then.
                     let _ = fds::write_all(pipe.as_raw_fd(), &code.to_ne_bytes());
                 }

@@ -170,7 +170,10 @@ fn run_forked_helper(
         .chain(argv.iter().skip(1).map(OsString::as_os_str))
         .collect();
     set_process_title(&title);
-    crate::sys::signals::reset_dispositions(true);
+    // The zygote set every disposition back to its default (SIGPIPE
+    // ignored) when it started and nothing since installed a handler: only
+    // the supervisor's blocked signals are left to undo.
+    let _ = nix::sys::signal::SigSet::empty().thread_set_mask();
     for (key, _) in std::env::vars_os() {
         std::env::remove_var(key);
     }

@@ -201,6 +201,15 @@ fn announce_taken(taken_write: RawFd) {
     }
 }
 
+/// A reuse helper's first descriptors: the status pipe, and the read end
+/// of a gate whose write end (returned last) the supervisor closes once
+/// its own records are on the status pipe.
+fn reuse_pipes(status: &OwnedFd) -> std::io::Result<(OwnedFd, OwnedFd, OwnedFd)> {
+    let status = status.try_clone()?;
+    let (gate, written) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    Ok((status, gate, written))
+}
+
 /// Runs one job in a warm supervisor; announces itself busy once the command
 /// runs (so forking the next warm supervisor stays off the launch's path).
 fn supervise(
@@ -221,17 +230,29 @@ fn supervise(
         libc::dup2(stderr.as_raw_fd(), 2);
     }
     drop((stdin, stdout, stderr));
+    // Closed once the records below are written: a reused sandbox's pid 1
+    // reports the command's end on the status pipe itself, never before
+    // them.
+    let mut records_written: Option<OwnedFd> = None;
     let outcome = if runs_own_sandbox_helper(&job) {
-        let entry = match &job.helper {
-            Some((kind, data)) => Entry::Reuse {
-                helper: helpers.reuse,
-                kind: *kind,
-                data: data.clone(),
-                fds: extra,
+        match &job.helper {
+            // The status pipe and the gate first (see `sandbox::warm`).
+            Some((kind, data)) => match reuse_pipes(&status) {
+                Ok((status, gate, written)) => {
+                    records_written = Some(written);
+                    let fds = [status, gate].into_iter().chain(extra).collect();
+                    let entry = Entry::Reuse {
+                        helper: helpers.reuse,
+                        kind: *kind,
+                        data: data.clone(),
+                        fds,
+                    };
+                    fork_sandbox_helper(&job, entry)
+                }
+                Err(err) => Err(err),
             },
-            None => Entry::Plain(helpers.sandbox),
-        };
-        fork_sandbox_helper(&job, entry)
+            None => fork_sandbox_helper(&job, Entry::Plain(helpers.sandbox)),
+        }
     } else {
         // A reuse request only means something to the sandbox helper.
         drop(extra);
@@ -246,6 +267,7 @@ fn supervise(
         Err(ref err) => -err.raw_os_error().unwrap_or(libc::EIO),
     };
     supervisor::write_records(status_fd, &[supervisor_pid, command_record]);
+    drop(records_written);
     announce_taken(taken_write);
     match outcome {
         Ok(pid) => {

@@ -110,7 +110,6 @@ impl<'a> CommandExec<'a> {
         chdir: &std::ffi::OsStr,
         command_cwd: &Path,
         ids: (u32, u32),
-        user_sysctls: &OwnedFd,
         seccomp: &'a SeccompProgram,
     ) -> io::Result<CommandExec<'a>> {
         let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
@@ -125,12 +124,18 @@ impl<'a> CommandExec<'a> {
             gid_map: format!("{} 0 1\n", ids.1).into_bytes(),
             chdir: cstring(chdir.as_bytes())?,
             command_cwd: cstring(command_cwd.as_os_str().as_bytes())?,
-            user_sysctls: user_sysctls.as_raw_fd(),
+            user_sysctls: -1,
             last_cap: confine::last_cap(),
             seccomp,
             step: AtomicU8::new(Step::None as u8),
             errno: AtomicI32::new(0),
         })
+    }
+
+    /// Where the command limits its user namespaces: `sys/user` of its
+    /// fresh `/proc` (see `super::mounts`), open until the spawn returns.
+    pub fn set_user_sysctls(&mut self, dir: &OwnedFd) {
+        self.user_sysctls = dir.as_raw_fd();
     }
 
     /// Starts the command (see the module docs). `Ok(pid)` once it has

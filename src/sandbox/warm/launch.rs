@@ -37,6 +37,7 @@ use super::command::CommandExec;
 use super::mounts;
 use crate::bwrap::namespaces::{self, Forked};
 use crate::bwrap::proc_pid1;
+use crate::process::supervisor;
 use crate::process::vfork::ChildStack;
 use crate::sandbox::cli::PREFIX;
 use crate::sandbox::inner::InnerError;
@@ -124,11 +125,30 @@ fn io_error(what: &'static str) -> impl FnOnce(io::Error) -> LaunchError {
     move |source| LaunchError::Io { what, source }
 }
 
+/// Where pid 1 reports the command's end for the supervisor, the moment
+/// it is known: the supervisor's status pipe, written once the gate reads
+/// end of file (the supervisor's own records come first on that pipe).
+#[derive(Debug)]
+pub struct Report {
+    pub status: OwnedFd,
+    pub gate: OwnedFd,
+}
+
+impl Report {
+    /// Writes the wait status of a helper exiting with `code`.
+    fn exited(&self, code: i32) {
+        let mut byte = [0u8; 1];
+        // Nothing is ever written on the gate: it only closes.
+        while let Err(nix::errno::Errno::EINTR) = nix::unistd::read(&self.gate, &mut byte) {}
+        supervisor::write_records(self.status.as_raw_fd(), &[(code & 0xff) << 8]);
+    }
+}
+
 /// Runs `setup` in the sandbox `ns` and returns the helper's exit status:
 /// the command's (128 + signal when it was killed), 128 + a signal passed
 /// on, or 1 when the sandbox could not be entered (said on stderr).
-pub fn run(ns: Namespaces, setup: &CommandSetup) -> i32 {
-    match start(ns, setup) {
+pub fn run(ns: Namespaces, setup: &CommandSetup, report: Report) -> i32 {
+    match start(ns, setup, report) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("{}", err.line());
@@ -142,7 +162,7 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), LaunchError> {
         .map_err(|errno| io_error("create a pipe")(errno.into()))
 }
 
-fn start(ns: Namespaces, setup: &CommandSetup) -> Result<i32, LaunchError> {
+fn start(ns: Namespaces, setup: &CommandSetup, report: Report) -> Result<i32, LaunchError> {
     let program = SeccompProgram::shared(setup.seccomp)?;
     // Read on the host, before /proc is the sandbox's.
     let cgroup_ns = Path::new("/proc/self/ns/cgroup").exists();
@@ -150,6 +170,17 @@ fn start(ns: Namespaces, setup: &CommandSetup) -> Result<i32, LaunchError> {
         nix::unistd::getuid().as_raw(),
         nix::unistd::getgid().as_raw(),
     );
+    // Everything pid 1 and the command need is built here, before the
+    // clone: pid 1 starts with its work done.
+    let command = CommandExec::new(
+        &setup.command,
+        &setup.chdir,
+        &setup.command_cwd,
+        ids,
+        program,
+    )
+    .map_err(io_error("prepare the command"))?;
+    let stack = ChildStack::new();
     let forwarded = crate::sandbox::run::forwarded();
     let old_mask = forwarded
         .thread_swap_mask(nix::sys::signal::SigmaskHow::SIG_BLOCK)
@@ -177,7 +208,7 @@ fn start(ns: Namespaces, setup: &CommandSetup) -> Result<i32, LaunchError> {
     }
     match namespaces::clone_into(flags)? {
         Forked::Parent(pid1) => {
-            drop((status_write, alive_read));
+            drop((status_write, alive_read, command, stack, report));
             let code = wait_for(pid1, &status_read, &signals);
             // The helper exits now; pid 1 follows (parent-death signal).
             drop(alive_write);
@@ -189,9 +220,10 @@ fn start(ns: Namespaces, setup: &CommandSetup) -> Result<i32, LaunchError> {
             let pid1 = Pid1 {
                 alive: alive_read,
                 status: status_write,
-                program,
-                ids,
+                report,
                 setup,
+                command,
+                stack,
             };
             pid1.run()
         }
@@ -251,9 +283,13 @@ fn reap(pid: libc::pid_t) -> libc::c_int {
 struct Pid1<'a> {
     alive: OwnedFd,
     status: OwnedFd,
-    program: &'static SeccompProgram,
-    ids: (u32, u32),
+    /// The command's end is reported there at once, as the supervisor
+    /// would report the helper's end with the same status a moment later.
+    report: Report,
     setup: &'a CommandSetup,
+    /// The command's exec, prepared before the clone.
+    command: CommandExec<'static>,
+    stack: ChildStack,
 }
 
 impl Pid1<'_> {
@@ -276,16 +312,9 @@ impl Pid1<'_> {
                 io::Error::last_os_error(),
             ));
         }
-        let mut command = CommandExec::new(
-            &self.setup.command,
-            &self.setup.chdir,
-            &self.setup.command_cwd,
-            self.ids,
-            &mounts.user_sysctls,
-            self.program,
-        )
-        .unwrap_or_else(|err| die(&io_error("prepare the command")(err)));
-        let mut stack = ChildStack::new();
+        let mut command = self.command;
+        command.set_user_sysctls(&mounts.user_sysctls);
+        let mut stack = self.stack;
         let child = match command.spawn(&mut stack) {
             Ok(pid) => pid,
             Err((pid, line)) => {
@@ -298,7 +327,7 @@ impl Pid1<'_> {
             }
         };
         drop((command, mounts));
-        let code = reaper(child, self.status);
+        let code = reaper(child, self.status, self.report);
         // SAFETY: ends pid 1; the namespace goes with it.
         unsafe { libc::_exit(code) }
     }
@@ -308,11 +337,14 @@ impl Pid1<'_> {
 /// status pipe, no signal handler (its dispositions are the helper's
 /// defaults; only the signals the helper waited for were blocked), as the
 /// built-in launcher's reaper; then reaping until the namespace is empty.
-fn reaper(command: libc::pid_t, status: OwnedFd) -> i32 {
+fn reaper(command: libc::pid_t, status: OwnedFd, report: Report) -> i32 {
     let log = crate::bwrap::log::Log::default();
-    if confine::clear_capability_sets().is_err()
-        || fds::close_all_but(&[status.as_raw_fd()]).is_err()
-    {
+    let keep = [
+        status.as_raw_fd(),
+        report.status.as_raw_fd(),
+        report.gate.as_raw_fd(),
+    ];
+    if confine::clear_capability_sets().is_err() || fds::close_all_but(&keep).is_err() {
         return 1;
     }
     // Its stdio is the command's: pid 1 keeps none of it.
@@ -322,5 +354,5 @@ fn reaper(command: libc::pid_t, status: OwnedFd) -> i32 {
     if nix::sys::signal::SigSet::empty().thread_set_mask().is_err() {
         return 1;
     }
-    proc_pid1::run_reaper(command, status, log)
+    proc_pid1::run_reaper_reporting(command, status, log, |code| report.exited(code))
 }

@@ -52,12 +52,16 @@ pub fn warm_up() {
 }
 
 /// Entry point of the helper's reuse roles (argv as for
-/// `codex-linux-sandbox`, the role, its request and descriptors).
+/// `codex-linux-sandbox`, the role, its request and descriptors after the
+/// supervisor's status pipe and the gate that opens once the supervisor's
+/// own records are on it).
 pub fn entry(argv: Vec<OsString>, kind: HelperKind, data: Vec<u8>, fds: Vec<OwnedFd>) -> i32 {
     match kind {
         HelperKind::Launch => launch_or_one_shot(argv, &data, fds),
         HelperKind::Prepare => {
-            let mut fds = fds.into_iter();
+            // The status pipe and its gate: a keeper's end is reported by
+            // its supervisor.
+            let mut fds = fds.into_iter().skip(2);
             match (fds.next(), fds.next()) {
                 (Some(control), Some(in_use)) => keeper::run(&argv, &data, control, in_use),
                 _ => 1,
@@ -80,13 +84,24 @@ fn launch_or_one_shot(argv: Vec<OsString>, data: &[u8], fds: Vec<OwnedFd>) -> i3
         Err(exit) => return exit.report(),
     };
     let mut fds = fds.into_iter();
-    let (Some(request), Some(stale), Some(_in_use), Some(user), Some(mnt)) = (
+    let (
+        Some(request),
+        Some(status),
+        Some(gate),
+        Some(stale),
+        Some(_in_use),
+        Some(user),
+        Some(mnt),
+    ) = (
         LaunchRequest::decode(data),
         fds.next(),
         fds.next(),
         fds.next(),
         fds.next(),
-    ) else {
+        fds.next(),
+        fds.next(),
+    )
+    else {
         return one_shot(args);
     };
     let net = fds.next();
@@ -126,7 +141,7 @@ fn launch_or_one_shot(argv: Vec<OsString>, data: &[u8], fds: Vec<OwnedFd>) -> i3
     if !network_enabled && namespaces.net.is_none() {
         return one_shot(args);
     }
-    launch::run(namespaces, &setup)
+    launch::run(namespaces, &setup, launch::Report { status, gate })
 }
 
 /// The one-shot run of the same command line.
