@@ -190,14 +190,15 @@ pub fn command() -> clap::Command {
 }
 
 /// The command lines the exec-server sends on every sandboxed start
-/// ([`helper_args`], [`plantable_args`], then `--allow-network-for-proxy`
-/// and `--` before the command), read without building the clap parser:
+/// ([`helper_args`], [`plantable_args`], then `--allow-network-for-proxy`,
+/// `--command-arg0` and `--` before the command), read without building the clap parser:
 /// `None` for anything else (a repeated or unknown flag, a value that
 /// starts with `-`), which [`try_parse_args`] then reads.
 pub fn parse_server_args(argv: &[OsString]) -> Option<Args> {
     let mut words = argv.iter().skip(1);
     let mut policy_cwd = None;
     let mut command_cwd = None;
+    let mut command_arg0 = None;
     let mut profile = None;
     let mut landlock = false;
     let mut proxy = false;
@@ -220,6 +221,11 @@ pub fn parse_server_args(argv: &[OsString]) -> Option<Args> {
                 }
             }
             "--plantable-root" => plantable.push(PathBuf::from(value(words.next())?)),
+            "--command-arg0" => {
+                if command_arg0.replace(value(words.next())?.clone()).is_some() {
+                    return None;
+                }
+            }
             "--use-legacy-landlock" if !landlock => landlock = true,
             "--allow-network-for-proxy" if !proxy => proxy = true,
             "--" => break,
@@ -229,6 +235,7 @@ pub fn parse_server_args(argv: &[OsString]) -> Option<Args> {
     Some(Args {
         sandbox_policy_cwd: policy_cwd,
         command_cwd,
+        command_arg0,
         permission_profile: profile,
         sandbox_policy: None,
         file_system_sandbox_policy: None,
@@ -912,6 +919,7 @@ mod tests {
             PathBuf::from("/w"),
         ]));
         argv.push(ALLOW_NETWORK_FOR_PROXY_FLAG.into());
+        argv.extend([COMMAND_ARG0_FLAG.into(), "shell".into()]);
         argv.push("--".into());
         argv.extend(["sh".into(), "-c".into(), "echo --explain".into()]);
         let fast = parse_server_args(&argv).expect("a server command line");

@@ -103,10 +103,12 @@ fn cstring(bytes: &[u8]) -> io::Result<CString> {
 }
 
 impl<'a> CommandExec<'a> {
-    /// `command` with this process's environment and `PWD` = `chdir`, the
-    /// caller's ids `ids` mapped over the prepared namespace's 0.
+    /// `command` (seeing `arg0` as its argv[0] when given) with this
+    /// process's environment and `PWD` = `chdir`, the caller's ids `ids`
+    /// mapped over the prepared namespace's 0.
     pub fn new(
         command: &[OsString],
+        arg0: Option<&std::ffi::OsStr>,
         chdir: &std::ffi::OsStr,
         command_cwd: &Path,
         ids: (u32, u32),
@@ -116,7 +118,7 @@ impl<'a> CommandExec<'a> {
             .filter(|(key, _)| key != "PWD")
             .collect();
         env.push(("PWD".into(), chdir.to_owned()));
-        let launch = Launch::new(command, None, &env, Path::new(chdir), false)?;
+        let launch = Launch::new(command, arg0, &env, Path::new(chdir), false)?;
         Ok(CommandExec {
             launch,
             program_name: command.first().cloned().unwrap_or_default(),

@@ -56,6 +56,8 @@ pub struct Namespaces {
 #[derive(Debug, Clone)]
 pub struct CommandSetup {
     pub command: Vec<OsString>,
+    /// The argv[0] the command sees (`--command-arg0`).
+    pub arg0: Option<OsString>,
     /// bwrap's `--chdir` (sets `PWD`).
     pub chdir: OsString,
     /// The command cwd as given, tried after `chdir` as the inner stage does.
@@ -174,6 +176,7 @@ fn start(ns: Namespaces, setup: &CommandSetup, report: Report) -> Result<i32, La
     // clone: pid 1 starts with its work done.
     let command = CommandExec::new(
         &setup.command,
+        setup.arg0.as_deref(),
         &setup.chdir,
         &setup.command_cwd,
         ids,

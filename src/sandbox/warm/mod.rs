@@ -124,6 +124,7 @@ fn launch_or_one_shot(argv: Vec<OsString>, data: &[u8], fds: Vec<OwnedFd>) -> i3
     let network_enabled = plan.prepared.network.is_enabled();
     let setup = CommandSetup {
         command: args.command.clone(),
+        arg0: args.command_arg0.clone(),
         chdir: plan
             .built
             .chdir()
