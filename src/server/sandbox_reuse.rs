@@ -18,9 +18,12 @@
 //! session (the least recently used goes first), [`MAX_PREPARED`] in the
 //! whole server (beyond that, commands get one-shot sandboxes).
 //!
-//! Deny globs: the matches are kept per shape ([`DenyGlobs`]) and sent with
+//! Deny globs: the matches are kept current per shape by an inotify index
+//! (`sandbox::deny_index`: one scan for the first command, then only what
+//! changed, with a full rescan whenever events were lost) and sent with
 //! every command, so a file made under a deny glob (by an earlier command
-//! or the host) is masked for the next one.
+//! or the host) is masked for the next one, at a cost that does not grow
+//! with the workspace.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -34,9 +37,10 @@ use tokio::io::unix::AsyncFd;
 
 use crate::process::fd::register;
 use crate::process::launch::{HelperJob, HelperKind, LaunchSpec};
-use crate::sandbox::glob::{self, GlobError, GlobExpansion};
+use crate::sandbox::deny_index::DenyIndex;
+use crate::sandbox::glob::GlobExpansion;
 use crate::sandbox::policy::{PermissionProfile, ResolveContext};
-use crate::sandbox::warm::request::{LaunchRequest, PrepareAnswer, PrepareRequest};
+use crate::sandbox::warm::request::{DenyMatches, LaunchRequest, PrepareAnswer, PrepareRequest};
 use crate::sync::lock;
 
 /// Prepared sandboxes one session keeps.
@@ -118,29 +122,6 @@ impl Key {
     }
 }
 
-/// The deny-glob matches of one set of patterns, current at each
-/// [`refresh`](Self::refresh). A rescan each time for now: a source kept
-/// current by change notifications takes its place behind this interface.
-#[derive(Debug)]
-pub struct DenyGlobs {
-    patterns: Vec<String>,
-    max_depth: Option<usize>,
-}
-
-impl DenyGlobs {
-    pub fn build(patterns: Vec<String>, max_depth: Option<usize>) -> Result<DenyGlobs, GlobError> {
-        Ok(DenyGlobs {
-            patterns,
-            max_depth,
-        })
-    }
-
-    /// The matches now, exactly as `glob::expand` finds them.
-    pub fn refresh(&mut self) -> Result<GlobExpansion, GlobError> {
-        glob::expand(&self.patterns, self.max_depth, &glob::Scanner::BuiltIn)
-    }
-}
-
 /// The server-wide part: the configuration, the count, the mount table.
 #[derive(Debug)]
 pub struct Reuse {
@@ -206,7 +187,7 @@ impl Reuse {
         &self,
         spec: &LaunchSpec,
         console: bool,
-        expansion: Option<GlobExpansion>,
+        expansion: Option<DenyMatches>,
         generation: u64,
     ) -> Outcome {
         let unavailable = |why: &str| {
@@ -235,7 +216,7 @@ impl Reuse {
         &self,
         spec: &LaunchSpec,
         console: bool,
-        expansion: Option<GlobExpansion>,
+        expansion: Option<DenyMatches>,
         generation: u64,
     ) -> Result<PreparedSandbox, String> {
         let (ours, theirs) = seqpacket_pair().map_err(|e| e.to_string())?;
@@ -369,8 +350,12 @@ enum Outcome {
 struct Slot {
     cell: tokio::sync::OnceCell<Outcome>,
     last_used: Mutex<Instant>,
-    globs: Arc<Mutex<Option<DenyGlobs>>>,
+    /// The shape's deny globs (and depth) and their index.
+    deny_index: Arc<Mutex<Option<DenyGlobIndex>>>,
 }
+
+/// An index and the patterns and depth it was built for.
+type DenyGlobIndex = ((Vec<String>, Option<usize>), DenyIndex);
 
 impl Slot {
     fn touch(&self) {
@@ -381,25 +366,42 @@ impl Slot {
         lock(&self.last_used).elapsed()
     }
 
-    /// The deny-glob matches now (`None`: none to send, the helper scans).
-    async fn expansion(&self, request: &SandboxRequest) -> Option<GlobExpansion> {
-        let (patterns, depth) = deny_globs(request);
+    /// The deny-glob matches now, from the shape's index (`None`: none to
+    /// send, the helper scans). The index is built (one full scan) for the
+    /// first command of the shape; later ones only replay what changed.
+    async fn expansion(&self, request: &SandboxRequest) -> Option<DenyMatches> {
+        let (patterns, max_depth) = deny_globs(request);
         if patterns.is_empty() {
-            return Some(GlobExpansion::default());
+            return Some(DenyMatches {
+                patterns,
+                max_depth,
+                expansion: GlobExpansion::default(),
+            });
         }
-        let globs = self.globs.clone();
+        let index = self.deny_index.clone();
         let expansion = tokio::task::spawn_blocking(move || {
-            let mut globs = lock(&globs);
-            if globs.is_none() {
-                *globs = DenyGlobs::build(patterns, depth).ok();
+            let mut index = lock(&index);
+            let stale = index
+                .as_ref()
+                .is_some_and(|(built_for, _)| *built_for != (patterns.clone(), max_depth));
+            if stale || index.is_none() {
+                *index = DenyIndex::build(&patterns, max_depth)
+                    .ok()
+                    .map(|built| ((patterns.clone(), max_depth), built));
             }
-            globs.as_mut().map(DenyGlobs::refresh)
+            let (_, built) = index.as_mut()?;
+            let expansion = built.refresh().ok()?.clone();
+            Some(DenyMatches {
+                patterns,
+                max_depth,
+                expansion,
+            })
         })
         .await
         .ok()
-        .flatten()?
-        .ok()?;
+        .flatten()?;
         let size: usize = expansion
+            .expansion
             .paths
             .iter()
             .map(|p| p.as_os_str().len() + 4)
@@ -447,7 +449,7 @@ impl SessionSandboxes {
         let slot = Arc::new(Slot {
             cell: tokio::sync::OnceCell::new(),
             last_used: Mutex::new(Instant::now()),
-            globs: Arc::default(),
+            deny_index: Arc::default(),
         });
         slots.insert(key.clone(), slot.clone());
         drop(slots);
@@ -560,7 +562,7 @@ impl PreparedSandbox {
     }
 
     /// The job that runs a command in it.
-    fn launch_job(&self, expansion: Option<GlobExpansion>) -> HelperJob {
+    fn launch_job(&self, expansion: Option<DenyMatches>) -> HelperJob {
         let request = LaunchRequest {
             expected: self.digest,
             expansion,

@@ -19,11 +19,11 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use super::request::DenyMatches;
 use crate::sandbox::bwrap_args::{
     self, BwrapArg, BwrapCommand, BwrapInputs, InnerCommand, LauncherCaps,
 };
 use crate::sandbox::cli::{self, Args, Backend, Failure, Prepared};
-use crate::sandbox::glob::GlobExpansion;
 use crate::sandbox::{read_only_links, state};
 
 /// Why a command line runs on a one-shot sandbox only.
@@ -60,14 +60,15 @@ pub struct Plan {
 }
 
 /// Decides the sandbox for `args`, as a one-shot run of the bubblewrap
-/// backend would, with `expansion` as the deny-glob matches (`None`: scan
-/// now, as a one-shot run does). `console` is whether the command's
+/// backend would, with `expansion` as the deny-glob matches when they are
+/// those of the patterns and depth `args` resolve to (else, or `None`:
+/// scan now, as a one-shot run does). `console` is whether the command's
 /// standard output is a terminal (bound as `/dev/console`). `Ok(Err(_))`:
 /// decided, but not a sandbox that may be reused; `Err`: the one-shot run
 /// fails the same way.
 pub fn decide(
     args: &Args,
-    expansion: Option<&GlobExpansion>,
+    expansion: Option<&DenyMatches>,
     console: bool,
 ) -> Result<Result<Plan, NotReusable>, Failure> {
     if let Err(why) = plain_run(args) {
@@ -87,10 +88,15 @@ pub fn decide(
         message: format!("error building bubblewrap command: {err}"),
     })?;
     let untrusted = prepared.resolved.untrusted_dirs();
+    let depth = prepared.resolved.glob_scan_max_depth.map(|d| d.get());
     let scanned;
     let expansion = match expansion {
-        Some(expansion) => expansion,
-        None => {
+        Some(kept)
+            if kept.patterns == prepared.resolved.unreadable_globs() && kept.max_depth == depth =>
+        {
+            &kept.expansion
+        }
+        _ => {
             scanned = cli::expand_globs(&prepared, &untrusted)?;
             &scanned
         }

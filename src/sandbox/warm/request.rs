@@ -19,7 +19,17 @@ pub struct LaunchRequest {
     /// The digest the prepared sandbox was built for.
     pub expected: [u8; 32],
     /// The deny-glob matches now (`None`: the helper scans).
-    pub expansion: Option<GlobExpansion>,
+    pub expansion: Option<DenyMatches>,
+}
+
+/// The deny-glob matches the server keeps current, with the patterns and
+/// depth they are the matches of: the helper uses them only for exactly
+/// the patterns and depth it resolves itself, and scans otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DenyMatches {
+    pub patterns: Vec<String>,
+    pub max_depth: Option<usize>,
+    pub expansion: GlobExpansion,
 }
 
 /// Prepare a sandbox for the command line and keep it. Descriptors: the
@@ -30,7 +40,7 @@ pub struct PrepareRequest {
     /// The commands run on a terminal (`/dev/console`).
     pub console: bool,
     /// The deny-glob matches now (`None`: the keeper scans).
-    pub expansion: Option<GlobExpansion>,
+    pub expansion: Option<DenyMatches>,
 }
 
 /// A keeper's answer on its control socket.
@@ -53,19 +63,31 @@ impl Writer {
         self.0.extend_from_slice(bytes);
     }
 
-    fn expansion(&mut self, expansion: Option<&GlobExpansion>) {
-        let Some(expansion) = expansion else {
+    fn expansion(&mut self, matches: Option<&DenyMatches>) {
+        let Some(matches) = matches else {
             self.0.push(0);
             return;
         };
         self.0.push(1);
-        self.count(expansion.paths.len());
-        for path in &expansion.paths {
+        self.strings(&matches.patterns);
+        match matches.max_depth {
+            Some(depth) => {
+                self.0.push(1);
+                self.count(depth);
+            }
+            None => self.0.push(0),
+        }
+        self.count(matches.expansion.paths.len());
+        for path in &matches.expansion.paths {
             self.bytes(path.as_os_str().as_bytes());
         }
-        self.count(expansion.skipped.len());
-        for pattern in &expansion.skipped {
-            self.bytes(pattern.as_bytes());
+        self.strings(&matches.expansion.skipped);
+    }
+
+    fn strings(&mut self, strings: &[String]) {
+        self.count(strings.len());
+        for string in strings {
+            self.bytes(string.as_bytes());
         }
     }
 
@@ -102,19 +124,33 @@ impl Reader<'_> {
         Some(out)
     }
 
-    fn expansion(&mut self) -> Option<Option<GlobExpansion>> {
+    fn expansion(&mut self) -> Option<Option<DenyMatches>> {
         if self.byte()? == 0 {
             return Some(None);
         }
+        let patterns = self.strings()?;
+        let max_depth = match self.byte()? {
+            0 => None,
+            _ => Some(self.count()?),
+        };
         let mut paths = BTreeSet::new();
         for _ in 0..self.count()? {
             paths.insert(PathBuf::from(OsString::from_vec(self.bytes()?)));
         }
-        let mut skipped = Vec::new();
+        let skipped = self.strings()?;
+        Some(Some(DenyMatches {
+            patterns,
+            max_depth,
+            expansion: GlobExpansion { paths, skipped },
+        }))
+    }
+
+    fn strings(&mut self) -> Option<Vec<String>> {
+        let mut out = Vec::new();
         for _ in 0..self.count()? {
-            skipped.push(String::from_utf8(self.bytes()?).ok()?);
+            out.push(String::from_utf8(self.bytes()?).ok()?);
         }
-        Some(Some(GlobExpansion { paths, skipped }))
+        Some(out)
     }
 
     fn end(&self) -> Option<()> {
@@ -209,7 +245,11 @@ mod tests {
         };
         let launch = LaunchRequest {
             expected: [7; 32],
-            expansion: Some(expansion.clone()),
+            expansion: Some(DenyMatches {
+                patterns: vec!["**/*.env".into(), "/**/*.key".into()],
+                max_depth: Some(3),
+                expansion,
+            }),
         };
         assert_eq!(
             LaunchRequest::decode(&launch.encode()),
@@ -222,6 +262,14 @@ mod tests {
         let prepare = PrepareRequest {
             console: true,
             expansion: None,
+        };
+        assert_eq!(PrepareRequest::decode(&prepare.encode()), Some(prepare));
+        let prepare = PrepareRequest {
+            console: false,
+            expansion: launch.expansion.clone().map(|mut matches| {
+                matches.max_depth = None;
+                matches
+            }),
         };
         assert_eq!(PrepareRequest::decode(&prepare.encode()), Some(prepare));
         for answer in [
