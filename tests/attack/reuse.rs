@@ -363,17 +363,20 @@ async fn protected_metadata_changes_on_the_host_are_seen() {
     assert!(out.contains("done") && !out.contains("made"), "{out}");
 
     // Becomes a symlink to a decoy (in place of the empty directory the
-    // prepared sandbox keeps as the mount point of its mask).
+    // prepared sandbox keeps as the mount point of its mask): refused, as
+    // a fresh sandbox refuses it; the command never runs.
     t.put("decoy/config.toml", "decoy");
     let _ = std::fs::remove_dir(t.ws.join(".codex"));
     std::os::unix::fs::symlink(t.root.join("decoy"), t.ws.join(".codex")).expect("symlink");
-    let (_, out) = s
+    let (code, out) = s
         .run(
             &sandbox,
             "echo x >> .codex/config.toml && echo wrote; echo done",
         )
         .await;
-    assert!(out.contains("done") && !out.contains("wrote"), "{out}");
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("crosses writable symlink"), "{out}");
+    assert!(!out.contains("done") && !out.contains("wrote"), "{out}");
     assert_eq!(t.read("decoy/config.toml").as_deref(), Some("decoy"));
 }
 

@@ -379,6 +379,7 @@ impl Reuse {
 
 /// `mod case { reused, one_shot }`: runs `async fn case(reuse: Reuse)`
 /// through a server that reuses sandboxes and through one that does not.
+#[allow(unused_macros)]
 macro_rules! reused_and_one_shot {
     ($($case:ident),+ $(,)?) => {
         $(
