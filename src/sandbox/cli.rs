@@ -745,7 +745,12 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
         }
         let fds = fds.with_masks(built.fd_count()).map_err(fail)?;
         let argv = built.render(&fds.mask_numbers());
-        let registration = state::register(&state_dir, &built.synthetic_targets).map_err(fail)?;
+        let registration = state::register(
+            &state_dir,
+            &built.synthetic_targets,
+            &read_only_links::protected_metadata_paths(&prepared.resolved),
+        )
+        .map_err(fail)?;
         let netns = routing
             .as_ref()
             .and_then(|r| r.netns.as_ref())

@@ -31,17 +31,26 @@ pub struct ReadOnlyThroughLink {
 pub fn check(resolved: &ResolvedPolicy) -> Result<(), ReadOnlyThroughLink> {
     let roots = resolved.writable_roots();
     let writable: Vec<&Path> = roots.iter().map(|w| w.root.as_path()).collect();
-    let metadata = roots.iter().flat_map(|w| {
-        w.protected_metadata_names
-            .iter()
-            .map(|name| w.root.join(name))
-    });
-    for path in metadata {
+    for path in protected_metadata_paths(resolved) {
         if let Some(link) = writable_symlink_on(&path, &writable) {
             return Err(ReadOnlyThroughLink { path, link });
         }
     }
     Ok(())
+}
+
+/// The protected metadata paths (`.git`, `.agents`, `.codex` where they are
+/// protected) of `resolved`'s writable roots, whether they exist or not.
+pub fn protected_metadata_paths(resolved: &ResolvedPolicy) -> Vec<PathBuf> {
+    resolved
+        .writable_roots()
+        .iter()
+        .flat_map(|w| {
+            w.protected_metadata_names
+                .iter()
+                .map(|name| w.root.join(name))
+        })
+        .collect()
 }
 
 /// The first symlink among the prefixes of `path` (itself included) that

@@ -333,19 +333,37 @@ pub struct Registration {
     targets: Vec<(SyntheticTarget, bool, Option<PathBuf>)>,
 }
 
-/// Registers `targets` before bwrap runs.
-pub fn register(dir: &Path, targets: &[SyntheticTarget]) -> Result<Registration, StateError> {
+/// Registers `targets` before bwrap runs, and with them every path of
+/// `bound` (protected paths the sandbox binds as they are) that is an
+/// empty node: it may be another sandbox's mount point, which must stay
+/// on the host while this sandbox binds it. When it is (a live peer
+/// registered it as created), this run shares it: whichever run ends last
+/// removes it.
+pub fn register(
+    dir: &Path,
+    targets: &[SyntheticTarget],
+    bound: &[PathBuf],
+) -> Result<Registration, StateError> {
     let mounts = dir.join("mounts");
     let mut reg = Registration {
         mounts: mounts.clone(),
         targets: Vec::new(),
     };
+    let shared = bound.iter().filter_map(|path| {
+        let meta = path.symlink_metadata().ok()?;
+        let taken = targets.iter().any(|t| t.path == *path);
+        (!taken && is_empty_node(path)).then(|| SyntheticTarget {
+            path: path.clone(),
+            is_dir: meta.is_dir(),
+        })
+    });
+    let targets: Vec<SyntheticTarget> = targets.iter().cloned().chain(shared).collect();
     if targets.is_empty() {
         return Ok(reg);
     }
     let _lock = Lock::take(&mounts)?;
     let me = std::process::id();
-    for t in targets {
+    for t in &targets {
         let entry = mounts.join(entry_name(&t.path));
         let io = |source| StateError::Registry {
             path: entry.clone(),
@@ -460,7 +478,7 @@ mod tests {
             is_dir: true,
         };
         std::fs::create_dir(&existing.path).unwrap();
-        let reg = register(state.path(), &[created.clone(), existing.clone()]).unwrap();
+        let reg = register(state.path(), &[created.clone(), existing.clone()], &[]).unwrap();
         std::fs::create_dir(&created.path).unwrap(); // what bwrap does
                                                      // A live peer (our parent) holds the created target: kept.
         let entry = state.path().join("mounts").join(entry_name(&created.path));
@@ -472,7 +490,7 @@ mod tests {
         // A crashed creator left a dead marker: the next run inherits
         // "synthetic" and removes the mount point afterwards.
         std::fs::write(entry.join("2147483000"), "synthetic\n").unwrap();
-        let reg = register(state.path(), &[created.clone(), existing.clone()]).unwrap();
+        let reg = register(state.path(), &[created.clone(), existing.clone()], &[]).unwrap();
         assert_eq!(reg.cleanup(), vec![created.path.clone()]);
         assert!(!created.path.exists());
         assert!(existing.path.exists(), "pre-existing dirs stay");
@@ -482,6 +500,36 @@ mod tests {
                 .count(),
             1
         );
+    }
+
+    #[test]
+    fn a_mount_point_another_run_binds_stays_until_the_last_run_ends() {
+        let state = tempfile::tempdir().unwrap();
+        std::fs::create_dir(state.path().join("mounts")).unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let root = ws.path().canonicalize().unwrap();
+        let codex = root.join(".codex");
+        // A live peer (our parent) made it as its mount point.
+        std::fs::create_dir(&codex).unwrap();
+        let entry = state.path().join("mounts").join(entry_name(&codex));
+        std::fs::create_dir(&entry).unwrap();
+        let parent = std::os::unix::process::parent_id().to_string();
+        std::fs::write(entry.join(&parent), "synthetic\ndir\n").unwrap();
+        // This run binds it as it is: it shares it, so the peer's cleanup
+        // finds a live marker besides its own and leaves it.
+        let reg = register(state.path(), &[], &[codex.clone(), root.join(".git")]).unwrap();
+        let me = std::process::id().to_string();
+        assert!(entry.join(&me).exists(), "this run holds it too");
+        assert!(!root.join(".git").exists(), "missing ones are not made");
+        // The peer is gone: this run, ending last, removes it.
+        std::fs::remove_file(entry.join(&parent)).unwrap();
+        assert_eq!(reg.cleanup(), vec![codex.clone()]);
+        assert!(!codex.exists());
+        // A user's own empty `.codex` (nobody made it) stays.
+        std::fs::create_dir(&codex).unwrap();
+        let reg = register(state.path(), &[], std::slice::from_ref(&codex)).unwrap();
+        assert!(reg.cleanup().is_empty());
+        assert!(codex.exists());
     }
 
     #[test]
@@ -495,7 +543,7 @@ mod tests {
             path: d.join(".codex"),
             is_dir: true,
         };
-        let reg = register(state.path(), std::slice::from_ref(&t)).unwrap();
+        let reg = register(state.path(), std::slice::from_ref(&t), &[]).unwrap();
         // The command moved the directory away and left a symlink to a
         // host directory holding an empty `.codex`.
         let host = ws.path().join("host");
@@ -525,7 +573,7 @@ mod tests {
             path: root.join("other"),
             is_dir: false,
         };
-        register(state.path(), &[other]).unwrap().cleanup();
+        register(state.path(), &[other], &[]).unwrap().cleanup();
         assert!(!left.exists());
         assert!(!entry.exists());
     }

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use crate::common::client::{sleepers, unb64, Raw, Server};
 use crate::common::fs::eventually;
-use crate::common::redteam::{available, Launcher, Tree};
+use crate::common::redteam::{available, reused_and_one_shot, Launcher, Reuse, Tree};
 
 fn ready() -> bool {
     available(Launcher::Builtin)
@@ -622,3 +622,83 @@ async fn an_idle_prepared_sandbox_goes() {
     );
     s.assert_reused(&sandbox).await;
 }
+
+/// Starts `script` with a stdin pipe in `sandbox` on `raw`.
+async fn start_reading(raw: &mut Raw, id: &str, sandbox: &Value, script: &str) {
+    raw.call(
+        "process/start",
+        json!({"processId": id, "argv": ["sh", "-c", script], "cwd": sandbox["cwd"],
+               "env": {"PATH": "/usr/bin:/bin"}, "tty": false, "pipeStdin": true,
+               "sandbox": sandbox}),
+    )
+    .await;
+}
+
+/// Lets a command started by [`start_reading`] go on.
+async fn go(raw: &mut Raw, id: &str) {
+    raw.call(
+        "process/write",
+        json!({"processId": id, "chunk": crate::common::client::b64(b"go\n"), "closeStdin": true}),
+    )
+    .await;
+}
+
+/// A mount point one sandbox made on the host (the empty `.codex` its
+/// read-only mask needs) stays while another sandbox binds it: when its
+/// maker ends first, the other's mask must not go with it (removing a
+/// directory that is a mount point elsewhere detaches that mount), or the
+/// command could make `.codex` its own.
+async fn a_mount_point_stays_while_another_sandbox_binds_it(reuse: Reuse) {
+    if !ready() {
+        return;
+    }
+    let t = Tree::new();
+    t.put("ws/src/main.rs", "fn main() {}\n");
+    let sandbox = ctx(workspace(vec![]), &t.ws);
+    let server = Server::start(&reuse.with(&["--session-grace-secs", "0"]));
+    let (mut maker, _) = server.session().await;
+    start_reading(&mut maker, "maker", &sandbox, "read line").await;
+    assert!(
+        eventually(|| t.names("ws").contains(&".codex".to_owned())).await,
+        "no mount point made: {:?}",
+        t.names("ws")
+    );
+    // The maker's sandbox: its helper (and keeper), named by the workspace.
+    let makers = processes_where(|cmdline| cmdline.contains(&t.ws.display().to_string()));
+    assert!(!makers.is_empty(), "the maker's sandbox not found");
+    let (mut victim, _) = server.session().await;
+    start_reading(
+        &mut victim,
+        "victim",
+        &sandbox,
+        "touch src/up; read line; mkdir -p .codex/planted && echo PLANTED; true",
+    )
+    .await;
+    assert!(
+        eventually(|| t.ws.join("src/up").exists()).await,
+        "the victim did not start"
+    );
+    go(&mut maker, "maker").await;
+    maker.read_until_closed("maker", 0).await;
+    drop(maker);
+    assert!(
+        eventually(|| makers
+            .iter()
+            .all(|&pid| crate::common::client::is_gone(pid)))
+        .await,
+        "the maker's sandbox did not end"
+    );
+    go(&mut victim, "victim").await;
+    let read = victim.read_until_closed("victim", 0).await;
+    let output: String = read["chunks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| String::from_utf8_lossy(&unb64(c["chunk"].as_str().unwrap_or(""))).into_owned())
+        .collect();
+    assert!(!output.contains("PLANTED"), "{output}");
+    assert!(!t.ws.join(".codex/planted").exists(), "planted on the host");
+    drop(server);
+}
+
+reused_and_one_shot!(a_mount_point_stays_while_another_sandbox_binds_it);

@@ -22,6 +22,7 @@ use super::plan::{self, fingerprint, named_host_paths};
 use super::request::{PrepareAnswer, PrepareRequest};
 use crate::bwrap::prepared::{self, PrepareOptions, PreparedNamespaces};
 use crate::sandbox::cli::{self, Args, PREFIX};
+use crate::sandbox::read_only_links;
 use crate::sandbox::state::{self, Registration};
 use crate::sys::scm;
 
@@ -87,8 +88,12 @@ fn prepare(
         ));
     }
     let plan = decide()?;
-    let registration = state::register(&plan.state_dir, &plan.built.synthetic_targets)
-        .map_err(|e| failed(e.to_string()))?;
+    let registration = state::register(
+        &plan.state_dir,
+        &plan.built.synthetic_targets,
+        &read_only_links::protected_metadata_paths(&plan.prepared.resolved),
+    )
+    .map_err(|e| failed(e.to_string()))?;
     let built = build(&plan.built, request.console);
     let outcome = built.and_then(|namespaces| {
         let after = decide()?;
