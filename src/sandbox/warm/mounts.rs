@@ -134,11 +134,12 @@ pub fn fresh_mounts(console: bool) -> Result<FreshMounts, LaunchError> {
     for (knob, tree) in &knobs {
         attach(tree, knob)?;
     }
-    let hidden = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
-    mount("an empty /proc/1", "tmpfs", "/proc/1", hidden, "mode=555")?;
+    // Named through /proc/self, which is /proc/1 here: before hiding it.
     if console {
         bind_console()?;
     }
+    let hidden = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    mount("an empty /proc/1", "tmpfs", "/proc/1", hidden, "mode=555")?;
     let dev_flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     mount("a fresh tmpfs", "tmpfs", "/dev/shm", dev_flags, "mode=0755")?;
     mount(
