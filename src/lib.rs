@@ -66,3 +66,4 @@ pub mod stdout;
 pub mod sync;
 pub mod sys;
 pub mod terminal_text;
+pub mod wire;

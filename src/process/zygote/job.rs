@@ -9,6 +9,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
 
 use crate::process::launch::{HelperKind, LaunchSpec};
+use crate::wire::Reader;
 
 fn push_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
@@ -60,28 +61,6 @@ pub(super) struct Job {
     pub helper: Option<(HelperKind, Vec<u8>)>,
 }
 
-struct Reader<'a>(&'a [u8]);
-
-impl Reader<'_> {
-    fn byte(&mut self) -> Option<u8> {
-        let (&b, rest) = self.0.split_first()?;
-        self.0 = rest;
-        Some(b)
-    }
-    fn u32(&mut self) -> Option<usize> {
-        let bytes = self.0.get(..4)?;
-        let n = u32::from_le_bytes(bytes.try_into().ok()?);
-        self.0 = self.0.get(4..)?;
-        usize::try_from(n).ok()
-    }
-    fn bytes(&mut self) -> Option<Vec<u8>> {
-        let len = self.u32()?;
-        let bytes = self.0.get(..len)?.to_vec();
-        self.0 = self.0.get(len..)?;
-        Some(bytes)
-    }
-}
-
 pub(super) fn decode(bytes: &[u8]) -> Option<Job> {
     let mut r = Reader(bytes);
     let tty = r.byte()? == 1;
@@ -90,12 +69,12 @@ pub(super) fn decode(bytes: &[u8]) -> Option<Job> {
         1 => Some(OsString::from_vec(r.bytes()?)),
         _ => None,
     };
-    let argc = r.u32()?;
+    let argc = r.count()?;
     let mut argv = Vec::with_capacity(argc.min(4096));
     for _ in 0..argc {
         argv.push(OsString::from_vec(r.bytes()?));
     }
-    let envc = r.u32()?;
+    let envc = r.count()?;
     let mut env = Vec::with_capacity(envc.min(4096));
     for _ in 0..envc {
         let pair = r.bytes()?;

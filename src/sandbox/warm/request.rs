@@ -9,6 +9,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
 
 use crate::sandbox::glob::GlobExpansion;
+use crate::wire::{Reader, Writer};
 
 /// Run one command in a prepared sandbox. Descriptors: the prepared
 /// sandbox's stale notice and its in-use marker (write ends; the helper
@@ -54,122 +55,75 @@ pub enum PrepareAnswer {
     Failed(String),
 }
 
-struct Writer(Vec<u8>);
-
-impl Writer {
-    fn bytes(&mut self, bytes: &[u8]) {
-        self.0
-            .extend_from_slice(&u32::try_from(bytes.len()).unwrap_or(u32::MAX).to_le_bytes());
-        self.0.extend_from_slice(bytes);
-    }
-
-    fn expansion(&mut self, matches: Option<&DenyMatches>) {
-        let Some(matches) = matches else {
-            self.0.push(0);
-            return;
-        };
-        self.0.push(1);
-        self.strings(&matches.patterns);
-        match matches.max_depth {
-            Some(depth) => {
-                self.0.push(1);
-                self.count(depth);
-            }
-            None => self.0.push(0),
+fn write_matches(w: &mut Writer, matches: Option<&DenyMatches>) {
+    let Some(matches) = matches else {
+        w.byte(0);
+        return;
+    };
+    w.byte(1);
+    write_strings(w, &matches.patterns);
+    match matches.max_depth {
+        Some(depth) => {
+            w.byte(1);
+            w.count(depth);
         }
-        self.count(matches.expansion.paths.len());
-        for path in &matches.expansion.paths {
-            self.bytes(path.as_os_str().as_bytes());
-        }
-        self.strings(&matches.expansion.skipped);
+        None => w.byte(0),
     }
-
-    fn strings(&mut self, strings: &[String]) {
-        self.count(strings.len());
-        for string in strings {
-            self.bytes(string.as_bytes());
-        }
+    w.count(matches.expansion.paths.len());
+    for path in &matches.expansion.paths {
+        w.bytes(path.as_os_str().as_bytes());
     }
+    write_strings(w, &matches.expansion.skipped);
+}
 
-    fn count(&mut self, n: usize) {
-        self.0
-            .extend_from_slice(&u32::try_from(n).unwrap_or(u32::MAX).to_le_bytes());
+fn write_strings(w: &mut Writer, strings: &[String]) {
+    w.count(strings.len());
+    for string in strings {
+        w.bytes(string.as_bytes());
     }
 }
 
-struct Reader<'a>(&'a [u8]);
-
-impl Reader<'_> {
-    fn byte(&mut self) -> Option<u8> {
-        let (&b, rest) = self.0.split_first()?;
-        self.0 = rest;
-        Some(b)
+fn read_matches(r: &mut Reader) -> Option<Option<DenyMatches>> {
+    if r.byte()? == 0 {
+        return Some(None);
     }
-
-    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
-        let head = self.0.get(..N)?;
-        let out = <[u8; N]>::try_from(head).ok()?;
-        self.0 = self.0.get(N..)?;
-        Some(out)
+    let patterns = read_strings(r)?;
+    let max_depth = match r.byte()? {
+        0 => None,
+        _ => Some(r.count()?),
+    };
+    let mut paths = BTreeSet::new();
+    for _ in 0..r.count()? {
+        paths.insert(PathBuf::from(OsString::from_vec(r.bytes()?)));
     }
+    let skipped = read_strings(r)?;
+    Some(Some(DenyMatches {
+        patterns,
+        max_depth,
+        expansion: GlobExpansion { paths, skipped },
+    }))
+}
 
-    fn count(&mut self) -> Option<usize> {
-        usize::try_from(u32::from_le_bytes(self.array::<4>()?)).ok()
+fn read_strings(r: &mut Reader) -> Option<Vec<String>> {
+    let mut out = Vec::new();
+    for _ in 0..r.count()? {
+        out.push(String::from_utf8(r.bytes()?).ok()?);
     }
-
-    fn bytes(&mut self) -> Option<Vec<u8>> {
-        let len = self.count()?;
-        let out = self.0.get(..len)?.to_vec();
-        self.0 = self.0.get(len..)?;
-        Some(out)
-    }
-
-    fn expansion(&mut self) -> Option<Option<DenyMatches>> {
-        if self.byte()? == 0 {
-            return Some(None);
-        }
-        let patterns = self.strings()?;
-        let max_depth = match self.byte()? {
-            0 => None,
-            _ => Some(self.count()?),
-        };
-        let mut paths = BTreeSet::new();
-        for _ in 0..self.count()? {
-            paths.insert(PathBuf::from(OsString::from_vec(self.bytes()?)));
-        }
-        let skipped = self.strings()?;
-        Some(Some(DenyMatches {
-            patterns,
-            max_depth,
-            expansion: GlobExpansion { paths, skipped },
-        }))
-    }
-
-    fn strings(&mut self) -> Option<Vec<String>> {
-        let mut out = Vec::new();
-        for _ in 0..self.count()? {
-            out.push(String::from_utf8(self.bytes()?).ok()?);
-        }
-        Some(out)
-    }
-
-    fn end(&self) -> Option<()> {
-        self.0.is_empty().then_some(())
-    }
+    Some(out)
 }
 
 impl LaunchRequest {
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer(Vec::new());
+        let mut w = Writer::default();
         w.0.extend_from_slice(&self.expected);
-        w.expansion(self.expansion.as_ref());
+        write_matches(&mut w, self.expansion.as_ref());
         w.0
     }
 
     pub fn decode(bytes: &[u8]) -> Option<LaunchRequest> {
         let mut r = Reader(bytes);
         let expected = r.array::<32>()?;
-        let expansion = r.expansion()?;
+        let expansion = read_matches(&mut r)?;
         r.end()?;
         Some(LaunchRequest {
             expected,
@@ -181,14 +135,14 @@ impl LaunchRequest {
 impl PrepareRequest {
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer(vec![u8::from(self.console)]);
-        w.expansion(self.expansion.as_ref());
+        write_matches(&mut w, self.expansion.as_ref());
         w.0
     }
 
     pub fn decode(bytes: &[u8]) -> Option<PrepareRequest> {
         let mut r = Reader(bytes);
         let console = r.byte()? == 1;
-        let expansion = r.expansion()?;
+        let expansion = read_matches(&mut r)?;
         r.end()?;
         Some(PrepareRequest { console, expansion })
     }
@@ -196,19 +150,19 @@ impl PrepareRequest {
 
 impl PrepareAnswer {
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer(Vec::new());
+        let mut w = Writer::default();
         match self {
             PrepareAnswer::Ready { digest, net } => {
-                w.0.push(1);
+                w.byte(1);
                 w.0.extend_from_slice(digest);
-                w.0.push(u8::from(*net));
+                w.byte(u8::from(*net));
             }
             PrepareAnswer::NotReusable(why) => {
-                w.0.push(2);
+                w.byte(2);
                 w.bytes(why.as_bytes());
             }
             PrepareAnswer::Failed(why) => {
-                w.0.push(3);
+                w.byte(3);
                 w.bytes(why.as_bytes());
             }
         }
