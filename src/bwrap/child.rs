@@ -37,7 +37,7 @@ pub struct Inherited {
 /// the nested namespace exists anyway for `--disable-userns`, the caller's
 /// own otherwise. The command's view of its maps is then bubblewrap's in
 /// every case: `inside outside 1` with `outside` this setup id.
-pub(super) fn setup_ids(config: &Config, caller: &Caller, sandbox: (u32, u32)) -> (u32, u32) {
+fn setup_ids(config: &Config, caller: &Caller, sandbox: (u32, u32)) -> (u32, u32) {
     if config.needs_devpts() {
         (0, 0)
     } else if config.disable_userns {
@@ -45,6 +45,41 @@ pub(super) fn setup_ids(config: &Config, caller: &Caller, sandbox: (u32, u32)) -
     } else {
         (caller.uid, caller.gid)
     }
+}
+
+/// A user and a group id.
+type Ids = (u32, u32);
+
+/// Maps the ids of the sandbox's user namespace as bubblewrap does (the
+/// setup's ids of [`setup_ids`] over the caller's) and brings loopback up
+/// in a network namespace of its own; returns the ids the sandbox asked
+/// for and the setup's.
+pub(super) fn map_ids(
+    config: &Config,
+    caller: &Caller,
+    proc_fd: &OwnedFd,
+) -> Result<(Ids, Ids), BwrapError> {
+    let sandbox = (
+        config.uid.unwrap_or(caller.uid),
+        config.gid.unwrap_or(caller.gid),
+    );
+    let setup = setup_ids(config, caller, sandbox);
+    namespaces::write_id_maps(
+        proc_fd,
+        IdMap {
+            inside: setup.0,
+            outside: caller.uid,
+        },
+        IdMap {
+            inside: setup.1,
+            outside: caller.gid,
+        },
+        true,
+    )?;
+    if config.unshare.net {
+        namespaces::loopback_up()?;
+    }
+    Ok((sandbox, setup))
 }
 
 /// Runs the first process to the command's exec. Never returns on success.
@@ -89,26 +124,7 @@ pub fn run(
         fds::close(fd);
     }
 
-    let sandbox = (
-        config.uid.unwrap_or(caller.uid),
-        config.gid.unwrap_or(caller.gid),
-    );
-    let setup = setup_ids(config, caller, sandbox);
-    namespaces::write_id_maps(
-        &proc_fd,
-        IdMap {
-            inside: setup.0,
-            outside: caller.uid,
-        },
-        IdMap {
-            inside: setup.1,
-            outside: caller.gid,
-        },
-        true,
-    )?;
-    if config.unshare.net {
-        namespaces::loopback_up()?;
-    }
+    let (sandbox, setup) = map_ids(config, caller, &proc_fd)?;
 
     // Every mode the setup creates is exact, as in bubblewrap.
     // SAFETY: umask only swaps the process's file mode mask.

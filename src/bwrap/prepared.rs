@@ -29,10 +29,10 @@ use std::path::Path;
 
 use nix::mount::MsFlags;
 
-use super::child::{arm_death_signal, setup_ids};
+use super::child::{arm_death_signal, map_ids};
 use super::cli::{self, CallerIds, Parsed};
 use super::log::Log;
-use super::namespaces::{self, IdMap};
+use super::namespaces;
 use super::setup::{self, bind, paths, pivot};
 use super::{open_proc, pipe, BwrapError, Caller};
 use crate::sys::fds;
@@ -167,26 +167,7 @@ fn build(
     alive: OwnedFd,
 ) -> Result<std::convert::Infallible, BwrapError> {
     arm_death_signal(&alive)?;
-    let sandbox = (
-        config.uid.unwrap_or(caller.uid),
-        config.gid.unwrap_or(caller.gid),
-    );
-    let setup = setup_ids(config, caller, sandbox);
-    namespaces::write_id_maps(
-        &proc_fd,
-        IdMap {
-            inside: setup.0,
-            outside: caller.uid,
-        },
-        IdMap {
-            inside: setup.1,
-            outside: caller.gid,
-        },
-        true,
-    )?;
-    if config.unshare.net {
-        namespaces::loopback_up()?;
-    }
+    map_ids(config, caller, &proc_fd)?;
     // SAFETY: umask only swaps the process's file mode mask.
     unsafe { libc::umask(0) };
     let sources = setup::resolve_sources(&config.ops)?;
