@@ -34,13 +34,12 @@ use std::path::{Path, PathBuf};
 use nix::sys::signal::Signal;
 
 use super::command::CommandExec;
+pub use super::error::LaunchError;
 use super::mounts;
 use crate::bwrap::namespaces::{self, Forked};
 use crate::bwrap::proc_pid1;
 use crate::process::supervisor;
 use crate::process::vfork::ChildStack;
-use crate::sandbox::cli::PREFIX;
-use crate::sandbox::inner::InnerError;
 use crate::sandbox::seccomp::{SeccompMode, SeccompProgram};
 use crate::sys::{confine, fds, netns};
 
@@ -65,55 +64,6 @@ pub struct CommandSetup {
     pub seccomp: SeccompMode,
     /// Standard output is a terminal: bind it as `/dev/console`.
     pub console: bool,
-}
-
-/// A step that failed before the command ran.
-#[derive(Debug, thiserror::Error)]
-pub enum LaunchError {
-    #[error("cannot enter the prepared sandbox ({what}): {source}")]
-    Enter {
-        what: &'static str,
-        #[source]
-        source: io::Error,
-    },
-    #[error(transparent)]
-    Seccomp(#[from] crate::sandbox::seccomp::SeccompError),
-    #[error(transparent)]
-    Namespace(#[from] namespaces::NamespaceError),
-    #[error("cannot {what}: {source}")]
-    Io {
-        what: &'static str,
-        #[source]
-        source: io::Error,
-    },
-    #[error("cannot mount {what} on {}: {source}", .dest.display())]
-    Mount {
-        what: &'static str,
-        dest: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    #[error("creation of new user namespaces was not disabled as requested")]
-    UsernsStillAllowed,
-    /// What the inner stage of a one-shot sandbox says (confinement,
-    /// seccomp, exec), with its words.
-    #[error(transparent)]
-    Inner(#[from] InnerError),
-    /// What the launcher of a one-shot sandbox says (the working
-    /// directory, the parent-death signal), with its words.
-    #[error(transparent)]
-    Launcher(#[from] crate::bwrap::BwrapError),
-}
-
-impl LaunchError {
-    /// The stderr line, prefixed as the one-shot sandbox's part that would
-    /// have failed prefixes it.
-    fn line(&self) -> String {
-        match self {
-            LaunchError::Launcher(err) => format!("bwrap: {err}"),
-            other => format!("{PREFIX}: {other}"),
-        }
-    }
 }
 
 /// Says why on stderr and ends this forked process.

@@ -23,6 +23,7 @@
 //! through [`entry`] with a request the server encoded ([`request`]).
 
 mod command;
+mod error;
 pub mod keeper;
 pub mod launch;
 mod mounts;

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use nix::mount::MsFlags;
 
-use super::launch::LaunchError;
+use super::error::LaunchError;
 use crate::bwrap::setup::bind::{self, BindFlags};
 
 /// What pid 1 mounted that the command still needs.
