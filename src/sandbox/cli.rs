@@ -193,7 +193,7 @@ pub fn command() -> clap::Command {
 /// ([`helper_args`], [`plantable_args`], then `--allow-network-for-proxy`,
 /// `--command-arg0` and `--` before the command), read without building the clap parser:
 /// `None` for anything else (a repeated or unknown flag, a value that
-/// starts with `-`), which [`try_parse_args`] then reads.
+/// starts with `-`), which [`crate::cli::parse`] then reads.
 pub fn parse_server_args(argv: &[OsString]) -> Option<Args> {
     let mut words = argv.iter().skip(1);
     let mut policy_cwd = None;
@@ -928,7 +928,7 @@ mod tests {
         argv.push("--".into());
         argv.extend(["sh".into(), "-c".into(), "echo --explain".into()]);
         let fast = parse_server_args(&argv).expect("a server command line");
-        let clap: Args = try_parse_args(&argv, PREFIX).expect("clap reads it");
+        let clap: Args = crate::cli::parse(&argv, PREFIX).expect("clap reads it");
         assert_eq!(format!("{fast:?}"), format!("{clap:?}"));
         for odd in [
             vec!["x", "--explain", "--", "true"],

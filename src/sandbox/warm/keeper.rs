@@ -29,11 +29,11 @@ use crate::sys::scm;
 /// The keeper's life; returns its exit status.
 pub fn run(argv: &[OsString], request: &[u8], control: OwnedFd, in_use: OwnedFd) -> i32 {
     let prepared = match (
-        cli::try_parse_args::<Args>(argv, PREFIX),
+        crate::cli::parse::<Args>(argv, PREFIX),
         PrepareRequest::decode(request),
     ) {
         (Ok(args), Some(request)) => prepare(&args, &request),
-        (Err(cli::ParseExit::Print(text) | cli::ParseExit::Usage(text)), _) => {
+        (Err(crate::cli::ParseExit::Print(text) | crate::cli::ParseExit::Usage(text)), _) => {
             Err(PrepareAnswer::Failed(text))
         }
         (_, None) => Err(PrepareAnswer::Failed("malformed request".into())),

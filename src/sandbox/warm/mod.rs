@@ -79,7 +79,7 @@ pub fn entry(argv: Vec<OsString>, kind: HelperKind, data: Vec<u8>, fds: Vec<Owne
 fn launch_or_one_shot(argv: Vec<OsString>, data: &[u8], fds: Vec<OwnedFd>) -> i32 {
     let parsed = cli::parse_server_args(&argv)
         .map(Ok)
-        .unwrap_or_else(|| cli::try_parse_args::<Args>(&argv, PREFIX));
+        .unwrap_or_else(|| crate::cli::parse::<Args>(&argv, PREFIX));
     let args = match parsed {
         Ok(args) => args,
         Err(exit) => return exit.report(),
