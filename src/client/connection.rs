@@ -1,8 +1,10 @@
 //! One live WebSocket connection to an exec-server: dialing (TCP or Unix
 //! socket, optional bearer token: without one, a loopback `ws://` address
-//! gets the token a codexbox listener published for it), a writer task that alone owns the sink, and
-//! a reader task that routes responses to their waiting callers by id and
-//! notifications to a bounded channel.
+//! gets the token a codexbox listener published for it), a [`Link`] whose
+//! writer batches the queued calls and pings the server, and a reader task
+//! that routes responses to their waiting callers by id and notifications
+//! to a bounded channel. While a full notification channel holds the reader
+//! back, the link's pings still tell the server this client is there.
 //!
 //! Reconnecting and the session handshake live in [`super`]; this module
 //! knows nothing about sessions.
@@ -11,7 +13,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -23,8 +24,8 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
 use super::{ClientError, Notification, RpcError};
+use crate::link::{self, Link};
 use crate::relay::harness::{HarnessConfig, RelayStream};
-use crate::server::liveness::CLIENT_PING_INTERVAL;
 use crate::sync::lock;
 
 /// Messages queued for the writer task before senders wait.
@@ -243,23 +244,26 @@ impl Connection {
             tokio_tungstenite::client_async_with_config(request, stream, Some(config))
                 .await
                 .map_err(handshake)?;
-        let (sink, mut source) = ws.split();
         let shared = Shared::new();
         let (out_tx, out_rx) = mpsc::channel::<Message>(OUTBOUND_QUEUE);
-        tokio::spawn(write_loop(sink, out_rx));
-
+        let (mut reader, writer) = Link::new(ws, link::Timing::default()).start(out_rx, Some);
         let reader_shared = Arc::clone(&shared);
         tokio::spawn(async move {
-            while let Some(frame) = source.next().await {
-                let bytes = match frame {
-                    Ok(Message::Text(text)) => text.into(),
-                    Ok(Message::Binary(bytes)) => bytes,
-                    Ok(Message::Close(_)) | Err(_) => break,
-                    Ok(_) => continue,
+            loop {
+                let bytes = match reader.next().await {
+                    Ok(link::Incoming::Text(text)) => text.into(),
+                    Ok(link::Incoming::Binary(bytes)) => bytes,
+                    Ok(link::Incoming::Control) => continue,
+                    Err(end) => {
+                        tracing::debug!("connection to the exec-server ended: {end}");
+                        break;
+                    }
                 };
                 dispatch(&reader_shared, &notify_tx, &bytes).await;
             }
             reader_shared.end();
+            writer.close(None);
+            writer.finished().await;
             reader_shared.released.send_replace(true);
         });
 
@@ -399,41 +403,6 @@ impl Connection {
         let _ = self.out_tx.send(Message::Close(None)).await;
         let _ = tokio::time::timeout(limit, released.wait_for(|done| *done)).await;
     }
-}
-
-/// The writer task of a WebSocket: feeds every message already queued, then
-/// flushes once (pipelined calls leave in one write instead of one syscall
-/// each), pings the server every [`CLIENT_PING_INTERVAL`] so it hears from
-/// this client even while the reader holds back, and closes the socket when
-/// the queue ends or a close is queued.
-async fn write_loop<K>(mut sink: K, mut out_rx: mpsc::Receiver<Message>)
-where
-    K: futures_util::Sink<Message> + Unpin,
-{
-    let start = tokio::time::Instant::now() + CLIENT_PING_INTERVAL;
-    let mut ping = tokio::time::interval_at(start, CLIENT_PING_INTERVAL);
-    'write: loop {
-        let first = tokio::select! {
-            message = out_rx.recv() => message,
-            _ = ping.tick() => Some(Message::Ping(Default::default())),
-        };
-        let Some(first) = first else { break };
-        let mut closing = matches!(first, Message::Close(_));
-        if sink.feed(first).await.is_err() {
-            break;
-        }
-        while !closing {
-            let Ok(next) = out_rx.try_recv() else { break };
-            closing = matches!(next, Message::Close(_));
-            if sink.feed(next).await.is_err() {
-                break 'write;
-            }
-        }
-        if sink.flush().await.is_err() || closing {
-            break;
-        }
-    }
-    let _ = sink.close().await;
 }
 
 #[derive(serde::Serialize)]

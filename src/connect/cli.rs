@@ -8,6 +8,7 @@ use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Parser;
 
@@ -54,6 +55,14 @@ struct Args {
     /// can then use the executor with your registry credentials.
     #[arg(long)]
     insecure_no_auth: bool,
+    /// Seconds a local client may stay silent (no message, ping or pong)
+    /// before its connection is closed; pings go out every half of it.
+    #[arg(long, value_name = "SECS", default_value_t = crate::link::PEER_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    peer_timeout_secs: u64,
+    /// Local connections served at once; one more is answered
+    /// `503 Service Unavailable` until one leaves.
+    #[arg(long, value_name = "N", default_value_t = crate::accept::MAX_CONNECTIONS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    max_connections: usize,
     /// Log line format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -152,7 +161,14 @@ pub fn main(argv: Vec<OsString>) -> i32 {
             }
         };
         crate::startup::announce(&format!("ws://{addr}"));
-        super::serve(listener, Arc::new(config), token, shutdown).await;
+        let local = super::LocalConfig {
+            token,
+            link: crate::link::Timing::with_peer_timeout(Duration::from_secs(
+                args.peer_timeout_secs,
+            )),
+            max_connections: args.max_connections,
+        };
+        super::serve(listener, Arc::new(config), local, shutdown).await;
         // The token goes with the listener.
         drop(published);
         0

@@ -14,17 +14,18 @@ pub mod cli;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::CloseFrame;
-use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::{Bytes, Message};
 
+use crate::accept::ConnectionLimit;
+use crate::link::{self, Incoming, Link, Timing};
 use crate::relay::harness::{self, HarnessConfig};
 use crate::server::config::{transport_cap, MAX_MESSAGE_BYTES};
 use crate::server::transport::http::AccessPolicy;
 use crate::server::transport::websocket::accept_upgrade;
+use crate::shutdown::{Shutdown, Watcher};
 
 /// Largest local message read: the exec-server's own transport cap, so a
 /// request larger than the relay stream carries is read and answered with
@@ -32,29 +33,53 @@ use crate::server::transport::websocket::accept_upgrade;
 /// closing the connection.
 const MAX_LOCAL_MESSAGE: usize = transport_cap(MAX_MESSAGE_BYTES);
 
-/// Serves local connections on `listener` until `shutdown` completes;
-/// only upgrades carrying `Authorization: Bearer TOKEN` when `token` is set.
+/// How the local listener serves.
+#[derive(Debug, Clone)]
+pub struct LocalConfig {
+    /// Only upgrades carrying `Authorization: Bearer TOKEN` when set.
+    pub token: Option<String>,
+    /// Pings, the peer deadline and the write timeout of local connections.
+    pub link: Timing,
+    /// Local connections served at once; one more is answered `503`.
+    pub max_connections: usize,
+}
+
+/// Serves local connections on `listener` until `shutdown` completes, then
+/// closes every local connection (and its relay stream) and waits for
+/// them to end.
 pub async fn serve(
     listener: TcpListener,
     config: Arc<HarnessConfig>,
-    token: Option<String>,
+    local: LocalConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     let policy = Arc::new(AccessPolicy {
-        token,
+        token: local.token.clone(),
         ..AccessPolicy::default()
     });
+    let limit = ConnectionLimit::new(local.max_connections);
+    let tasks = Shutdown::new();
     let accept = async {
         loop {
             let (stream, peer) = crate::accept::next_tcp(&listener).await;
-            let (config, policy) = (config.clone(), policy.clone());
-            tokio::spawn(serve_local(stream, peer, config, policy));
+            let Some(slot) = limit.try_admit() else {
+                crate::accept::refuse_busy(stream, &peer.to_string());
+                continue;
+            };
+            let (config, policy, watcher) = (config.clone(), policy.clone(), tasks.watcher());
+            let timing = local.link;
+            tokio::spawn(async move {
+                let _slot = slot;
+                serve_local(stream, peer, config, policy, timing, watcher).await;
+            });
         }
     };
     tokio::select! {
         _ = accept => {}
         _ = shutdown => {}
     }
+    drop(listener);
+    tasks.stop().await;
 }
 
 async fn serve_local<S>(
@@ -62,71 +87,67 @@ async fn serve_local<S>(
     peer: SocketAddr,
     config: Arc<HarnessConfig>,
     policy: Arc<AccessPolicy>,
+    timing: Timing,
+    mut watcher: Watcher,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let Some(mut ws) = accept_upgrade(stream, &policy, MAX_LOCAL_MESSAGE, None).await else {
+    let upgraded = tokio::select! {
+        ws = accept_upgrade(stream, &policy, MAX_LOCAL_MESSAGE, None) => ws,
+        _ = watcher.stopped() => None,
+    };
+    let Some(mut ws) = upgraded else {
         return;
     };
-    let relay = match harness::open(config).await {
+    let opened = tokio::select! {
+        opened = harness::open(config) => opened,
+        _ = watcher.stopped() => return,
+    };
+    let relay = match opened {
         Ok(relay) => relay,
         Err(err) => {
             tracing::warn!(%peer, "cannot open a relay stream: {err}");
-            let reason = err.to_string();
-            let close = CloseFrame {
-                code: CloseCode::Error,
-                reason: reason.chars().take(120).collect::<String>().into(),
-            };
-            let _ = ws.close(Some(close)).await;
+            let close = link::close_frame(CloseCode::Error, &err.to_string());
+            let _ = tokio::time::timeout(timing.close_timeout, ws.close(Some(close))).await;
             return;
         }
     };
     tracing::info!(%peer, stream = %relay.stream_id, dialect = ?relay.dialect, "bridging a local connection");
     let harness::RelayStream {
         outbound,
-        mut inbound,
+        inbound,
+        released,
         ..
     } = relay;
-    let (mut sink, mut source) = ws.split();
-    let upstream = async {
-        while let Some(message) = source.next().await {
-            let text = match message {
-                Ok(Message::Text(text)) => text.into(),
-                Ok(Message::Binary(bytes)) if std::str::from_utf8(&bytes).is_ok() => bytes,
-                Ok(Message::Binary(_)) => continue,
-                Ok(Message::Close(_)) | Err(_) => break,
-                Ok(_) => continue,
-            };
-            if outbound.send(text).await.is_err() {
-                break;
+    // The executor's messages go out as they come; the stream ending ends
+    // the queue, and the link closes the local connection.
+    let (mut reader, writer) = Link::new(ws, timing).start(inbound, |message: Vec<u8>| {
+        String::from_utf8(message).ok().map(Message::text)
+    });
+    let close = loop {
+        let incoming = tokio::select! {
+            incoming = reader.next() => incoming,
+            _ = watcher.stopped() => {
+                break Some(link::close_frame(CloseCode::Away, "codexbox connect is shutting down"));
             }
+        };
+        let text = match incoming {
+            Ok(Incoming::Text(text)) => Bytes::from(text),
+            Ok(Incoming::Binary(bytes)) if std::str::from_utf8(&bytes).is_ok() => bytes,
+            Ok(_) => continue,
+            Err(end) => {
+                tracing::debug!(%peer, "local link ended: {end}");
+                break end.close_frame();
+            }
+        };
+        if outbound.send(text).await.is_err() {
+            break None;
         }
     };
-    let downstream = async {
-        while let Some(message) = inbound.recv().await {
-            let Ok(text) = String::from_utf8(message) else {
-                continue;
-            };
-            if sink.feed(Message::text(text)).await.is_err() {
-                return;
-            }
-            while let Ok(message) = inbound.try_recv() {
-                let Ok(text) = String::from_utf8(message) else {
-                    continue;
-                };
-                if sink.feed(Message::text(text)).await.is_err() {
-                    return;
-                }
-            }
-            if sink.flush().await.is_err() {
-                return;
-            }
-        }
-        let _ = sink.close().await;
-    };
-    tokio::select! {
-        _ = upstream => {}
-        _ = downstream => {}
-    }
+    // Dropping `outbound` closes the relay stream.
+    drop(outbound);
+    writer.close(close);
+    writer.finished().await;
+    let _ = tokio::time::timeout(harness::HANDSHAKE_TIMEOUT, released).await;
     tracing::info!(%peer, "local connection closed");
 }

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio::sync::{broadcast, Semaphore};
+use tokio::sync::broadcast;
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::address::is_non_public;
@@ -23,6 +23,7 @@ use super::policy::{HostVerdict, Policy};
 use super::resolve::{Resolver, Targets};
 use super::upstream::{ProxyEndpoint, Upstream};
 use super::{http_proxy, socks5};
+use crate::accept::ConnectionLimit;
 
 /// The port name lookups are recorded under.
 pub const DNS_PORT: u16 = 53;
@@ -360,12 +361,10 @@ enum Service {
 /// Accepts connections, at most [`MAX_CONNECTIONS`] at once. The
 /// connection tasks live in this task's `JoinSet`, so aborting it ends them.
 async fn accept_loop(listener: TcpListener, state: Arc<ProxyState>, service: Service) {
-    let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let limit = ConnectionLimit::new(MAX_CONNECTIONS);
     let mut connections = JoinSet::new();
     loop {
-        let Ok(permit) = limit.clone().acquire_owned().await else {
-            return;
-        };
+        let permit = limit.admit().await;
         let (stream, peer) = tokio::select! {
             accepted = crate::accept::next_tcp(&listener) => accepted,
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,

@@ -1,6 +1,6 @@
 //! The remote-mode executor (`exec-server --remote URL --environment-id ID`):
 //! registers its Noise key with the registry, holds one WebSocket to the
-//! rendezvous (keepalive, reconnect with backoff, re-registration when the
+//! rendezvous (a [`crate::link`], reconnect with backoff, re-registration when the
 //! upgrade is refused with a 4xx), and serves many virtual streams on it,
 //! demultiplexed by `stream_id`. Each stream is a normal JSON-RPC
 //! connection on the shared session registry
@@ -29,7 +29,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
@@ -46,6 +45,7 @@ use super::stream::{drive, LinkState, Outbox, Oversize, StreamIo};
 use super::tls::MaybeTls;
 use super::{Dialect, MAX_WEBSOCKET_MESSAGE_BYTES, RESET_PROTOCOL_ERROR, RESET_SHUTTING_DOWN};
 use crate::backoff::Backoff;
+use crate::link::{End, Incoming, Link};
 use crate::server::connection::Shared;
 use crate::server::drain::{self, Stop};
 use crate::server::liveness::Liveness;
@@ -58,10 +58,6 @@ pub const MAX_ACTIVE_STREAMS: usize = 128;
 pub const MAX_PENDING_VALIDATIONS: usize = 32;
 /// Largest harness key authorization.
 pub const MAX_AUTHORIZATION_BYTES: usize = 4096;
-/// Interval of pings on the rendezvous socket.
-pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
-/// Without any message from the rendezvous for this long, the socket is dropped.
-pub const PEER_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest first reconnect delay, after a socket that was up ends (each
 /// failed attempt doubles it up to [`MAX_BACKOFF`]; see [`crate::backoff`]).
 pub const INITIAL_BACKOFF: Duration = Duration::from_millis(250);
@@ -172,11 +168,11 @@ struct Validated {
 }
 
 /// Why a rendezvous socket ended (logged).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Disconnect {
-    PeerClose,
-    ReadError,
-    PongTimeout,
+    /// The link ended (the peer closed or went silent, the socket failed).
+    Link(End),
+    /// This side closed it.
     LocalShutdown,
     /// The environment's registration moved: the socket goes to its URL.
     Moved,
@@ -288,7 +284,7 @@ async fn connect_loop(executor: Arc<Executor>) -> Result<(), ExecutorError> {
                 tracing::info!(url = %redact(&url), "connected to the rendezvous");
                 let reason = serve_socket(&executor, ws, generation).await;
                 tracing::info!(?reason, "rendezvous connection ended");
-                if matches!(reason, Disconnect::Moved) {
+                if reason == Disconnect::Moved {
                     continue;
                 }
             }
@@ -348,11 +344,13 @@ fn is_draining(executor: &Executor) -> bool {
     executor.shared.registry.is_draining()
 }
 
-/// Serves one rendezvous socket until it ends.
+/// Serves one rendezvous socket until it ends, on the server's link
+/// timing; returns why it ended.
 async fn serve_socket(executor: &Arc<Executor>, ws: RelaySocket, generation: u64) -> Disconnect {
-    let (sink, mut source) = ws.split();
     let (outbox, queue) = mpsc::channel::<Vec<u8>>(SOCKET_OUTBOX);
-    let writer = tokio::spawn(super::writer::write_frames(sink, queue, KEEPALIVE_INTERVAL));
+    let timing = executor.shared.config.link;
+    let (mut reader, writer) =
+        Link::new(ws, timing).start(queue, |frame: Vec<u8>| Some(Message::Binary(frame.into())));
     executor
         .link
         .send_replace(Some((generation, outbox.clone())));
@@ -362,8 +360,8 @@ async fn serve_socket(executor: &Arc<Executor>, ws: RelaySocket, generation: u64
     let mut moved = executor.moved.subscribe();
     moved.mark_unchanged();
     let reason = loop {
-        let message = tokio::select! {
-            message = tokio::time::timeout(PEER_TIMEOUT, source.next()) => message,
+        let incoming = tokio::select! {
+            incoming = reader.next() => incoming,
             _ = moved.changed() => break Disconnect::Moved,
             Some(done) = validated_rx.recv() => {
                 if !finish_handshake(executor, &outbox, &mut pending, done, generation) {
@@ -372,16 +370,14 @@ async fn serve_socket(executor: &Arc<Executor>, ws: RelaySocket, generation: u64
                 continue;
             }
         };
-        let bytes = match message {
-            Err(_) => break Disconnect::PongTimeout,
-            Ok(None | Some(Ok(Message::Close(_)))) => break Disconnect::PeerClose,
-            Ok(Some(Err(_))) => break Disconnect::ReadError,
-            Ok(Some(Ok(Message::Binary(bytes)))) => bytes,
-            Ok(Some(Ok(Message::Text(_)))) => {
+        let bytes = match incoming {
+            Err(end) => break Disconnect::Link(end),
+            Ok(Incoming::Binary(bytes)) => bytes,
+            Ok(Incoming::Text(_)) => {
                 tracing::warn!("ignoring a text frame from the rendezvous");
                 continue;
             }
-            Ok(Some(Ok(_))) => continue,
+            Ok(Incoming::Control) => continue,
         };
         let frame = match RelayMessageFrame::parse(&bytes, Dialect::Reliable) {
             Ok(frame) => frame,
@@ -411,7 +407,7 @@ async fn serve_socket(executor: &Arc<Executor>, ws: RelaySocket, generation: u64
         current
     });
     drop(outbox);
-    writer.abort();
+    writer.close(None);
     reason
 }
 

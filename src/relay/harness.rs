@@ -15,13 +15,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::link::{Incoming, Link, Timing};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_tungstenite::tungstenite::Message;
 
 use super::channel::Channel;
-use super::executor::{dial, DialError, KEEPALIVE_INTERVAL, PEER_TIMEOUT};
+use super::executor::{dial, DialError};
 use super::frame::{Body, RelayMessageFrame, FEATURE_RELIABLE};
 use super::framing::{advertise, advertised, MessageLimits};
 use super::noise::{prologue, Initiator, NoiseError, NoiseIdentity};
@@ -327,16 +328,13 @@ async fn manage_socket(
     let StreamSide { frames, link, .. } = &side;
     let mut generation = 1u64;
     loop {
-        let closing = pump(ws, &stream_id, frames, &mut queue).await;
+        // The lost socket's queue goes with it, so the stream stops writing
+        // into it (its sends fail and it waits for the next link).
+        let closing = pump(ws, &stream_id, frames, queue).await;
+        link.send_replace(None);
         if closing || dialect == Dialect::Reference {
-            link.send_replace(None);
-            // Let the stream drain what it already queued for a reset.
             return;
         }
-        link.send_replace(None);
-        // Drop the lost socket's queue so the stream stops writing into it
-        // (its sends fail and it waits for the next link).
-        drop(std::mem::replace(&mut queue, mpsc::channel(1).1));
         let mut backoff = Backoff::new(RECONNECT_FIRST, RECONNECT_MAX);
         ws = loop {
             if frames.is_closed() {
@@ -356,44 +354,25 @@ async fn manage_socket(
     }
 }
 
-/// Moves frames between one socket and the stream. Returns true when the
-/// stream is closing (its outbox ended), false when the socket was lost.
+/// Moves frames between one socket (a [`Link`]) and the stream. Returns
+/// true when the stream is closing (its outbox ended, its last frames
+/// written), false when the socket was lost.
 async fn pump(
     ws: Socket,
     stream_id: &str,
     frames: &mpsc::Sender<RelayMessageFrame>,
-    queue: &mut mpsc::Receiver<Vec<u8>>,
+    queue: mpsc::Receiver<Vec<u8>>,
 ) -> bool {
-    let (mut sink, mut source) = ws.split();
-    let start = tokio::time::Instant::now() + KEEPALIVE_INTERVAL;
-    let mut ping = tokio::time::interval_at(start, KEEPALIVE_INTERVAL);
-    loop {
+    let (mut reader, writer) = Link::new(ws, Timing::default())
+        .start(queue, |frame: Vec<u8>| Some(Message::Binary(frame.into())));
+    let closing = loop {
         tokio::select! {
-            // Queued frames first: a closing stream's last frames still go out.
-            biased;
-            bytes = queue.recv() => {
-                let Some(bytes) = bytes else {
-                    let _ = sink.close().await;
-                    return true;
-                };
-                if sink.feed(Message::Binary(bytes.into())).await.is_err() {
-                    return false;
-                }
-                while let Ok(bytes) = queue.try_recv() {
-                    if sink.feed(Message::Binary(bytes.into())).await.is_err() {
-                        return false;
-                    }
-                }
-                if sink.flush().await.is_err() {
-                    return false;
-                }
-            }
-            message = tokio::time::timeout(PEER_TIMEOUT, source.next()) => {
-                let bytes = match message {
-                    Ok(Some(Ok(Message::Binary(bytes)))) => bytes,
-                    Ok(Some(Ok(Message::Text(_)))) => return false,
-                    Ok(Some(Ok(Message::Close(_)) | Err(_)) | None) | Err(_) => return false,
-                    Ok(Some(Ok(_))) => continue,
+            incoming = reader.next() => {
+                let bytes = match incoming {
+                    Ok(Incoming::Binary(bytes)) => bytes,
+                    Ok(Incoming::Control) => continue,
+                    Ok(Incoming::Text(_)) => break false,
+                    Err(_) => break writer.queue_ended(),
                 };
                 let Ok(frame) = RelayMessageFrame::parse(&bytes, Dialect::Reliable) else {
                     tracing::debug!(stream = %stream_id, "dropping an invalid relay frame");
@@ -403,18 +382,14 @@ async fn pump(
                     continue;
                 }
                 if frames.send(frame).await.is_err() {
-                    return true;
+                    break true;
                 }
             }
-            _ = ping.tick() => {
-                if sink.send(Message::Ping(Default::default())).await.is_err() {
-                    return false;
-                }
-            }
-            _ = frames.closed() => {
-                let _ = sink.close().await;
-                return true;
-            }
+            _ = writer.done() => break writer.queue_ended(),
+            _ = frames.closed() => break true,
         }
-    }
+    };
+    writer.close(None);
+    writer.finished().await;
+    closing
 }

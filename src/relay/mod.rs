@@ -29,7 +29,6 @@ pub mod registry_client;
 pub mod reorder;
 pub mod stream;
 pub mod tls;
-pub mod writer;
 
 /// Which rules a stream follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

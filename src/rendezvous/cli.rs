@@ -75,6 +75,10 @@ struct Args {
     /// Largest relay WebSocket message (bytes).
     #[arg(long, value_name = "BYTES", default_value_t = crate::relay::MAX_WEBSOCKET_MESSAGE_BYTES)]
     max_frame_bytes: usize,
+    /// Seconds a relay socket may stay silent (no frame, ping or pong)
+    /// before it is closed; pings go out every half of it.
+    #[arg(long, value_name = "SECS", default_value_t = crate::link::PEER_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    peer_timeout_secs: u64,
     /// How long a reliable stream waits for a lost side to come back.
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     resume_hold_secs: u64,
@@ -140,6 +144,8 @@ fn build_config(args: &Args) -> Result<RendezvousConfig, String> {
     config.max_pending_connections = max_pending;
     config.request_timeout = Duration::from_secs(args.request_timeout_secs);
     config.max_frame_bytes = args.max_frame_bytes;
+    config.link =
+        crate::link::Timing::with_peer_timeout(Duration::from_secs(args.peer_timeout_secs));
     config.limits.streams_per_environment = args.max_streams;
     config.limits.streams_per_harness_socket = args.max_streams_per_socket;
     config.limits.streams_per_token = args.max_streams_per_token;

@@ -71,6 +71,8 @@ pub struct RendezvousConfig {
     pub request_timeout: Duration,
     /// Largest relay WebSocket message.
     pub max_frame_bytes: usize,
+    /// Pings, the peer deadline and the write timeout of every relay socket.
+    pub link: crate::link::Timing,
     pub limits: HubLimits,
     /// The signing key every replica shares (`None`: made at start).
     pub signing_key_file: Option<PathBuf>,
@@ -92,6 +94,7 @@ impl RendezvousConfig {
             max_pending_connections: 1024,
             request_timeout: Duration::from_secs(10),
             max_frame_bytes: crate::relay::MAX_WEBSOCKET_MESSAGE_BYTES,
+            link: crate::link::Timing::default(),
             limits: HubLimits {
                 streams_per_environment: 1024,
                 streams_per_harness_socket: 16,
@@ -622,7 +625,7 @@ async fn relay<S>(
     let ws =
         WebSocketStream::from_partially_read(stream, leftover, WsRole::Server, Some(ws_config))
             .await;
-    socket::serve(ws, state.hub.clone(), environment_id, role).await;
+    socket::serve(ws, state.hub.clone(), environment_id, role, config.link).await;
 }
 
 #[cfg(test)]

@@ -1,29 +1,25 @@
-//! One rendezvous WebSocket (executor or harness): a writer task that alone
-//! owns the sink, pings every 30 s and gives up on a peer silent past the
-//! pong deadline; a reader that decodes each binary frame just enough to
-//! route it through the [`Hub`] and forwards the original bytes. A slow
+//! One rendezvous WebSocket (executor or harness) on a [`crate::link`]
+//! (pings, the peer deadline, batched writes): a reader that decodes each
+//! binary frame just enough to route it through the [`Hub`] and forwards
+//! the original bytes. A slow
 //! receiver holds its senders back up to [`FORWARD_TIMEOUT`], then it is
 //! closed.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, Notify};
 use tokio_tungstenite::tungstenite::{Bytes, Message};
 use tokio_tungstenite::WebSocketStream;
 
 use super::hub::{Action, Delivery, HarnessId, Hub, Link};
+use crate::link::{self, Incoming, Timing};
 use crate::metrics::rendezvous::Direction;
 use crate::relay::frame::FrameHeader;
 
 /// Messages queued per socket before senders wait.
 const OUTBOX: usize = 256;
-/// Interval of pings to each socket.
-pub const PING_INTERVAL: Duration = Duration::from_secs(30);
-/// Without any frame from the peer for this long, the socket is dropped.
-pub const PEER_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a frame may wait for room in its receiver's queue.
 pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Undecodable frames tolerated per socket.
@@ -60,10 +56,10 @@ pub async fn serve<S>(
     hub: Arc<Hub>,
     environment_id: String,
     role: SocketRole,
+    timing: Timing,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (sink, mut source) = ws.split();
     let (outbox, queue) = mpsc::channel::<Bytes>(OUTBOX);
     let closer = Arc::new(Notify::new());
     let link = Link {
@@ -71,11 +67,8 @@ pub async fn serve<S>(
         outbox,
         closer: closer.clone(),
     };
-    let writer = tokio::spawn(crate::relay::writer::write_frames(
-        sink,
-        queue,
-        PING_INTERVAL,
-    ));
+    let (mut reader, writer) =
+        link::Link::new(ws, timing).start(queue, |frame: Bytes| Some(Message::Binary(frame)));
     match &role {
         SocketRole::Executor => {
             let resets = hub.executor_connected(&environment_id, link.clone());
@@ -84,7 +77,7 @@ pub async fn serve<S>(
         SocketRole::Harness(who) => {
             if !hub.harness_connected(&environment_id, link.clone(), who) {
                 tracing::info!(environment = %environment_id, "closing a harness socket: its token holds as many as it may");
-                writer.abort();
+                writer.close(None);
                 return;
             }
         }
@@ -92,18 +85,17 @@ pub async fn serve<S>(
     tracing::info!(environment = %environment_id, socket = link.socket, role = role_name(&role), "relay socket connected");
     let mut malformed = 0u32;
     loop {
-        let message = tokio::select! {
+        let incoming = tokio::select! {
             _ = closer.notified() => break,
-            message = tokio::time::timeout(PEER_TIMEOUT, source.next()) => message,
+            incoming = reader.next() => incoming,
         };
-        let bytes = match message {
-            Err(_) => {
-                tracing::info!(socket = link.socket, "relay socket timed out");
+        let bytes = match incoming {
+            Ok(Incoming::Binary(bytes)) => bytes,
+            Ok(_) => continue,
+            Err(end) => {
+                tracing::info!(socket = link.socket, "relay socket ended: {end}");
                 break;
             }
-            Ok(None | Some(Err(_)) | Some(Ok(Message::Close(_)))) => break,
-            Ok(Some(Ok(Message::Binary(bytes)))) => bytes,
-            Ok(Some(Ok(_))) => continue,
         };
         let frame = match FrameHeader::peek(&bytes) {
             Some(frame) => frame,
@@ -156,7 +148,7 @@ pub async fn serve<S>(
         }
     }
     drop(link);
-    writer.abort();
+    writer.close(None);
 }
 
 /// Which way a frame from a socket of `role` goes.

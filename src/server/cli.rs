@@ -12,8 +12,9 @@ use super::config::{
     ServerConfig, AUTH_TOKEN_ENV, MAX_MESSAGE_BYTES, MAX_PROCESSES_PER_SESSION, MAX_SESSION_GRACE,
 };
 use super::listen::{ListenUrl, DEFAULT_LISTEN_URL};
-use super::liveness::{Keepalive, PEER_TIMEOUT, TAKEOVER_PROBE_MS};
+use super::liveness::TAKEOVER_PROBE_MS;
 use super::sandbox_reuse::{ReuseConfig, DEFAULT_IDLE};
+use crate::link::{self, PEER_TIMEOUT};
 use crate::logging::{self, LogFormat};
 use crate::process::retention::RETAINED_OUTPUT_BYTES;
 use crate::runtime_paths::ExecServerRuntimePaths;
@@ -31,8 +32,9 @@ struct Args {
     /// The longest grace period a client may ask for its session.
     #[arg(long, value_name = "SECS", default_value_t = MAX_SESSION_GRACE.as_secs())]
     max_session_grace_secs: u64,
-    /// Seconds a client may leave a ping unanswered before its connection
-    /// is closed and its session detached (pings go out every half of it).
+    /// Seconds a client may stay silent (no message, ping or pong) before
+    /// its connection is closed and its session detached; pings go out
+    /// every half of it, and a write stalled this long in silence also ends it.
     #[arg(long, value_name = "SECS", default_value_t = PEER_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     peer_timeout_secs: u64,
     /// Milliseconds a resume waits for the connection holding the session
@@ -45,6 +47,10 @@ struct Args {
     /// Largest JSON-RPC message accepted; larger ones get an error reply.
     #[arg(long, value_name = "BYTES", default_value_t = MAX_MESSAGE_BYTES)]
     max_message_bytes: usize,
+    /// WebSocket connections served at once; one more is answered
+    /// `503 Service Unavailable` until one leaves.
+    #[arg(long, value_name = "N", default_value_t = crate::accept::MAX_CONNECTIONS)]
+    max_connections: usize,
     /// Live processes allowed per session.
     #[arg(long, value_name = "N", default_value_t = MAX_PROCESSES_PER_SESSION)]
     max_processes: usize,
@@ -222,9 +228,10 @@ fn build_config(args: Args) -> Result<ServerConfig, (String, i32)> {
             crate::cli::EXIT_USAGE,
         ));
     }
-    if args.max_message_bytes == 0 || args.max_processes == 0 {
+    if args.max_message_bytes == 0 || args.max_processes == 0 || args.max_connections == 0 {
         return Err((
-            "--max-message-bytes and --max-processes must be greater than zero".into(),
+            "--max-message-bytes, --max-processes and --max-connections must be greater than zero"
+                .into(),
             crate::cli::EXIT_USAGE,
         ));
     }
@@ -232,10 +239,8 @@ fn build_config(args: Args) -> Result<ServerConfig, (String, i32)> {
         listen,
         session_grace: Duration::from_secs(args.session_grace_secs),
         max_session_grace: Duration::from_secs(args.max_session_grace_secs),
-        keepalive: Keepalive::with_peer_timeout(
-            Duration::from_secs(args.peer_timeout_secs),
-            Duration::from_millis(args.takeover_probe_ms),
-        ),
+        link: link::Timing::with_peer_timeout(Duration::from_secs(args.peer_timeout_secs)),
+        takeover_probe: Duration::from_millis(args.takeover_probe_ms),
         retained_output_bytes: args.retained_output_bytes,
         max_message_bytes: args.max_message_bytes,
         max_processes: args.max_processes,
@@ -249,6 +254,7 @@ fn build_config(args: Args) -> Result<ServerConfig, (String, i32)> {
             enabled: args.sandbox_reuse == "on",
             idle: Duration::from_secs(args.sandbox_reuse_idle_secs),
         },
+        max_connections: args.max_connections,
     })
 }
 

@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::listen::ListenUrl;
-use super::liveness::Keepalive;
+use super::liveness::TAKEOVER_PROBE;
 use super::sandbox_reuse::ReuseConfig;
+use crate::link;
 use crate::process::retention::RETAINED_OUTPUT_BYTES;
 
 /// Environment variable holding the bearer token (alternative to the file).
@@ -38,8 +39,10 @@ pub struct ServerConfig {
     pub session_grace: Duration,
     /// The longest grace period a client may ask for in `initialize`.
     pub max_session_grace: Duration,
-    /// Pings, the peer deadline and the takeover probe.
-    pub keepalive: Keepalive,
+    /// Pings, the peer deadline and the write timeout of every WebSocket.
+    pub link: link::Timing,
+    /// How long a resume waits for the current holder's answer.
+    pub takeover_probe: Duration,
     pub retained_output_bytes: usize,
     pub max_message_bytes: usize,
     pub max_processes: usize,
@@ -59,6 +62,8 @@ pub struct ServerConfig {
     /// Whether sandboxed commands reuse prepared sandboxes, and for how long
     /// an unused one is kept.
     pub sandbox_reuse: ReuseConfig,
+    /// Connections served at once; one more is answered `503`.
+    pub max_connections: usize,
 }
 
 impl ServerConfig {
@@ -68,7 +73,8 @@ impl ServerConfig {
             listen,
             session_grace: SESSION_GRACE,
             max_session_grace: MAX_SESSION_GRACE,
-            keepalive: Keepalive::default(),
+            link: link::Timing::default(),
+            takeover_probe: TAKEOVER_PROBE,
             retained_output_bytes: RETAINED_OUTPUT_BYTES,
             max_message_bytes: MAX_MESSAGE_BYTES,
             max_processes: MAX_PROCESSES_PER_SESSION,
@@ -79,6 +85,7 @@ impl ServerConfig {
             drain_grace: Duration::ZERO,
             metrics_listen: None,
             sandbox_reuse: ReuseConfig::default(),
+            max_connections: crate::accept::MAX_CONNECTIONS,
         }
     }
 

@@ -40,7 +40,7 @@ pub async fn initialize(
     let config = &conn.shared.config;
     let (session, epoch) = match params.resume_session_id.as_deref() {
         Some(id) => {
-            let probe = config.keepalive.takeover_probe;
+            let probe = config.takeover_probe;
             let resumed = registry
                 .resume(id, conn.holder(), conn.out.clone(), probe)
                 .await;

@@ -1,69 +1,29 @@
-//! Whether the peer of one exec-server connection is still there. Its
-//! transport reports what it hears (every inbound frame), the pings it
-//! writes, the time its reader spends on the peer's own requests, and its
-//! end; two decisions are made from that:
+//! Whether the peer of one exec-server connection is still there, for the
+//! **takeover probe** ([`Liveness::probe`]): a resume of a session attached
+//! to this connection first asks the connection for a sign of life and
+//! takes the session over only from a connection that is provably gone: its
+//! transport has ended, or it was sent a ping after the resume arrived and
+//! nothing at all came back within the probe time while the server was
+//! reading from it. Its transport reports what it hears (every inbound
+//! frame), the time its reader spends on the peer's own requests, and its
+//! end.
 //!
-//! - the **peer deadline**: a peer that has not been heard from for
-//!   [`Keepalive::peer_timeout`] since the first ping it left unanswered is
-//!   gone, and the transport closes the connection (time the server's
-//!   reader spends on a request of that peer does not count);
-//! - the **takeover probe** ([`Liveness::probe`]): a resume of a session
-//!   attached to this connection first asks the connection for a sign of
-//!   life and takes the session over only from a connection that is
-//!   provably gone: its transport has ended, or it was sent a ping after the
-//!   resume arrived and nothing at all came back within
-//!   [`Keepalive::takeover_probe`] while the server was reading from it.
-//!
-//! The keepalive policy (intervals and deadlines) is defined once here, for
-//! every transport.
+//! The peer deadline, pings and write timeout of a WebSocket are the
+//! link's ([`crate::link`]); a server can also close a connection itself
+//! ([`Liveness::kill`]), saying why.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
-use tokio::time::Instant;
 
 use crate::sync::lock;
 
-/// Default time a peer may leave a ping unanswered before it counts as gone.
-pub const PEER_TIMEOUT: Duration = Duration::from_secs(60);
-/// How often codexbox's own clients ping their server: well within
-/// [`PEER_TIMEOUT`], so a client that holds back its reads (its output goes
-/// to a slow consumer) is still heard.
-pub const CLIENT_PING_INTERVAL: Duration = Duration::from_secs(20);
 /// Default time a resume waits for the holder of a session to show it
 /// lives, in milliseconds.
 pub const TAKEOVER_PROBE_MS: u64 = 5000;
 /// [`TAKEOVER_PROBE_MS`] as a duration.
 pub const TAKEOVER_PROBE: Duration = Duration::from_millis(TAKEOVER_PROBE_MS);
-
-/// The keepalive settings of a server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Keepalive {
-    /// A ping goes out this often on an idle or busy connection.
-    pub ping_interval: Duration,
-    /// A peer silent this long after an unanswered ping is gone.
-    pub peer_timeout: Duration,
-    /// How long a resume waits for the current holder's answer.
-    pub takeover_probe: Duration,
-}
-
-impl Keepalive {
-    /// Pings every half of `peer_timeout`, so a peer gets two pings to answer.
-    pub fn with_peer_timeout(peer_timeout: Duration, takeover_probe: Duration) -> Self {
-        Self {
-            ping_interval: (peer_timeout / 2).max(Duration::from_millis(1)),
-            peer_timeout,
-            takeover_probe,
-        }
-    }
-}
-
-impl Default for Keepalive {
-    fn default() -> Self {
-        Self::with_peer_timeout(PEER_TIMEOUT, TAKEOVER_PROBE)
-    }
-}
 
 /// The answer of a takeover probe.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,8 +36,6 @@ pub enum Probe {
 
 #[derive(Debug, Default)]
 struct State {
-    /// When the first ping since the peer was last heard was written.
-    unanswered_since: Option<Instant>,
     /// Requests of the peer the server is working on right now.
     busy: usize,
 }
@@ -114,26 +72,8 @@ impl Liveness {
 
     /// A frame came from the peer.
     pub fn heard(&self) {
-        lock(&self.state).unanswered_since = None;
         self.heard
             .send_modify(|count| *count = count.wrapping_add(1));
-    }
-
-    /// A ping was written to the peer.
-    pub fn ping_sent(&self) {
-        lock(&self.state)
-            .unanswered_since
-            .get_or_insert_with(Instant::now);
-    }
-
-    /// Whether the peer missed its deadline: silent for `timeout` since the
-    /// first unanswered ping, while the server was reading from it.
-    pub fn deadline_passed(&self, timeout: Duration) -> bool {
-        let state = lock(&self.state);
-        state.busy == 0
-            && state
-                .unanswered_since
-                .is_some_and(|since| since.elapsed() >= timeout)
     }
 
     /// Marks the server busy with a request of the peer until the guard is
@@ -227,39 +167,12 @@ impl Drop for Busy {
     fn drop(&mut self) {
         let mut state = lock(&self.0.state);
         state.busy = state.busy.saturating_sub(1);
-        // The peer's answers waited unread: give it its full time again.
-        if state.busy == 0 && state.unanswered_since.is_some() {
-            state.unanswered_since = Some(Instant::now());
-        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn an_unanswered_ping_passes_the_deadline_unless_the_server_was_busy() {
-        let liveness = Liveness::new(true);
-        let timeout = Duration::from_secs(60);
-        assert!(!liveness.deadline_passed(timeout), "no ping yet");
-        liveness.ping_sent();
-        tokio::time::advance(Duration::from_secs(30)).await;
-        liveness.ping_sent();
-        assert!(!liveness.deadline_passed(timeout));
-        tokio::time::advance(Duration::from_secs(30)).await;
-        assert!(liveness.deadline_passed(timeout), "counted from the first");
-        liveness.heard();
-        assert!(!liveness.deadline_passed(timeout));
-        liveness.ping_sent();
-        let busy = liveness.busy();
-        tokio::time::advance(Duration::from_secs(90)).await;
-        assert!(!liveness.deadline_passed(timeout), "busy");
-        drop(busy);
-        assert!(!liveness.deadline_passed(timeout), "the clock restarts");
-        tokio::time::advance(timeout).await;
-        assert!(liveness.deadline_passed(timeout));
-    }
 
     #[tokio::test(start_paused = true)]
     async fn a_probe_tells_a_live_peer_from_a_gone_one() {

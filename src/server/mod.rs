@@ -37,8 +37,10 @@ use std::time::Duration;
 pub use config::ServerConfig;
 pub use listen::{ListenUrl, ListenUrlParseError, DEFAULT_LISTEN_URL};
 
+use crate::accept::ConnectionLimit;
 use crate::process::reaper;
 use crate::runtime_paths::ExecServerRuntimePaths;
+use crate::shutdown::Shutdown;
 use connection::Shared;
 use session::Registry;
 
@@ -231,6 +233,8 @@ impl Server {
         } = self;
         let registry = shared.registry.clone();
         let scrapes = metrics_listener::spawn(metrics_listener, &shared);
+        let tasks = Shutdown::new();
+        let limit = ConnectionLimit::new(shared.config.max_connections);
         let mut socket_path: Option<PathBuf> = None;
         let stop: drain::Stop = match listener {
             Listener::Stdio => {
@@ -241,14 +245,14 @@ impl Server {
             }
             Listener::Tcp(listener) => {
                 tokio::select! {
-                    _ = accept_tcp(listener, shared.clone()) => drain::Stop::Now,
+                    _ = accept_tcp(listener, shared.clone(), &limit, &tasks) => drain::Stop::Now,
                     stop = shutdown => stop.into(),
                 }
             }
             Listener::Unix(listener, path) => {
                 socket_path = Some(path);
                 tokio::select! {
-                    _ = accept_unix(listener, shared.clone()) => drain::Stop::Now,
+                    _ = accept_unix(listener, shared.clone(), &limit, &tasks) => drain::Stop::Now,
                     stop = shutdown => stop.into(),
                 }
             }
@@ -258,6 +262,8 @@ impl Server {
             drain::drain(&registry, shared.config.drain_grace, shutdown_signal()).await;
         }
         drop(scrapes);
+        // Every connection closes (a close frame saying why) and its task ends.
+        tasks.stop().await;
         shutdown_cleanup(registry).await;
         if let Some(path) = socket_path {
             let _ = std::fs::remove_file(path);
@@ -266,26 +272,50 @@ impl Server {
     }
 }
 
-async fn accept_tcp(listener: tokio::net::TcpListener, shared: Shared) {
+/// Accepts TCP connections, each in its own task holding a slot of `limit`
+/// and watching `tasks`.
+async fn accept_tcp(
+    listener: tokio::net::TcpListener,
+    shared: Shared,
+    limit: &ConnectionLimit,
+    tasks: &Shutdown,
+) {
     let policy = Arc::new(transport::websocket::access_policy(&shared));
     loop {
         let (stream, peer) = crate::accept::next_tcp(&listener).await;
-        let (shared, policy) = (shared.clone(), policy.clone());
+        let Some(slot) = limit.try_admit() else {
+            crate::accept::refuse_busy(stream, &peer.to_string());
+            continue;
+        };
+        let (shared, policy, watcher) = (shared.clone(), policy.clone(), tasks.watcher());
         tokio::spawn(async move {
+            let _slot = slot;
             if refused_tcp(&stream, peer).await {
                 return refuse(stream, &peer.to_string()).await;
             }
-            transport::websocket::serve_stream(stream, peer.to_string(), shared, policy).await
+            transport::websocket::serve_stream(stream, peer.to_string(), shared, policy, watcher)
+                .await
         });
     }
 }
 
-async fn accept_unix(listener: tokio::net::UnixListener, shared: Shared) {
+/// Accepts Unix-socket connections, like [`accept_tcp`].
+async fn accept_unix(
+    listener: tokio::net::UnixListener,
+    shared: Shared,
+    limit: &ConnectionLimit,
+    tasks: &Shutdown,
+) {
     let policy = Arc::new(transport::websocket::access_policy(&shared));
     loop {
         let stream = crate::accept::next_unix(&listener).await;
-        let (shared, policy) = (shared.clone(), policy.clone());
+        let Some(slot) = limit.try_admit() else {
+            crate::accept::refuse_busy(stream, "unix socket");
+            continue;
+        };
+        let (shared, policy, watcher) = (shared.clone(), policy.clone(), tasks.watcher());
         tokio::spawn(async move {
+            let _slot = slot;
             let pid = stream.peer_cred().ok().and_then(|cred| cred.pid());
             let refused = tokio::task::spawn_blocking(move || peer_guard::refuse_unix(pid))
                 .await
@@ -293,8 +323,8 @@ async fn accept_unix(listener: tokio::net::UnixListener, shared: Shared) {
             if refused {
                 return refuse(stream, "unix socket").await;
             }
-            transport::websocket::serve_stream(stream, "unix socket".to_owned(), shared, policy)
-                .await
+            let peer = "unix socket".to_owned();
+            transport::websocket::serve_stream(stream, peer, shared, policy, watcher).await
         });
     }
 }

@@ -414,12 +414,16 @@ impl Registry {
         tokio::task::spawn_blocking(move || session.kill_all_blocking());
     }
 
-    /// Kills every process of every session (server shutdown, stdio EOF)
-    /// and drops every prepared sandbox.
+    /// Kills every process of every session (server shutdown, stdio EOF),
+    /// drops every prepared sandbox, and stops the expiry timers of the
+    /// detached ones: nothing is left to expire.
     pub fn kill_everything_blocking(&self) {
         let sessions = self.all();
         for session in &sessions {
             session.sandboxes.clear();
+            if let Some(expiry) = lock(&session.attachment).expiry.take() {
+                expiry.abort();
+            }
         }
         let processes: Vec<_> = sessions
             .iter()

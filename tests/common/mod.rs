@@ -15,4 +15,5 @@ pub mod relay;
 pub mod sandbox;
 pub mod schema;
 pub mod shell;
+pub mod silent;
 pub mod wire;

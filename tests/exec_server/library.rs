@@ -1,6 +1,7 @@
 //! The library surface of docs/library.md: a server embedded in this test process
 //! with `codexbox::server::bind` + `Server::run`, driven with `ExecServerClient`, using
-//! the `protocol` and `sandbox::policy` types.
+//! the `protocol` and `sandbox::policy` types; stopping it closes its
+//! connections and leaves no task behind.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -20,16 +21,20 @@ async fn connect(url: &str) -> ExecServerClient {
     }
 }
 
+/// Runtime paths for an embedded server: helper modes re-execute the real
+/// binary, not this test.
+fn paths() -> ExecServerRuntimePaths {
+    ExecServerRuntimePaths {
+        codex_self_exe: PathBuf::from(env!("CARGO_BIN_EXE_codexbox")),
+        codex_linux_sandbox_exe: None,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_server_runs_a_process_and_touches_files() {
     let dir = tempfile::tempdir().unwrap();
-    let paths = ExecServerRuntimePaths {
-        // Helper modes re-execute the real binary, not this test.
-        codex_self_exe: PathBuf::from(env!("CARGO_BIN_EXE_codexbox")),
-        codex_linux_sandbox_exe: None,
-    };
     // Bound before it serves: the real address is known up front.
-    let server = bind(paths, ServerConfig::new(ListenUrl::default()))
+    let server = bind(paths(), ServerConfig::new(ListenUrl::default()))
         .await
         .unwrap();
     let addr = server.local_addr().expect("a TCP listener");
@@ -108,4 +113,59 @@ fn sandbox_policy_types_round_trip_the_reference_json() {
     .unwrap();
     let back = serde_json::to_value(&profile).unwrap();
     assert_eq!(back["file_system"]["entries"][0]["access"], "read");
+}
+
+/// A client on its own thread and runtime: connects, handshakes, says so
+/// on `connected`, then reads (answering pings) until the server closes;
+/// returns the close code.
+fn client_until_closed(url: String, connected: std::sync::mpsc::Sender<()>) -> Option<u16> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let mut raw = crate::common::client::Raw::connect(&url).await;
+        raw.handshake().await;
+        let _ = connected.send(());
+        raw.close_code().await
+    })
+}
+
+#[test]
+fn a_stopped_embedded_server_closes_its_connections_and_leaves_no_task_behind() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let server = bind(paths(), ServerConfig::new(ListenUrl::default()))
+            .await
+            .unwrap();
+        let url = server.url();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(server.run(async {
+            let _ = stopped.await;
+        }));
+        let (connected_tx, connected) = std::sync::mpsc::channel();
+        let client = std::thread::spawn(move || client_until_closed(url, connected_tx));
+        tokio::task::spawn_blocking(move || connected.recv_timeout(WAIT))
+            .await
+            .unwrap()
+            .expect("the client connected");
+        let metrics = tokio::runtime::Handle::current().metrics();
+        assert!(
+            metrics.num_alive_tasks() > 1,
+            "a connection is being served"
+        );
+        let _ = stop.send(());
+        let outcome = tokio::time::timeout(WAIT, serving).await;
+        assert!(matches!(outcome, Ok(Ok(Ok(())))), "{outcome:?}");
+        // Every connection task, and every task they started, has ended.
+        assert_eq!(metrics.num_alive_tasks(), 0);
+        let code = tokio::task::spawn_blocking(move || client.join())
+            .await
+            .unwrap()
+            .expect("client thread");
+        assert_eq!(code, Some(1001), "closed as going away");
+    });
 }

@@ -8,6 +8,7 @@ mod capability;
 mod client;
 mod drain;
 mod library;
+mod link;
 mod metrics;
 mod process;
 mod schema;

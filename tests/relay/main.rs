@@ -9,6 +9,7 @@ mod flaky;
 mod fleet;
 mod interop;
 mod large;
+mod link;
 mod metrics;
 mod properties;
 mod remote;

@@ -1,31 +1,30 @@
-//! WebSocket transport over TCP or a Unix socket: the accept loop, the HTTP
-//! gate ([`super::http`]), and per connection a reader (this task) and a
-//! writer task that alone owns the sink, drains the bounded outbound queue in
-//! batches and pings the peer. Both report to the connection's
-//! [`Liveness`]: the writer closes a peer that missed its deadline or writes
-//! a takeover probe's ping, the reader closes the connection when the
-//! server decided to (`1001`, saying why).
+//! WebSocket transport over TCP or a Unix socket: the HTTP gate
+//! ([`super::http`]), then one [`link`] per connection whose writer drains
+//! the connection's bounded outbound queue. The reader (this task) routes
+//! each message and reports what it hears to the connection's
+//! [`Liveness`]; it writes a takeover probe's ping through the link, and
+//! closes the connection when the link ends (the peer's deadline, a stalled
+//! write, a message over the cap: `1009`) or the server decided to (`1001`,
+//! saying why).
 
 use std::sync::Arc;
 
-use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
-use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{Bytes, Message};
 use tokio_tungstenite::WebSocketStream;
 
 use super::http::{self, AccessPolicy, Decision};
+use crate::link::{self, Incoming, Link};
 use crate::metrics::exec::ExecMetrics;
 use crate::server::config::OUTBOUND_QUEUE;
 use crate::server::connection::{Connection, Shared};
-use crate::server::liveness::{Keepalive, Liveness};
+use crate::server::liveness::Liveness;
 use crate::server::router;
 use crate::server::wire_trace::{self, Direction};
-
-/// Messages written per flush at most.
-const WRITE_BATCH: usize = 64;
+use crate::shutdown::Watcher;
 
 /// The access policy of the configured server.
 pub fn access_policy(shared: &Shared) -> AccessPolicy {
@@ -35,14 +34,24 @@ pub fn access_policy(shared: &Shared) -> AccessPolicy {
     }
 }
 
-/// Serves one accepted stream: HTTP gate, then the WebSocket connection.
-pub async fn serve_stream<S>(stream: S, peer: String, shared: Shared, policy: Arc<AccessPolicy>)
-where
+/// Serves one accepted stream: HTTP gate, then the WebSocket connection,
+/// until it ends or the server stops (`watcher`).
+pub async fn serve_stream<S>(
+    stream: S,
+    peer: String,
+    shared: Shared,
+    policy: Arc<AccessPolicy>,
+    mut watcher: Watcher,
+) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let cap = shared.config.transport_cap();
-    if let Some(ws) = accept_upgrade(stream, &policy, cap, Some(&shared.metrics)).await {
-        run(ws, peer, shared).await;
+    let upgraded = tokio::select! {
+        ws = accept_upgrade(stream, &policy, cap, Some(&shared.metrics)) => ws,
+        _ = watcher.stopped() => None,
+    };
+    if let Some(ws) = upgraded {
+        run(ws, peer, shared, watcher).await;
     }
 }
 
@@ -116,156 +125,56 @@ where
     }
 }
 
-async fn run<S>(ws: WebSocketStream<S>, peer: String, shared: Shared)
+async fn run<S>(ws: WebSocketStream<S>, peer: String, shared: Shared, mut watcher: Watcher)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (sink, mut inbound) = ws.split();
     let (out_tx, out_rx) = mpsc::channel::<String>(OUTBOUND_QUEUE);
-    let (stop_tx, stop_rx) = oneshot::channel::<Option<CloseFrame>>();
     let prefix =
         format!("failed to parse websocket JSON-RPC message from exec-server websocket {peer}");
-    let keepalive = shared.config.keepalive;
+    let timing = shared.config.link;
     let liveness = Liveness::new(true);
     let conn = Connection::new(shared, out_tx, liveness.clone(), prefix);
-    let writer = tokio::spawn(write_loop(
-        sink,
-        out_rx,
-        stop_rx,
-        conn.id,
-        liveness.clone(),
-        keepalive,
-    ));
+    let id = conn.id;
+    let (mut reader, writer) = Link::new(ws, timing).start(out_rx, move |text: String| {
+        wire_trace::trace(id, Direction::Out, text.as_bytes());
+        Some(Message::Text(text.into()))
+    });
     tracing::debug!(connection = conn.id, %peer, "websocket connection opened");
-    let mut close = None;
-    loop {
-        let message = tokio::select! {
-            message = inbound.next() => message,
+    let close = loop {
+        let incoming = tokio::select! {
+            incoming = reader.next() => incoming,
             reason = liveness.killed() => {
                 tracing::info!(connection = conn.id, %peer, "closing the connection: {reason}");
-                close = Some(CloseFrame {
-                    code: CloseCode::Away,
-                    reason: close_reason(reason).into(),
-                });
-                break;
-            }
-        };
-        let Some(message) = message else { break };
-        liveness.heard();
-        let _busy = liveness.busy();
-        match message {
-            Ok(Message::Text(text)) => router::handle_message(&conn, text.as_bytes()).await,
-            Ok(Message::Binary(bytes)) => router::handle_message(&conn, &bytes).await,
-            Ok(Message::Close(_)) => break,
-            Ok(_) => {}
-            Err(WsError::Capacity(err)) => {
-                close = Some(CloseFrame {
-                    code: CloseCode::Size,
-                    reason: err.to_string().into(),
-                });
-                break;
-            }
-            Err(_) => break,
-        }
-    }
-    tracing::debug!(connection = conn.id, "websocket connection closed");
-    conn.close();
-    let _ = stop_tx.send(close);
-    let _ = writer.await;
-}
-
-/// `reason` cut to what a close frame carries (123 bytes).
-fn close_reason(mut reason: String) -> String {
-    const MAX: usize = 123;
-    if reason.len() > MAX {
-        let mut end = MAX;
-        while !reason.is_char_boundary(end) {
-            end -= 1;
-        }
-        reason.truncate(end);
-    }
-    reason
-}
-
-/// Writes the queue and the pings until `stop`; a failed write marks the
-/// transport ended.
-async fn write_loop<K>(
-    sink: K,
-    queue: mpsc::Receiver<String>,
-    stop: oneshot::Receiver<Option<CloseFrame>>,
-    connection: u64,
-    liveness: std::sync::Arc<Liveness>,
-    keepalive: Keepalive,
-) where
-    K: futures_util::Sink<Message, Error = WsError> + Unpin,
-{
-    write_frames(sink, queue, stop, connection, &liveness, keepalive).await;
-    liveness.transport_closed();
-}
-
-async fn write_frames<K>(
-    mut sink: K,
-    mut queue: mpsc::Receiver<String>,
-    mut stop: oneshot::Receiver<Option<CloseFrame>>,
-    connection: u64,
-    liveness: &Liveness,
-    keepalive: Keepalive,
-) where
-    K: futures_util::Sink<Message, Error = WsError> + Unpin,
-{
-    let every = keepalive.ping_interval;
-    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            biased;
-            frame = &mut stop => {
-                if let Ok(Some(frame)) = frame {
-                    let _ = sink.send(Message::Close(Some(frame))).await;
-                }
-                let _ = sink.close().await;
-                return;
-            }
-            message = queue.recv() => {
-                let Some(text) = message else { return };
-                wire_trace::trace(connection, Direction::Out, text.as_bytes());
-                if sink.feed(Message::Text(text.into())).await.is_err() {
-                    return;
-                }
-                for _ in 1..WRITE_BATCH {
-                    match queue.try_recv() {
-                        Ok(text) => {
-                            wire_trace::trace(connection, Direction::Out, text.as_bytes());
-                            if sink.feed(Message::Text(text.into())).await.is_err() {
-                                return;
-                            }
-                        }
-                        Err(_) => break,
-                    }
-                }
-                if sink.flush().await.is_err() {
-                    return;
-                }
-            }
-            _ = ping.tick() => {
-                if liveness.deadline_passed(keepalive.peer_timeout) {
-                    liveness.kill(format!(
-                        "no answer to a ping within {} s",
-                        keepalive.peer_timeout.as_secs_f64()
-                    ));
-                    continue;
-                }
-                if sink.send(Message::Ping(Default::default())).await.is_err() {
-                    return;
-                }
-                liveness.ping_sent();
+                break Some(link::close_frame(CloseCode::Away, &reason));
             }
             _ = liveness.probe_requested() => {
-                if sink.send(Message::Ping(Default::default())).await.is_err() {
-                    return;
-                }
-                liveness.ping_sent();
+                writer.ping_now();
+                continue;
             }
-        }
-    }
+            _ = watcher.stopped() => {
+                break Some(link::close_frame(CloseCode::Away, "the server is shutting down"));
+            }
+        };
+        let message = match incoming {
+            Ok(Incoming::Text(text)) => Bytes::from(text),
+            Ok(Incoming::Binary(bytes)) => bytes,
+            Ok(Incoming::Control) => {
+                liveness.heard();
+                continue;
+            }
+            Err(end) => {
+                tracing::debug!(connection = conn.id, %peer, "websocket link ended: {end}");
+                break end.close_frame();
+            }
+        };
+        liveness.heard();
+        let _busy = liveness.busy();
+        router::handle_message(&conn, &message).await;
+    };
+    tracing::debug!(connection = conn.id, "websocket connection closed");
+    conn.close();
+    writer.close(close);
+    writer.finished().await;
+    liveness.transport_closed();
 }

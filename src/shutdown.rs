@@ -1,0 +1,126 @@
+//! Stopping a server and knowing it has stopped, in the shape of
+//! mini-redis: [`Shutdown`] broadcasts the stop to every [`Watcher`] (one
+//! per connection task, and per task that task starts), and each watcher
+//! holds a sender of a channel whose receiver [`Shutdown::stop`] reads until
+//! the last sender is gone, so stopping returns only once every task has
+//! ended. Nothing is aborted: each task closes what it owns (a close frame,
+//! a reset) on its own terms.
+
+use tokio::sync::{broadcast, mpsc};
+
+/// The stop signal of one server and the wait for its tasks.
+#[derive(Debug)]
+pub struct Shutdown {
+    /// Tells every watcher to stop.
+    notify: broadcast::Sender<()>,
+    /// Cloned into every watcher; dropped by `stop` so the channel ends
+    /// with the last watcher.
+    done_tx: mpsc::Sender<()>,
+    /// Ends once every watcher is gone.
+    done_rx: mpsc::Receiver<()>,
+}
+
+/// A task's view of the server's [`Shutdown`]: it learns of the stop, and
+/// its end is waited for.
+#[derive(Debug)]
+pub struct Watcher {
+    notify: broadcast::Receiver<()>,
+    stopped: bool,
+    /// Never sent on: its drop tells [`Shutdown::stop`] this task ended.
+    _done: mpsc::Sender<()>,
+}
+
+impl Default for Shutdown {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Shutdown {
+    /// A server that has not stopped.
+    pub fn new() -> Self {
+        let (done_tx, done_rx) = mpsc::channel(1);
+        Self {
+            notify: broadcast::channel(1).0,
+            done_tx,
+            done_rx,
+        }
+    }
+
+    /// A watcher for a new task.
+    pub fn watcher(&self) -> Watcher {
+        Watcher {
+            notify: self.notify.subscribe(),
+            stopped: false,
+            _done: self.done_tx.clone(),
+        }
+    }
+
+    /// Tasks still running (watchers alive).
+    pub fn running(&self) -> usize {
+        self.done_tx.strong_count().saturating_sub(1)
+    }
+
+    /// Tells every task to stop and waits until all have ended.
+    pub async fn stop(self) {
+        let Self {
+            notify,
+            done_tx,
+            mut done_rx,
+        } = self;
+        let _ = notify.send(());
+        drop(done_tx);
+        let _ = done_rx.recv().await;
+    }
+}
+
+impl Watcher {
+    /// Completes once the server stops (at once if it already has).
+    pub async fn stopped(&mut self) {
+        if self.stopped {
+            return;
+        }
+        // A lagged or closed channel means the stop was sent too.
+        let _ = self.notify.recv().await;
+        self.stopped = true;
+    }
+
+    /// A watcher for a task this one starts.
+    pub fn watcher(&self) -> Watcher {
+        Watcher {
+            notify: self.notify.resubscribe(),
+            stopped: self.stopped,
+            _done: self._done.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_waits_for_every_task_to_end() {
+        let shutdown = Shutdown::new();
+        let ended = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        for delay in [1, 5] {
+            let mut watcher = shutdown.watcher();
+            let ended = ended.clone();
+            tokio::spawn(async move {
+                watcher.stopped().await;
+                // Cleaning up takes a while; its child ends with it.
+                let child = watcher.watcher();
+                tokio::time::sleep(Duration::from_secs(delay)).await;
+                drop(child);
+                ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            });
+        }
+        tokio::task::yield_now().await;
+        assert_eq!(shutdown.running(), 2);
+        let start = tokio::time::Instant::now();
+        shutdown.stop().await;
+        assert_eq!(ended.load(std::sync::atomic::Ordering::SeqCst), 2);
+        assert_eq!(start.elapsed(), Duration::from_secs(5));
+    }
+}
