@@ -283,8 +283,9 @@ impl Writer {
         self.shared.ping_now.notify_one();
     }
 
-    /// Sends `frame` (if any) as the close frame, without writing what is
-    /// still queued, and closes the socket. Returns at once; see
+    /// Writes what is already queued, then `frame` (if any) as the close
+    /// frame, and closes the socket; each write gets at most
+    /// [`Timing::close_timeout`] from now on. Returns at once; see
     /// [`Writer::finished`].
     pub fn close(&self, frame: Option<CloseFrame>) {
         lock(&self.shared.close).get_or_insert(frame);
@@ -368,7 +369,13 @@ async fn write_loop<S, T, F>(
         tokio::select! {
             biased;
             _ = until_closing(&mut closing) => {
-                break Ok(lock(&shared.close).take().flatten());
+                // What is already queued goes out first (a closing relay
+                // stream's reset, the last answers of a connection).
+                match drain_queued(&mut sink, &mut queue, &mut encode, &shared, timing).await {
+                    Ok(false) => break Ok(lock(&shared.close).take().flatten()),
+                    Ok(true) => break Ok(None),
+                    Err(end) => break Err(end),
+                }
             }
             item = queue.recv() => {
                 let Some(item) = item else {
@@ -409,6 +416,27 @@ async fn write_loop<S, T, F>(
         }
     }
     shared.done.send_replace(true);
+}
+
+/// Writes everything queued now; `Ok(true)` when a close frame was among
+/// it.
+async fn drain_queued<S, T, F>(
+    sink: &mut Sink<S>,
+    queue: &mut mpsc::Receiver<T>,
+    encode: &mut F,
+    shared: &Shared,
+    timing: Timing,
+) -> Result<bool, End>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    F: FnMut(T) -> Option<Message>,
+{
+    while let Ok(first) = queue.try_recv() {
+        if write_batch(sink, first, queue, encode, shared, timing).await? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Writes `first` and whatever else is queued (up to [`WRITE_BATCH`]),
@@ -574,11 +602,18 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn close_sends_the_frame_it_is_given() {
+    async fn close_writes_what_is_queued_then_the_frame_it_is_given() {
         let (ours, mut theirs) = pair().await;
-        let (_tx, rx) = mpsc::channel::<String>(1);
+        let (tx, rx) = mpsc::channel::<String>(4);
+        // Queued before the writer runs: it sees the close and the message
+        // at once, and the message still goes first.
+        tx.try_send("last words".to_owned()).ok();
         let (_reader, writer) = Link::new(ours, Timing::default()).start(rx, text);
         writer.close(Some(close_frame(CloseCode::Away, &"é".repeat(100))));
+        match theirs.next().await {
+            Some(Ok(Message::Text(last))) => assert_eq!(last.as_str(), "last words"),
+            other => panic!("{other:?}"),
+        }
         let frame = match theirs.next().await {
             Some(Ok(Message::Close(Some(frame)))) => frame,
             other => panic!("{other:?}"),
