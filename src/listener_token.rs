@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use nix::fcntl::{Flock, FlockArg};
 
+use crate::net::url::{Scheme, WebUrl};
 use crate::sandbox::state;
 
 /// The directory under the runtime directory holding published tokens.
@@ -89,21 +90,19 @@ impl Holder {
 /// The loopback address a `ws://IP:PORT[/…]` URL dials, if it names one
 /// literally (the only addresses tokens are published for).
 pub fn loopback_address(url: &str) -> Option<SocketAddr> {
-    loopback_address_of(url, "ws://")
+    loopback_address_of(url, Scheme::Ws)
 }
 
 /// The same for an `http://IP:PORT[/…]` URL (a rendezvous's registry).
 pub fn loopback_http_address(url: &str) -> Option<SocketAddr> {
-    loopback_address_of(url.trim(), "http://")
+    loopback_address_of(url, Scheme::Http)
 }
 
-fn loopback_address_of(url: &str, scheme: &str) -> Option<SocketAddr> {
-    let rest = url.strip_prefix(scheme)?;
-    let authority = rest.split(['/', '?', '#']).next()?;
-    authority
-        .parse::<SocketAddr>()
+fn loopback_address_of(url: &str, scheme: Scheme) -> Option<SocketAddr> {
+    let url = WebUrl::parse(url)
         .ok()
-        .filter(|addr| addr.ip().is_loopback())
+        .filter(|url| url.scheme() == scheme)?;
+    url.literal_address().filter(|addr| addr.ip().is_loopback())
 }
 
 /// A published token: the file stays, locked, until this is dropped.

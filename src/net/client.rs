@@ -1,29 +1,33 @@
-//! The outbound HTTP client behind `http/request`: HTTP/1.1 on hyper, TLS
-//! with rustls (the system's root certificates, plus `CODEX_CA_CERTIFICATE`
-//! when set), the server's own `HTTP(S)_PROXY`/`NO_PROXY`, redirects
-//! (up to 10, or none). One connection per hop; no destination policy (the
-//! server's own requests are not a sandboxed process's).
+//! codexbox's one outbound HTTP client (`http/request`, registry calls):
+//! HTTP/1.1 on hyper over [`super::connector`] (the process's own
+//! `HTTP(S)_PROXY`/`NO_PROXY`, one TLS configuration), idle connections
+//! kept for the next request to the same place, redirects (up to 10, or
+//! none). 1xx interim answers are skipped and a response whose length is
+//! ambiguous is refused, by hyper. No destination policy: the server's
+//! own requests are not a sandboxed process's.
 
-use std::io;
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{
-    HeaderMap, HeaderValue, AUTHORIZATION, COOKIE, HOST, LOCATION, PROXY_AUTHORIZATION, SET_COOKIE,
+    HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, COOKIE, HOST,
+    LOCATION, PROXY_AUTHORIZATION, RETRY_AFTER, SET_COOKIE,
 };
 use http::{Method, Request, Response, StatusCode, Uri};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::dial::dial_unchecked;
+use super::connector::{connect, ConnectError, Through};
 use super::upstream::{ProxyEndpoint, Upstream};
+use super::url::WebUrl;
+use crate::sync::lock;
 
 /// Redirect hops followed before giving up.
 pub const MAX_REDIRECTS: usize = 10;
-/// Environment variable naming an extra PEM bundle of trusted roots.
-pub const CA_CERTIFICATE_ENV: &str = "CODEX_CA_CERTIFICATE";
 
 /// Why a request failed before a response head arrived.
 #[derive(Debug, thiserror::Error)]
@@ -32,7 +36,7 @@ pub enum FetchError {
     Connect {
         url: String,
         #[source]
-        source: io::Error,
+        source: ConnectError,
     },
     #[error("error sending request for url ({url}): {source}")]
     Http {
@@ -40,20 +44,10 @@ pub enum FetchError {
         #[source]
         source: hyper::Error,
     },
-    #[error("error sending request for url ({url}): {source}")]
-    Upstream {
-        url: String,
-        #[source]
-        source: super::upstream::UpstreamError,
-    },
     #[error("error following redirect for url ({url}): too many redirects")]
     TooManyRedirects { url: String },
     #[error("error following redirect for url ({url}): invalid location {location:?}")]
     BadRedirect { url: String, location: String },
-    #[error("invalid TLS server name {0:?}")]
-    ServerName(String),
-    #[error("cannot load trusted certificates: {0}")]
-    Roots(String),
 }
 
 /// A request ready to send.
@@ -75,56 +69,6 @@ pub trait CookieStore: Send + Sync {
     fn store(&self, uri: &Uri, set_cookies: &mut dyn Iterator<Item = &HeaderValue>);
     /// The `Cookie` header a request to `uri` carries, if any.
     fn cookie_header(&self, uri: &Uri) -> Option<HeaderValue>;
-}
-
-/// Anything a hyper connection can run on.
-trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
-impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
-
-/// The TLS configuration, built once per process.
-fn tls_config() -> Result<Arc<rustls::ClientConfig>, FetchError> {
-    tls_client_config().map_err(FetchError::Roots)
-}
-
-/// The TLS client configuration of every outgoing connection (`http/request`,
-/// registries, rendezvous sockets): rustls with the ring provider, the
-/// system's root certificates and those of `CODEX_CA_CERTIFICATE`; built
-/// once per process. The error says why no configuration could be built.
-pub fn tls_client_config() -> Result<Arc<rustls::ClientConfig>, String> {
-    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
-    CONFIG.get_or_init(build_tls_config).clone()
-}
-
-fn build_tls_config() -> Result<Arc<rustls::ClientConfig>, String> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::CertificateDer;
-    let mut roots = rustls::RootCertStore::empty();
-    let native = rustls_native_certs::load_native_certs();
-    for cert in native.certs {
-        let _ = roots.add(cert);
-    }
-    if let Some(path) = std::env::var_os(CA_CERTIFICATE_ENV).filter(|p| !p.is_empty()) {
-        let certs = CertificateDer::pem_file_iter(&path)
-            .map_err(|e| format!("{}: {e}", std::path::Path::new(&path).display()))?;
-        for cert in certs {
-            let cert =
-                cert.map_err(|e| format!("{}: {e}", std::path::Path::new(&path).display()))?;
-            roots
-                .add(cert)
-                .map_err(|e| format!("{}: {e}", std::path::Path::new(&path).display()))?;
-        }
-    }
-    if roots.is_empty() {
-        return Err("no usable root certificate on this system".into());
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
 }
 
 /// Sends `request`, following redirects when asked. With `cookies`, each
@@ -217,127 +161,274 @@ async fn fetch_once(
     upstream: &Upstream,
 ) -> Result<Response<Incoming>, FetchError> {
     let url = uri.to_string();
-    let authority = uri
-        .authority()
-        .cloned()
-        .ok_or_else(|| FetchError::BadRedirect {
-            url: url.clone(),
-            location: url.clone(),
-        })?;
-    let host = authority
-        .host()
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_owned();
-    let https = uri.scheme_str() == Some("https");
-    let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
-    let connect_error = |source| FetchError::Connect {
+    let target = WebUrl::parse(&url).map_err(|_| FetchError::BadRedirect {
         url: url.clone(),
-        source,
+        location: url.clone(),
+    })?;
+    let key = PoolKey {
+        secure: target.is_secure(),
+        authority: target.authority(),
+        proxy: upstream.for_url(&target).map(ProxyEndpoint::display),
     };
-    let proxy: Option<&ProxyEndpoint> = if https {
-        upstream.for_tunnel(&host)
-    } else {
-        upstream.for_plain(&host)
-    };
-    // Plain HTTP through a proxy is sent in absolute form; everything else
-    // in origin form on a connection (tunnelled or not) to the origin.
-    let mut absolute_form = false;
-    let io: Box<dyn Io> = match (proxy, https) {
-        (Some(endpoint), false) => {
-            absolute_form = true;
-            Box::new(
-                endpoint
-                    .connect()
-                    .await
-                    .map_err(|source| FetchError::Upstream {
-                        url: url.clone(),
-                        source,
-                    })?,
-            )
-        }
-        (Some(endpoint), true) => {
-            let target = format!("{}:{port}", bracketed(&host));
-            let (stream, _) =
-                endpoint
-                    .tunnel(&target)
-                    .await
-                    .map_err(|source| FetchError::Upstream {
-                        url: url.clone(),
-                        source,
-                    })?;
-            Box::new(tls_connect(stream, &host).await.map_err(connect_error)?)
-        }
-        (None, false) => Box::new(dial_unchecked(&host, port).await.map_err(connect_error)?),
-        (None, true) => {
-            let stream = dial_unchecked(&host, port).await.map_err(connect_error)?;
-            Box::new(tls_connect(stream, &host).await.map_err(connect_error)?)
-        }
-    };
-    let target: Uri = if absolute_form {
-        uri.clone()
-    } else {
-        uri.path_and_query()
-            .map_or("/", |pq| pq.as_str())
-            .parse()
-            .unwrap_or_else(|_| Uri::from_static("/"))
-    };
-    let mut request = Request::builder().method(method.clone()).uri(target);
-    if let Some(map) = request.headers_mut() {
-        *map = headers.clone();
-        if !map.contains_key(HOST) {
-            if let Ok(value) = HeaderValue::from_str(authority.as_str()) {
-                map.insert(HOST, value);
-            }
-        }
-        if let (true, Some(auth)) = (
-            absolute_form,
-            proxy.and_then(|p| p.authorization.as_deref()),
-        ) {
-            if let Ok(value) = HeaderValue::from_str(auth) {
-                map.insert(PROXY_AUTHORIZATION, value);
-            }
-        }
-    }
-    let request = request
-        .body(Full::new(body))
-        .map_err(|_| FetchError::BadRedirect {
-            url: url.clone(),
-            location: url.clone(),
-        })?;
     let http_error = |source| FetchError::Http {
         url: url.clone(),
         source,
     };
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+    let mut request = None;
+    while let Some(mut sender) = IDLE.take(&key) {
+        let next = match request.take() {
+            Some(next) => next,
+            None => build_request(method, &target, headers, body.clone(), key.proxy.is_some())?,
+        };
+        match sender.try_send_request(next).await {
+            Ok(response) => {
+                IDLE.put(key, sender);
+                return Ok(response);
+            }
+            // Closed before the request went out: try another connection.
+            Err(mut err) => match err.take_message() {
+                Some(unsent) => request = Some(unsent),
+                None => return Err(http_error(err.into_error())),
+            },
+        }
+    }
+    let connection = connect(&target, upstream, Through::Request)
+        .await
+        .map_err(|source| FetchError::Connect {
+            url: url.clone(),
+            source,
+        })?;
+    let forward = connection.forward_proxy.as_ref();
+    let request = match request {
+        Some(request) => request,
+        None => build_request(method, &target, headers, body, forward.is_some())?,
+    };
+    let request = with_proxy_authorization(request, forward);
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(connection.io))
         .await
         .map_err(http_error)?;
     tokio::spawn(async move {
-        if let Err(err) = connection.await {
-            tracing::debug!("http/request connection ended: {err}");
+        if let Err(err) = conn.await {
+            tracing::debug!("outbound HTTP connection ended: {err}");
         }
     });
-    sender.send_request(request).await.map_err(http_error)
+    let response = sender.send_request(request).await.map_err(http_error)?;
+    IDLE.put(key, sender);
+    Ok(response)
 }
 
-fn bracketed(host: &str) -> String {
-    if host.contains(':') {
-        format!("[{host}]")
+/// The request for `target`: in absolute form to a forwarding proxy, in
+/// origin form on a connection (tunnelled or not) to the origin.
+fn build_request(
+    method: &Method,
+    target: &WebUrl,
+    headers: &HeaderMap,
+    body: Bytes,
+    absolute_form: bool,
+) -> Result<Request<Full<Bytes>>, FetchError> {
+    let bad = || FetchError::BadRedirect {
+        url: target.to_string(),
+        location: target.to_string(),
+    };
+    let uri = if absolute_form {
+        target.uri().clone()
     } else {
-        host.to_owned()
+        target.path_and_query().parse().map_err(|_| bad())?
+    };
+    let mut request = Request::builder().method(method.clone()).uri(uri);
+    if let Some(map) = request.headers_mut() {
+        *map = headers.clone();
+        if !map.contains_key(HOST) {
+            if let Ok(value) = HeaderValue::from_str(&target.host_header()) {
+                map.insert(HOST, value);
+            }
+        }
+    }
+    request.body(Full::new(body)).map_err(|_| bad())
+}
+
+fn with_proxy_authorization(
+    mut request: Request<Full<Bytes>>,
+    forward: Option<&ProxyEndpoint>,
+) -> Request<Full<Bytes>> {
+    if let Some(auth) = forward.and_then(|proxy| proxy.authorization.as_deref()) {
+        if let Ok(value) = HeaderValue::from_str(auth) {
+            request.headers_mut().insert(PROXY_AUTHORIZATION, value);
+        }
+    }
+    request
+}
+
+/// Where a kept connection leads.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct PoolKey {
+    secure: bool,
+    authority: String,
+    /// The proxy it goes through, if any.
+    proxy: Option<String>,
+}
+
+/// Connections kept for reuse, a few per place and for a short while. A
+/// connection whose response body is still being read is not ready and
+/// is skipped; one the server closed is dropped.
+struct IdleConnections {
+    idle: Mutex<HashMap<PoolKey, Vec<(Sender, Instant)>>>,
+}
+
+/// The sending half of a kept connection.
+type Sender = SendRequest<Full<Bytes>>;
+
+/// Connections kept per place at most.
+const IDLE_PER_PLACE: usize = 4;
+/// Places connections are kept for at most.
+const IDLE_PLACES: usize = 64;
+/// How long an unused connection is kept.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+static IDLE: LazyLock<IdleConnections> = LazyLock::new(|| IdleConnections {
+    idle: Mutex::new(HashMap::new()),
+});
+
+impl IdleConnections {
+    fn take(&self, key: &PoolKey) -> Option<Sender> {
+        let mut idle = lock(&self.idle);
+        let senders = idle.get_mut(key)?;
+        senders.retain(|(sender, since)| !sender.is_closed() && since.elapsed() < IDLE_TIMEOUT);
+        let ready = senders.iter().position(|(sender, _)| sender.is_ready())?;
+        Some(senders.swap_remove(ready).0)
+    }
+
+    fn put(&self, key: PoolKey, sender: Sender) {
+        let mut idle = lock(&self.idle);
+        if !idle.contains_key(&key) && idle.len() >= IDLE_PLACES {
+            idle.retain(|_, senders| {
+                senders.retain(|(sender, since)| {
+                    !sender.is_closed() && since.elapsed() < IDLE_TIMEOUT
+                });
+                !senders.is_empty()
+            });
+            if idle.len() >= IDLE_PLACES {
+                return;
+            }
+        }
+        let senders = idle.entry(key).or_default();
+        if senders.len() < IDLE_PER_PLACE {
+            senders.push((sender, Instant::now()));
+        }
     }
 }
 
-async fn tls_connect(
-    stream: tokio::net::TcpStream,
-    host: &str,
-) -> io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
-    let config = tls_config().map_err(io::Error::other)?;
-    let name = rustls::pki_types::ServerName::try_from(host.to_owned())
-        .map_err(|_| io::Error::other(FetchError::ServerName(host.to_owned())))?;
-    tokio_rustls::TlsConnector::from(config)
-        .connect(name, stream)
-        .await
+/// A response read whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Collected {
+    pub status: u16,
+    pub body: Bytes,
+    /// A `Retry-After` given in seconds (a date is ignored).
+    pub retry_after: Option<Duration>,
+}
+
+/// Why [`post_json`] got no whole answer.
+#[derive(Debug, thiserror::Error)]
+pub enum PostError {
+    #[error("invalid URL `{0}`")]
+    InvalidUrl(String),
+    #[error(transparent)]
+    Fetch(#[from] FetchError),
+    #[error("reading the response from {url}: {source}")]
+    Body {
+        url: String,
+        #[source]
+        source: hyper::Error,
+    },
+    #[error("the response from {url} is larger than {max} bytes")]
+    TooLarge { url: String, max: usize },
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+}
+
+impl PostError {
+    /// Whether no answer came because of the network (worth retrying)
+    /// rather than a bad request.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Fetch(_) | Self::Body { .. } | Self::Timeout(_))
+    }
+}
+
+/// `POST`s `body` as JSON to `url` with extra `headers` (redirects are
+/// not followed), reads a body of at most `max_body` bytes, all within
+/// `timeout` when one is given.
+pub async fn post_json(
+    url: &str,
+    headers: &[(String, String)],
+    body: Bytes,
+    max_body: usize,
+    timeout: Option<Duration>,
+) -> Result<Collected, PostError> {
+    let exchange = post_json_unbounded(url, headers, body, max_body);
+    match timeout {
+        Some(limit) => tokio::time::timeout(limit, exchange)
+            .await
+            .map_err(|_| PostError::Timeout(limit))?,
+        None => exchange.await,
+    }
+}
+
+async fn post_json_unbounded(
+    url: &str,
+    headers: &[(String, String)],
+    body: Bytes,
+    max_body: usize,
+) -> Result<Collected, PostError> {
+    let shown = super::url::redact(url);
+    let uri: Uri = url
+        .parse()
+        .map_err(|_| PostError::InvalidUrl(shown.clone()))?;
+    let mut map = HeaderMap::new();
+    map.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    map.insert(ACCEPT, HeaderValue::from_static("*/*"));
+    for (name, value) in headers {
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| PostError::InvalidUrl(shown.clone()))?;
+        let value =
+            HeaderValue::from_str(value).map_err(|_| PostError::InvalidUrl(shown.clone()))?;
+        map.append(name, value);
+    }
+    let request = Outgoing {
+        method: Method::POST,
+        uri,
+        headers: map,
+        body,
+        follow_redirects: false,
+    };
+    let response = fetch(request, &Upstream::from_process_env(), None).await?;
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get(RETRY_AFTER)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let limited = Limited::new(response.into_body(), max_body);
+    let body = match limited.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(err) => {
+            return Err(match err.downcast::<hyper::Error>() {
+                Ok(source) => PostError::Body {
+                    url: shown,
+                    source: *source,
+                },
+                Err(_) => PostError::TooLarge {
+                    url: shown,
+                    max: max_body,
+                },
+            })
+        }
+    };
+    Ok(Collected {
+        status,
+        body,
+        retry_after,
+    })
 }
 
 #[cfg(test)]

@@ -146,7 +146,7 @@ async fn connect(request: Request<Incoming>, client: &str, state: &ProxyState) -
     let upstream = host
         .as_ref()
         .ok()
-        .and_then(|host| state.upstream.for_tunnel(&host.to_string()));
+        .and_then(|host| state.upstream.for_tunnel(&host.to_string(), port));
     let dest = Destination {
         host,
         port,
@@ -261,7 +261,7 @@ async fn forward(
     let upstream = host
         .as_ref()
         .ok()
-        .and_then(|host| state.upstream.for_plain(&host.to_string()));
+        .and_then(|host| state.upstream.for_plain(&host.to_string(), port));
     let dest = Destination {
         host,
         port,

@@ -10,7 +10,9 @@
 //! - [`http_proxy`], [`socks5`]: the two listeners;
 //! - [`relay`]: tunnel bytes (`splice(2)`, no copies in the proxy);
 //! - [`upstream`]: chaining to an upstream HTTP proxy;
-//! - [`client`]: the outbound HTTP client of `http/request`;
+//! - [`client`], [`connector`], [`url`]: codexbox's own outbound HTTP
+//!   client (`http/request`, registries) and connections (rendezvous
+//!   sockets too), through the process's proxy settings;
 //! - [`decision`], [`audit`]: what was decided and where it is reported;
 //! - [`env`]: the variables a child gets;
 //! - [`proxy`]: the handle the callers share; [`cli`]: `codexbox proxy`;
@@ -20,6 +22,7 @@ pub mod address;
 pub mod audit;
 pub mod cli;
 pub mod client;
+pub mod connector;
 pub mod decision;
 pub mod destination;
 pub mod dial;
@@ -33,5 +36,6 @@ pub mod relay;
 pub mod resolve;
 pub mod socks5;
 pub mod upstream;
+pub mod url;
 
 pub use proxy::{ProxyConfig, ProxyError, ProxyHandle};

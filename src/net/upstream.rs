@@ -6,6 +6,7 @@
 //! with a warning.
 
 use std::io;
+use std::net::IpAddr;
 
 use base64::Engine;
 use bytes::Bytes;
@@ -14,6 +15,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 use super::dial::dial_unchecked;
+use super::url::{host_port, WebUrl};
 
 /// Why a tunnel through the upstream could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -69,9 +71,10 @@ impl ProxyEndpoint {
             return None;
         }
         let authorization = userinfo.map(|user| {
+            let decoded: Vec<u8> = percent_encoding::percent_decode_str(user).collect();
             format!(
                 "Basic {}",
-                base64::engine::general_purpose::STANDARD.encode(percent_decode(user))
+                base64::engine::general_purpose::STANDARD.encode(decoded)
             )
         });
         Some(Self {
@@ -83,11 +86,7 @@ impl ProxyEndpoint {
 
     /// `host:port` for messages and the Host header.
     pub fn display(&self) -> String {
-        if self.host.contains(':') {
-            format!("[{}]:{}", self.host, self.port)
-        } else {
-            format!("{}:{}", self.host, self.port)
-        }
+        host_port(&self.host, self.port)
     }
 
     /// A plain connection to the upstream (for absolute-form requests).
@@ -147,69 +146,37 @@ impl ProxyEndpoint {
     }
 }
 
-/// `%XX` decoding of URL userinfo (invalid escapes are kept as they are).
-fn percent_decode(text: &str) -> Vec<u8> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&b) = bytes.get(i) {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (b, hex) {
-            (b'%', Some(value)) => {
-                out.push(value);
-                i += 3;
-            }
-            _ => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    out
-}
-
 /// The upstream proxies configured in an environment.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Upstream {
     http: Option<ProxyEndpoint>,
     https: Option<ProxyEndpoint>,
     all: Option<ProxyEndpoint>,
-    /// `NO_PROXY` entries (lowercase, leading dots removed); `*` = all.
-    no_proxy: Vec<String>,
+    no_proxy: NoProxy,
 }
 
 impl Upstream {
     /// Reads the proxy variables through `var` (first non-empty of the
     /// upper- and lower-case spelling).
     pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Self {
-        let pick = |upper: &str| {
-            let value = [upper.to_owned(), upper.to_ascii_lowercase()]
+        let value = |upper: &str| {
+            [upper.to_owned(), upper.to_ascii_lowercase()]
                 .iter()
                 .filter_map(|k| var(k))
-                .find(|v| !v.trim().is_empty())?;
-            let endpoint = ProxyEndpoint::parse(&value);
+                .find(|v| !v.trim().is_empty())
+        };
+        let pick = |upper: &str| {
+            let endpoint = ProxyEndpoint::parse(&value(upper)?);
             if endpoint.is_none() {
                 tracing::warn!("ignoring {upper}: only http:// upstream proxies are supported");
             }
             endpoint
         };
-        let no_proxy = ["NO_PROXY", "no_proxy"]
-            .iter()
-            .filter_map(|k| var(k))
-            .find(|v| !v.trim().is_empty())
-            .unwrap_or_default()
-            .split(',')
-            .map(|entry| entry.trim().trim_start_matches('.').to_ascii_lowercase())
-            .filter(|entry| !entry.is_empty())
-            .collect();
         Self {
             http: pick("HTTP_PROXY"),
             https: pick("HTTPS_PROXY"),
             all: pick("ALL_PROXY"),
-            no_proxy,
+            no_proxy: NoProxy::parse(&value("NO_PROXY").unwrap_or_default()),
         }
     }
 
@@ -222,19 +189,9 @@ impl Upstream {
             .clone()
     }
 
-    fn bypassed(&self, host: &str) -> bool {
-        let host = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_ascii_lowercase();
-        self.no_proxy
-            .iter()
-            .any(|entry| entry == "*" || host == *entry || host.ends_with(&format!(".{entry}")))
-    }
-
-    /// The upstream for a CONNECT (or https) target: HTTPS, HTTP, ALL.
-    pub fn for_tunnel(&self, host: &str) -> Option<&ProxyEndpoint> {
-        if self.bypassed(host) {
+    /// The upstream the proxy chains a CONNECT target to: HTTPS, HTTP, ALL.
+    pub fn for_tunnel(&self, host: &str, port: u16) -> Option<&ProxyEndpoint> {
+        if self.no_proxy.bypasses(host, port) {
             return None;
         }
         self.https
@@ -243,18 +200,165 @@ impl Upstream {
             .or(self.all.as_ref())
     }
 
-    /// The upstream for a plain-HTTP target: HTTP, ALL.
-    pub fn for_plain(&self, host: &str) -> Option<&ProxyEndpoint> {
-        if self.bypassed(host) {
+    /// The upstream the proxy chains a plain-HTTP target to: HTTP, ALL.
+    pub fn for_plain(&self, host: &str, port: u16) -> Option<&ProxyEndpoint> {
+        if self.no_proxy.bypasses(host, port) {
             return None;
         }
         self.http.as_ref().or(self.all.as_ref())
+    }
+
+    /// The proxy codexbox's own client uses for `url`, as curl picks it:
+    /// `HTTPS_PROXY` for `https`/`wss`, `HTTP_PROXY` for `http`/`ws`,
+    /// else `ALL_PROXY`; none when `NO_PROXY` covers the host.
+    pub fn for_url(&self, url: &WebUrl) -> Option<&ProxyEndpoint> {
+        if self.no_proxy.bypasses(url.host(), url.port()) {
+            return None;
+        }
+        let by_scheme = if url.is_secure() {
+            self.https.as_ref()
+        } else {
+            self.http.as_ref()
+        };
+        by_scheme.or(self.all.as_ref())
     }
 
     /// Whether any upstream is configured.
     pub fn is_empty(&self) -> bool {
         self.http.is_none() && self.https.is_none() && self.all.is_none()
     }
+}
+
+/// The hosts `NO_PROXY` sends direct: comma-separated entries, each `*`
+/// (every host), an IP address or CIDR block (`10.0.0.0/8`, `::1`,
+/// `[::1]`), or a domain matching itself and its subdomains (a leading
+/// `.` or `*.` changes nothing); any entry may end in `:PORT` to cover
+/// that port only. Names are compared as written, so `localhost` does not
+/// cover `127.0.0.1`: loopback is not special unless listed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NoProxy {
+    entries: Vec<NoProxyEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct NoProxyEntry {
+    host: NoProxyHost,
+    port: Option<u16>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum NoProxyHost {
+    All,
+    Network { ip: IpAddr, prefix: u8 },
+    Domain(String),
+}
+
+impl NoProxy {
+    /// Parses a `NO_PROXY` value; entries that mean nothing are skipped.
+    pub fn parse(value: &str) -> Self {
+        Self {
+            entries: value.split(',').filter_map(NoProxyEntry::parse).collect(),
+        }
+    }
+
+    /// Whether a connection to `host` (no brackets needed) on `port` goes
+    /// direct.
+    pub fn bypasses(&self, host: &str, port: u16) -> bool {
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .trim_end_matches('.')
+            .to_ascii_lowercase();
+        let ip = host.parse::<IpAddr>().ok();
+        self.entries.iter().any(|entry| {
+            !matches!(entry.port, Some(wanted) if wanted != port)
+                && match &entry.host {
+                    NoProxyHost::All => true,
+                    NoProxyHost::Network { ip: net, prefix } => {
+                        ip.is_some_and(|ip| in_network(ip, *net, *prefix))
+                    }
+                    NoProxyHost::Domain(domain) => {
+                        host == *domain
+                            || host
+                                .strip_suffix(domain.as_str())
+                                .is_some_and(|rest| rest.ends_with('.'))
+                    }
+                }
+        })
+    }
+}
+
+impl NoProxyEntry {
+    fn parse(entry: &str) -> Option<Self> {
+        let entry = entry.trim().to_ascii_lowercase();
+        if entry.is_empty() {
+            return None;
+        }
+        if entry == "*" {
+            return Some(Self {
+                host: NoProxyHost::All,
+                port: None,
+            });
+        }
+        let (host, port) = split_port(&entry)?;
+        if let Some(network) = parse_network(host) {
+            return Some(Self {
+                host: network,
+                port,
+            });
+        }
+        let domain = host
+            .trim_start_matches("*.")
+            .trim_start_matches('.')
+            .trim_end_matches('.');
+        (!domain.is_empty() && !domain.contains(['/', '*', '[', ']'])).then(|| Self {
+            host: NoProxyHost::Domain(domain.to_owned()),
+            port,
+        })
+    }
+}
+
+/// `host` and the port of `host:PORT` or `[v6]:PORT`; a bare IPv6
+/// address keeps all its colons. `None` for a port that is not a number.
+fn split_port(entry: &str) -> Option<(&str, Option<u16>)> {
+    if let Some(rest) = entry.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        return match after.strip_prefix(':') {
+            Some(port) => Some((host, Some(port.parse().ok()?))),
+            None if after.is_empty() || after.starts_with('/') => Some((entry, None)),
+            None => None,
+        };
+    }
+    match entry.rsplit_once(':') {
+        Some((host, port)) if !host.contains(':') => Some((host, Some(port.parse().ok()?))),
+        _ => Some((entry, None)),
+    }
+}
+
+/// An IP address (`/32` or `/128`) or a CIDR block.
+fn parse_network(text: &str) -> Option<NoProxyHost> {
+    let text = text.replace(['[', ']'], "");
+    let (address, prefix) = match text.split_once('/') {
+        Some((address, prefix)) => (address, Some(prefix.parse::<u8>().ok()?)),
+        None => (text.as_str(), None),
+    };
+    let ip: IpAddr = address.parse().ok()?;
+    let full = if ip.is_ipv4() { 32 } else { 128 };
+    let prefix = prefix.unwrap_or(full);
+    (prefix <= full).then_some(NoProxyHost::Network { ip, prefix })
+}
+
+fn in_network(ip: IpAddr, network: IpAddr, prefix: u8) -> bool {
+    let (ip, network, width) = match (ip, network) {
+        (IpAddr::V4(ip), IpAddr::V4(net)) => {
+            (u128::from(u32::from(ip)), u128::from(u32::from(net)), 32u32)
+        }
+        (IpAddr::V6(ip), IpAddr::V6(net)) => (u128::from(ip), u128::from(net), 128),
+        _ => return false,
+    };
+    let shift = width.saturating_sub(u32::from(prefix));
+    let mask = u128::MAX.checked_shl(shift).unwrap_or(0);
+    ip & mask == network & mask
 }
 
 #[cfg(test)]
@@ -285,10 +389,70 @@ mod tests {
             _ => None,
         };
         let up = Upstream::from_env(env);
-        assert_eq!(up.for_tunnel("x.com").unwrap().host, "h");
-        assert_eq!(up.for_plain("x.com").unwrap().host, "h");
-        assert!(up.for_tunnel("internal.corp").is_none());
-        assert!(up.for_plain("a.skip.me").is_none());
+        assert_eq!(up.for_tunnel("x.com", 443).unwrap().host, "h");
+        assert_eq!(up.for_plain("x.com", 80).unwrap().host, "h");
+        assert!(up.for_tunnel("internal.corp", 443).is_none());
+        assert!(up.for_plain("a.skip.me", 80).is_none());
         assert!(Upstream::from_env(|_| None).is_empty());
+    }
+
+    #[test]
+    fn the_client_picks_the_proxy_by_scheme_as_curl_does() {
+        let url = |text: &str| WebUrl::parse(text).unwrap();
+        let env = |k: &str| match k {
+            "HTTPS_PROXY" => Some("http://s:1".to_owned()),
+            "http_proxy" => Some("http://p:2".to_owned()),
+            _ => None,
+        };
+        let up = Upstream::from_env(env);
+        assert_eq!(up.for_url(&url("https://x.test/")).unwrap().host, "s");
+        assert_eq!(up.for_url(&url("wss://x.test/")).unwrap().host, "s");
+        assert_eq!(up.for_url(&url("http://x.test/")).unwrap().host, "p");
+        assert_eq!(up.for_url(&url("ws://127.0.0.1:9/")).unwrap().host, "p");
+        let only_http = Upstream::from_env(|k| (k == "HTTP_PROXY").then(|| "http://p:2".into()));
+        assert!(only_http.for_url(&url("https://x.test/")).is_none());
+        let all = Upstream::from_env(|k| (k == "all_proxy").then(|| "http://a:3".into()));
+        assert_eq!(all.for_url(&url("wss://x.test/")).unwrap().host, "a");
+    }
+
+    #[test]
+    fn no_proxy_matches_hosts_suffixes_addresses_networks_and_ports() {
+        let rules = NoProxy::parse(
+            " .corp.test, *.wild.test,example.org , 10.0.0.0/8, ::1, [fe80::1]:8443, only.port:8080, 192.168.1.7,bad:port, ",
+        );
+        for (host, port) in [
+            ("a.corp.test", 443),
+            ("corp.test", 80),
+            ("x.wild.test", 1),
+            ("EXAMPLE.org.", 80),
+            ("www.example.org", 80),
+            ("10.20.30.40", 80),
+            ("[::1]", 80),
+            ("fe80::1", 8443),
+            ("only.port", 8080),
+            ("192.168.1.7", 1),
+        ] {
+            assert!(rules.bypasses(host, port), "{host}:{port} goes direct");
+        }
+        for (host, port) in [
+            ("notexample.org", 80),
+            ("corp.test.evil", 80),
+            ("11.0.0.1", 80),
+            ("fe80::1", 443),
+            ("only.port", 80),
+            ("127.0.0.1", 80),
+            ("localhost", 80),
+            ("192.168.1.8", 1),
+            ("bad", 80),
+        ] {
+            assert!(!rules.bypasses(host, port), "{host}:{port} goes through");
+        }
+        assert!(NoProxy::parse("*").bypasses("anything", 1));
+        assert!(NoProxy::parse("localhost").bypasses("localhost", 1));
+        assert!(!NoProxy::parse("localhost").bypasses("127.0.0.1", 1));
+        assert!(NoProxy::parse("127.0.0.0/8").bypasses("127.0.0.2", 1));
+        assert!(NoProxy::parse("::/0").bypasses("2001:db8::1", 1));
+        assert!(!NoProxy::parse("::/0").bypasses("10.0.0.1", 1));
+        assert!(NoProxy::parse("").entries.is_empty());
     }
 }

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::http_client::HttpUrl;
 use super::registry_client::AuthHeaders;
+use crate::net::url::{redact, WebUrl};
 
 /// The environment variable of an API key.
 pub const API_KEY_ENV: &str = "CODEX_API_KEY";
@@ -107,12 +107,12 @@ pub fn load(
             None => Credential::None,
         }
     };
-    let target = HttpUrl::parse(registry_url.trim())
+    let target = WebUrl::parse(registry_url.trim())
         .map_err(|err| CredentialError::InvalidUrl(err.to_string()))?;
     match credential {
         Credential::None => Ok(AuthHeaders::default()),
         Credential::ApiKey(key) => {
-            let openai = target.secure && is_openai_host(&target.host);
+            let openai = target.is_secure() && is_openai_host(target.host());
             if !target.is_loopback() && !openai {
                 return Err(CredentialError::ApiKeyHost);
             }
@@ -145,12 +145,12 @@ pub fn harness_auth(
     let Some(token) = token else {
         return Ok(AuthHeaders::default());
     };
-    let target = HttpUrl::parse(registry_url.trim())
+    let target = WebUrl::parse(registry_url.trim())
         .map_err(|err| CredentialError::InvalidUrl(err.to_string()))?;
-    if !target.secure && !target.is_loopback() {
-        return Err(CredentialError::TokenOverPlainHttp(
-            super::http_client::redact(registry_url.trim()),
-        ));
+    if !target.is_secure() && !target.is_loopback() {
+        return Err(CredentialError::TokenOverPlainHttp(redact(
+            registry_url.trim(),
+        )));
     }
     let mut headers = AuthHeaders::bearer(token);
     if let Some(account) = account_id.map(str::trim).filter(|a| !a.is_empty()) {

@@ -37,15 +37,16 @@ use tokio_tungstenite::WebSocketStream;
 use super::channel::Channel;
 use super::frame::{Body, RelayMessageFrame, FEATURE_RELIABLE};
 use super::framing::{advertise, advertised, MessageLimits};
-use super::http_client::{redact, HttpError, HttpUrl};
 use super::noise::{prologue, NoiseError, NoiseIdentity, NoisePublicKey, Responder};
 use super::registry_api::RegisterResponse;
 use super::registry_client::{RegistryClient, RegistryError};
 use super::stream::{drive, LinkState, Outbox, Oversize, StreamIo};
-use super::tls::MaybeTls;
 use super::{Dialect, MAX_WEBSOCKET_MESSAGE_BYTES, RESET_PROTOCOL_ERROR, RESET_SHUTTING_DOWN};
 use crate::backoff::Backoff;
 use crate::link::{End, Incoming, Link};
+use crate::net::connector::{connect, BoxedIo, ConnectError, Through};
+use crate::net::upstream::Upstream;
+use crate::net::url::{redact, UrlError, WebUrl};
 use crate::server::connection::Shared;
 use crate::server::drain::{self, Stop};
 use crate::server::liveness::Liveness;
@@ -88,12 +89,12 @@ pub enum DialError {
     #[error("the rendezvous refused the upgrade with HTTP {0}")]
     Rejected(u16),
     #[error(transparent)]
-    Url(#[from] HttpError),
+    Url(#[from] UrlError),
     #[error("cannot connect to {url}: {source}")]
     Connect {
         url: String,
         #[source]
-        source: super::tls::ConnectError,
+        source: ConnectError,
     },
     #[error("WebSocket handshake with {url} failed: {source}")]
     Handshake {
@@ -104,18 +105,20 @@ pub enum DialError {
 }
 
 /// A relay WebSocket, over TLS for `wss://`.
-pub type RelaySocket = WebSocketStream<MaybeTls>;
+pub type RelaySocket = WebSocketStream<BoxedIo>;
 
 /// Opens a relay WebSocket (`ws://` or `wss://`) with TCP_NODELAY and the
-/// relay's message size limit.
+/// relay's message size limit, through a CONNECT tunnel when the
+/// process's proxy settings name a proxy for it.
 pub async fn dial(url: &str) -> Result<RelaySocket, DialError> {
-    let target = HttpUrl::parse(url)?;
-    let stream = MaybeTls::connect(&target.authority, &target.host, target.secure)
+    let target = WebUrl::parse(url)?;
+    let stream = connect(&target, &Upstream::from_process_env(), Through::Tunnel)
         .await
         .map_err(|source| DialError::Connect {
-            url: redact(url),
+            url: target.to_string(),
             source,
-        })?;
+        })?
+        .io;
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_WEBSOCKET_MESSAGE_BYTES))
         .max_frame_size(Some(MAX_WEBSOCKET_MESSAGE_BYTES));
@@ -123,7 +126,7 @@ pub async fn dial(url: &str) -> Result<RelaySocket, DialError> {
         Ok((ws, _)) => Ok(ws),
         Err(WsError::Http(response)) => Err(DialError::Rejected(response.status().as_u16())),
         Err(source) => Err(DialError::Handshake {
-            url: redact(url),
+            url: target.to_string(),
             source: Box::new(source),
         }),
     }

@@ -22,13 +22,11 @@ pub mod executor;
 pub mod frame;
 pub mod framing;
 pub mod harness;
-pub mod http_client;
 pub mod noise;
 pub mod registry_api;
 pub mod registry_client;
 pub mod reorder;
 pub mod stream;
-pub mod tls;
 
 /// Which rules a stream follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

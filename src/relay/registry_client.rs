@@ -13,18 +13,21 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio_tungstenite::tungstenite::http::StatusCode;
 
-use super::http_client::{post_json, HttpError, HttpUrl};
 use super::noise::NoisePublicKey;
 use super::registry_api::{
     ConnectRequest, ConnectResponse, ErrorBody, RegisterRequest, RegisterResponse, RegistryCall,
     ValidateRequest, ValidateResponse, ENVIRONMENT_OFFLINE, SECURITY_PROFILE,
 };
 use crate::listener_token::{self, Holder};
+use crate::net::client::{post_json, PostError};
+use crate::net::url::{UrlError, WebUrl};
 
 /// Time allowed for a whole `connect` exchange.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time the executor allows a `validate` call.
 pub const VALIDATE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest registry answer read.
+const MAX_RESPONSE_BYTES: usize = 1 << 20;
 /// Longest error body quoted in a message.
 const ERROR_PREVIEW_CHARS: usize = 4096;
 
@@ -34,7 +37,7 @@ pub enum RegistryError {
     #[error("environment registry configuration error: environment registry base URL is required")]
     MissingBaseUrl,
     #[error("environment registry configuration error: {0}")]
-    InvalidBaseUrl(#[source] HttpError),
+    InvalidBaseUrl(#[source] UrlError),
     #[error("environment registry configuration error: environment id is required for remote exec-server registration")]
     MissingEnvironmentId,
     #[error("environment registry authentication error: environment registry authentication failed ({status}): {message}")]
@@ -53,7 +56,7 @@ pub enum RegistryError {
     #[error("environment registry harness key validation failed")]
     ValidationFailed { status_code: u16 },
     #[error("environment registry request failed: {0}")]
-    Request(#[from] HttpError),
+    Request(#[from] PostError),
     #[error("environment registry request failed: {0}")]
     Decode(#[source] serde_json::Error),
     #[error(
@@ -168,7 +171,7 @@ impl RegistryClient {
             return Err(RegistryError::MissingBaseUrl);
         }
         // Refused now, not at the first request.
-        HttpUrl::parse(base).map_err(RegistryError::InvalidBaseUrl)?;
+        WebUrl::parse(base).map_err(RegistryError::InvalidBaseUrl)?;
         let environment_id = environment_id.trim();
         if environment_id.is_empty() {
             return Err(RegistryError::MissingEnvironmentId);
@@ -204,7 +207,14 @@ impl RegistryClient {
         let body = serde_json::to_vec(body).map_err(RegistryError::Decode)?;
         let published = self.published_auth(call).await;
         let headers = published.as_ref().unwrap_or(&self.auth);
-        let response = post_json(&self.endpoint(call), &headers.0, &body, timeout).await?;
+        let response = post_json(
+            &self.endpoint(call),
+            &headers.0,
+            body.into(),
+            MAX_RESPONSE_BYTES,
+            timeout,
+        )
+        .await?;
         let status = response.status;
         if (200..300).contains(&status) {
             return serde_json::from_slice(&response.body).map_err(RegistryError::Decode);

@@ -777,3 +777,81 @@ impl TlsOrigin {
         }
     }
 }
+
+/// A forwarding HTTP proxy on 127.0.0.1 that records the request line of
+/// every connection made through it: `CONNECT host:port` tunnels, and
+/// absolute-form requests (`POST http://host:port/path`), which it sends
+/// on in origin form. One request or tunnel per connection.
+pub struct RecordingProxy {
+    pub addr: SocketAddr,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl RecordingProxy {
+    pub fn start() -> RecordingProxy {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let seen = lines.clone();
+        let addr = serve_in_thread(move |listener| async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                tokio::spawn(forward_one(stream, seen.clone()));
+            }
+        });
+        RecordingProxy { addr, lines }
+    }
+
+    /// `http://IP:PORT`, for `HTTP_PROXY`/`HTTPS_PROXY`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The request lines seen so far, in order.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+}
+
+async fn forward_one(mut client: tokio::net::TcpStream, seen: Arc<Mutex<Vec<String>>>) {
+    use tokio::io::AsyncWriteExt;
+    let Some(head) = read_head(&mut client).await else {
+        return;
+    };
+    let (line, rest) = head.split_once("\r\n").unwrap_or((head.as_str(), ""));
+    seen.lock().unwrap().push(line.to_owned());
+    let mut parts = line.split(' ');
+    let (method, target, version) = (
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+    );
+    let (authority, forwarded) = if method == "CONNECT" {
+        (target.to_owned(), None)
+    } else {
+        let Some(after_scheme) = target.strip_prefix("http://") else {
+            let _ = client.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
+            return;
+        };
+        let (authority, path) = after_scheme
+            .find('/')
+            .map_or((after_scheme, "/"), |at| after_scheme.split_at(at));
+        let head = format!("{method} {path} {version}\r\n{rest}");
+        (authority.to_owned(), Some(head))
+    };
+    let Ok(mut origin) = tokio::net::TcpStream::connect(authority.as_str()).await else {
+        let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n").await;
+        return;
+    };
+    let sent = match forwarded {
+        Some(head) => origin.write_all(head.as_bytes()).await,
+        None => {
+            client
+                .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+                .await
+        }
+    };
+    if sent.is_ok() {
+        let _ = tokio::io::copy_bidirectional(&mut client, &mut origin).await;
+    }
+}

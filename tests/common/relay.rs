@@ -28,9 +28,13 @@ pub struct Proc {
     what: String,
 }
 
-/// The binary with no credential from the test's own environment.
+/// The binary with no credential or proxy setting from the test's own
+/// environment.
 fn command() -> Command {
     let mut command = Command::new(BIN);
+    for var in super::net::PROXY_VARS {
+        command.env_remove(var);
+    }
     command
         .env_remove("CODEXBOX_AUTH_TOKEN")
         .env_remove("CODEX_API_KEY")

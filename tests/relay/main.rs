@@ -12,6 +12,7 @@ mod large;
 mod link;
 mod metrics;
 mod properties;
+mod proxy;
 mod remote;
 mod security;
 mod tls;

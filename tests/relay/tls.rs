@@ -108,3 +108,37 @@ async fn remote_mode_works_over_https_and_wss_and_checks_the_certificate() {
     let events = client.events_until_closed("p").await;
     assert_eq!(output_of(&events), "extra-ca\n");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_registries_and_wss_relays_are_tunnelled_through_https_proxy() {
+    let (addr, target) = terminator().await;
+    let public = format!("https://localhost:{}", addr.port());
+    let mut tokens = tempfile::NamedTempFile::new().expect("token file");
+    writeln!(tokens, "exec-tok * executor").expect("write tokens");
+    let tokens_path = tokens.path().to_string_lossy().into_owned();
+    let rendezvous = Rendezvous::start(&["--public-url", &public, "--tokens", &tokens_path]);
+    target.send(rendezvous.addr()).expect("terminator running");
+    let proxy = crate::common::net::RecordingProxy::start();
+    let ca = tls_dir().join("ca.pem").to_string_lossy().into_owned();
+    let proxy_url = proxy.url();
+    // HTTP_PROXY is for http:// only: a dead one changes nothing here.
+    let _executor = Executor::start(
+        &public,
+        "env-tls-proxied",
+        &[],
+        &[
+            ("SSL_CERT_FILE", ca.as_str()),
+            ("CODEX_API_KEY", "exec-tok"),
+            ("HTTPS_PROXY", proxy_url.as_str()),
+            ("HTTP_PROXY", "http://127.0.0.1:9"),
+        ],
+    );
+    let connect = format!("CONNECT localhost:{} HTTP/1.1", addr.port());
+    let lines = proxy.lines();
+    // One tunnel for the registration, one for the relay socket.
+    assert_eq!(
+        lines.iter().filter(|line| **line == connect).count(),
+        2,
+        "{lines:?}"
+    );
+}
