@@ -34,11 +34,17 @@ pub fn render(registry: &Registry) -> String {
     text
 }
 
-/// The bytes of the HTTP answer carrying `exposition`, closing the connection.
-pub fn http_response(exposition: &str) -> String {
-    format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n{exposition}",
-        prometheus_text::CONTENT_TYPE,
-        exposition.len()
-    )
+/// The HTTP answer carrying `exposition`.
+pub fn http_response(exposition: String) -> http::Response<crate::net::http_server::Body> {
+    let mut response = http::Response::new(exposition.into());
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(prometheus_text::CONTENT_TYPE),
+    );
+    headers.insert(
+        http::header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-store"),
+    );
+    response
 }

@@ -22,7 +22,7 @@ use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -51,9 +51,7 @@ pub(crate) async fn serve_connection(stream: TcpStream, peer: SocketAddr, state:
         let client = client.clone();
         async move { Ok::<_, Infallible>(handle(request, &client, &state).await) }
     });
-    let connection = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
+    let connection = super::http_server::builder(HEADER_READ_TIMEOUT)
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades();
     if let Err(err) = connection.await {

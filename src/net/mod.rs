@@ -7,7 +7,8 @@
 //! - [`resolve`]: local/private classification, `--resolve`, DNS checks;
 //! - [`dial`]: outbound connections to checked addresses only;
 //! - [`dns`]: the DNS stub inside a managed sandbox and its codec;
-//! - [`http_proxy`], [`socks5`]: the two listeners;
+//! - [`http_proxy`], [`socks5`]: the two listeners; [`http_server`]: the
+//!   HTTP/1.1 serving every listener shares;
 //! - [`relay`]: tunnel bytes (`splice(2)`, no copies in the proxy);
 //! - [`upstream`]: chaining to an upstream HTTP proxy;
 //! - [`client`], [`connector`], [`url`]: codexbox's own outbound HTTP
@@ -29,6 +30,7 @@ pub mod dial;
 pub mod dns;
 pub mod env;
 pub mod http_proxy;
+pub mod http_server;
 pub mod managed;
 pub mod policy;
 pub mod proxy;

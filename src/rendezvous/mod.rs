@@ -28,15 +28,22 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use ::http::header::{AUTHORIZATION, CONTENT_LENGTH, RETRY_AFTER};
+use ::http::{Method, Request, Response, StatusCode};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
+use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::{Role as WsRole, WebSocketConfig};
 use tokio_tungstenite::WebSocketStream;
 
 use crate::listener_token::{self, Holder, Published};
 use crate::metrics::rendezvous::{HandshakeFailure, RendezvousMetrics};
+use crate::net::http_server::{serve_one, Body, Upgraded};
 use crate::relay::registry_api::RegistryCall;
-use crate::server::transport::http::{self, RequestHead};
+use crate::server::transport::http;
 use admission::{Admission, Slot};
 use hub::{HarnessId, Hub, HubLimits};
 use registry::{unix_now, Answer, RegistryState};
@@ -47,7 +54,7 @@ use socket::SocketRole;
 const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Registrations admitted per second unless told otherwise.
 pub const DEFAULT_REGISTRATIONS_PER_SEC: u32 = 1000;
-/// How long the 408 answer to a request past its deadline may take to send.
+/// How long an answer may take to send once the request deadline passed.
 const LATE_ANSWER_GRACE: Duration = Duration::from_secs(1);
 
 /// Settings of the rendezvous.
@@ -301,38 +308,32 @@ async fn reload_on_sighup(state: Arc<RegistryState>, path: Option<PathBuf>) {
     }
 }
 
-async fn respond<S: AsyncWrite + Unpin>(stream: &mut S, answer: &Answer) {
-    let mut response = http::json_response(answer.status, answer.reason, &answer.body);
-    if let (Some(secs), Some(end_of_status)) = (answer.retry_after_secs, response.find("\r\n")) {
-        response.insert_str(end_of_status + 2, &format!("Retry-After: {secs}\r\n"));
+/// The HTTP answer carrying `answer`.
+fn respond(answer: Answer) -> Response<Body> {
+    let code = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = http::json(code, answer.body);
+    if let Some(secs) = answer.retry_after_secs {
+        response.headers_mut().insert(RETRY_AFTER, secs.into());
     }
-    let _ = stream.write_all(response.as_bytes()).await;
-    let _ = stream.shutdown().await;
+    response
 }
 
-/// Answers with `answer`; the connection then closes.
-async fn finish<S: AsyncWrite + Unpin>(stream: &mut S, answer: Answer) -> Outcome {
-    respond(stream, &answer).await;
-    Outcome::Done
+/// Where an accepted relay upgrade leads.
+struct RelayGrant {
+    environment_id: String,
+    role: SocketRole,
 }
 
-/// Where the request phase of a connection led.
-enum Outcome {
-    /// Answered (or given up on): the connection closes.
-    Done,
-    /// The upgrade was accepted (101 sent): serve the relay socket.
-    Relay {
-        leftover: Vec<u8>,
-        environment_id: String,
-        role: SocketRole,
-    },
+/// An answer that closes the connection.
+fn finish(answer: Answer) -> (Response<Body>, Option<RelayGrant>) {
+    (respond(answer), None)
 }
 
-/// Serves one connection: its request under the request deadline and as a
-/// pending connection (a newer one may displace it), then, for an accepted
-/// upgrade, the relay socket on an established slot.
+/// Serves one connection: its request within the request deadline and as
+/// a pending connection (a newer one may displace it), then, for an
+/// accepted upgrade, the relay socket on an established slot.
 async fn serve_connection<S>(
-    mut stream: S,
+    stream: S,
     peer: SocketAddr,
     mut slot: Slot,
     state: Arc<RegistryState>,
@@ -340,118 +341,89 @@ async fn serve_connection<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let request = serve_request(&mut stream, peer, &state);
+    let deadline = Instant::now() + config.request_timeout;
+    let request = serve_one(stream, config.request_timeout, |request| {
+        serve_request(request, peer, &state, deadline)
+    });
+    // The head is bounded by hyper and the body by `deadline`; this only
+    // bounds the answer's writing.
     let outcome = tokio::select! {
         _ = slot.displaced() => {
             tracing::debug!(%peer, "closed a pending connection to make room for a newer one");
             return;
         }
-        outcome = tokio::time::timeout(config.request_timeout, request) => outcome,
+        outcome = tokio::time::timeout(config.request_timeout + LATE_ANSWER_GRACE, request) => outcome,
     };
     match outcome {
-        Err(_) => {
-            tracing::info!(%peer, "closed a connection whose request did not arrive in time");
-            let late = Answer::error(
-                408,
-                "Request Timeout",
-                "request_timeout",
-                "the request did not arrive in time",
-            );
-            let _ = tokio::time::timeout(LATE_ANSWER_GRACE, respond(&mut stream, &late)).await;
-        }
-        Ok(Outcome::Done) => {}
-        Ok(Outcome::Relay {
-            leftover,
-            environment_id,
-            role,
-        }) => {
+        Err(_) => tracing::info!(%peer, "closed a connection whose request did not arrive in time"),
+        Ok(None) => {}
+        Ok(Some((upgraded, grant))) => {
             if slot.establish() {
-                relay(stream, leftover, environment_id, role, state, &config).await;
+                relay(upgraded, grant, state, &config).await;
             }
         }
     }
 }
 
-/// Reads and answers one request. A registry call is authorized from its
-/// head before its body is read.
-async fn serve_request<S>(stream: &mut S, peer: SocketAddr, state: &RegistryState) -> Outcome
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    let (head, leftover) = match http::read_head(stream).await {
-        Ok(read) => read,
-        Err(http::HeadError::Malformed | http::HeadError::TooLarge) => {
-            let malformed =
-                Answer::error(400, "Bad Request", "invalid_request", "malformed request");
-            return finish(stream, malformed).await;
-        }
-        Err(http::HeadError::Closed | http::HeadError::Io(_)) => return Outcome::Done,
-    };
+/// Answers one request. A registry call is authorized from its head
+/// before its body is read, and its body must arrive by `deadline`.
+async fn serve_request(
+    request: Request<Incoming>,
+    peer: SocketAddr,
+    state: &RegistryState,
+    deadline: Instant,
+) -> (Response<Body>, Option<RelayGrant>) {
     // Browsers never need this service: refuse anything a page could send
     // (unless its origin is allowed).
-    let origin = head.header("origin");
-    if origin.is_some_and(|origin| !state.allowed_origins.iter().any(|o| o == origin)) {
-        let cross_origin = Answer::error(
+    if !http::origin_allowed(request.headers(), &state.allowed_origins) {
+        return finish(Answer::error(
             403,
             "Forbidden",
             "forbidden",
             "cross-origin requests are refused",
-        );
-        return finish(stream, cross_origin).await;
+        ));
     }
-    let (path, query) = head
-        .path
-        .split_once('?')
-        .unwrap_or((head.path.as_str(), ""));
+    let path = request.uri().path();
     if path == "/readyz" {
         let body = format!(
             "{{\"status\":\"ready\",\"streams\":{},\"environments\":{}}}",
             state.hub.stream_count(),
             state.hub.environment_count()
         );
-        let ready = Answer {
-            status: 200,
-            reason: "OK",
-            body,
-            retry_after_secs: None,
-        };
-        return finish(stream, ready).await;
+        return (http::json(StatusCode::OK, body), None);
     }
     if path == crate::metrics::PATH {
-        return metrics(stream, &head, state).await;
+        return (metrics(&request, state), None);
     }
     if path == "/relay" || path.ends_with("/relay") {
-        return upgrade(stream, &head, leftover, query, state).await;
+        return upgrade(&request, state);
     }
-    registry_call(stream, &head, leftover, path, peer, state).await;
-    Outcome::Done
+    (registry_call(request, peer, state, deadline).await, None)
 }
 
-/// Answers a registry call, unless the peer goes away mid-body.
-async fn registry_call<S>(
-    stream: &mut S,
-    head: &RequestHead,
-    leftover: Vec<u8>,
-    path: &str,
+/// Answers a registry call.
+async fn registry_call(
+    request: Request<Incoming>,
     peer: SocketAddr,
     state: &RegistryState,
-) where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    let Some((environment_id, call)) = RegistryCall::parse_path(path) else {
-        let unknown = Answer::error(404, "Not Found", "not_found", "no such endpoint");
-        return respond(stream, &unknown).await;
+    deadline: Instant,
+) -> Response<Body> {
+    let Some((environment_id, call)) = RegistryCall::parse_path(request.uri().path()) else {
+        return respond(Answer::error(
+            404,
+            "Not Found",
+            "not_found",
+            "no such endpoint",
+        ));
     };
-    let answer = if head.method != "POST" {
+    let answer = if request.method() != Method::POST {
         Answer::error(405, "Method Not Allowed", "method_not_allowed", "use POST")
     } else {
-        match state.admit(&environment_id, call, head.header("authorization")) {
-            Ok(admitted) => match http::read_body(stream, head, leftover, MAX_BODY_BYTES).await {
+        let authorization = http::header(request.headers(), AUTHORIZATION);
+        match state.admit(&environment_id, call, authorization) {
+            Ok(admitted) => match read_body(request, deadline).await {
                 Ok(body) => state.answer(&admitted, &body),
-                Err(err) => match body_refusal(&err) {
-                    Some(refusal) => refusal,
-                    None => return,
-                },
+                Err(refusal) => refusal,
             },
             Err(refusal) => refusal,
         }
@@ -461,60 +433,77 @@ async fn registry_call<S>(
         .hub
         .metrics()
         .registry_call(call.name(), answer.status);
-    respond(stream, &answer).await;
+    respond(answer)
 }
 
 /// `GET /metrics`: the exposition, for a `metrics` token when there is a
 /// token file (see [`RegistryState::admit_metrics`]).
-async fn metrics<S>(stream: &mut S, head: &RequestHead, state: &RegistryState) -> Outcome
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    if head.method != "GET" {
-        let refusal = Answer::error(405, "Method Not Allowed", "method_not_allowed", "use GET");
-        return finish(stream, refusal).await;
+fn metrics<B>(request: &Request<B>, state: &RegistryState) -> Response<Body> {
+    if request.method() != Method::GET {
+        return respond(Answer::error(
+            405,
+            "Method Not Allowed",
+            "method_not_allowed",
+            "use GET",
+        ));
     }
-    if let Err(refusal) = state.admit_metrics(head.header("authorization")) {
-        return finish(stream, refusal).await;
+    if let Err(refusal) = state.admit_metrics(http::header(request.headers(), AUTHORIZATION)) {
+        return respond(refusal);
     }
-    let exposition = state.hub.metrics().render(state.hub.census());
-    let _ = stream
-        .write_all(crate::metrics::http_response(&exposition).as_bytes())
-        .await;
-    let _ = stream.shutdown().await;
-    Outcome::Done
+    crate::metrics::http_response(state.hub.metrics().render(state.hub.census()))
 }
 
-/// The answer to a body that could not be read; `None` when the peer left.
-fn body_refusal(err: &http::BodyError) -> Option<Answer> {
-    match err {
-        http::BodyError::LengthRequired => Some(Answer::error(
+/// A registry call's body: a `Content-Length` of at most
+/// [`MAX_BODY_BYTES`], arrived by `deadline`.
+async fn read_body(request: Request<Incoming>, deadline: Instant) -> Result<Bytes, Answer> {
+    let length = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<u64>().ok());
+    let Some(length) = length else {
+        return Err(Answer::error(
             411,
             "Length Required",
             "invalid_request",
             "the body needs a Content-Length",
-        )),
-        http::BodyError::TooLarge { max } => Some(Answer::error(
+        ));
+    };
+    let too_large = || {
+        Answer::error(
             413,
             "Payload Too Large",
             "invalid_request",
-            &format!("the body must be at most {max} bytes"),
+            &format!("the body must be at most {MAX_BODY_BYTES} bytes"),
+        )
+    };
+    if length > MAX_BODY_BYTES as u64 {
+        return Err(too_large());
+    }
+    let body = Limited::new(request.into_body(), MAX_BODY_BYTES).collect();
+    match tokio::time::timeout_at(deadline, body).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(_)) => Err(Answer::error(
+            400,
+            "Bad Request",
+            "invalid_request",
+            "the body did not arrive whole",
         )),
-        http::BodyError::Closed | http::BodyError::Io(_) => None,
+        Err(_) => {
+            tracing::info!("closed a connection whose request did not arrive in time");
+            Err(Answer::error(
+                408,
+                "Request Timeout",
+                "request_timeout",
+                "the request did not arrive in time",
+            ))
+        }
     }
 }
 
 /// Checks a relay URL and accepts the upgrade (101).
-async fn upgrade<S>(
-    stream: &mut S,
-    head: &RequestHead,
-    leftover: Vec<u8>,
-    query: &str,
-    state: &RegistryState,
-) -> Outcome
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
+fn upgrade<B>(request: &Request<B>, state: &RegistryState) -> (Response<Body>, Option<RelayGrant>) {
+    let query = request.uri().query().unwrap_or_default();
     let grant = match state.signer.verify_url(query, unix_now()) {
         Ok(grant) => grant,
         Err(err) => {
@@ -531,8 +520,12 @@ where
                 }
             };
             state.hub.metrics().handshake_failed(failure);
-            let refusal = Answer::error(status.0, status.1, "invalid_url", &err.to_string());
-            return finish(stream, refusal).await;
+            return finish(Answer::error(
+                status.0,
+                status.1,
+                "invalid_url",
+                &err.to_string(),
+            ));
         }
     };
     let current = state.hub.registration(&grant.environment_id);
@@ -541,13 +534,12 @@ where
             .hub
             .metrics()
             .handshake_failed(HandshakeFailure::StaleRegistration);
-        let stale = Answer::error(
+        return finish(Answer::error(
             401,
             "Unauthorized",
             "stale_registration",
             "the URL belongs to a previous registration",
-        );
-        return finish(stream, stale).await;
+        ));
     }
     let role = match grant.role {
         Role::Environment => SocketRole::Executor,
@@ -565,55 +557,42 @@ where
                 .hub
                 .metrics()
                 .handshake_failed(HandshakeFailure::TooManySockets);
-            let crowded = Answer::error(
+            return finish(Answer::error(
                 429,
                 "Too Many Requests",
                 "too_many_sockets",
                 "this token holds as many relay sockets as it may",
-            );
-            return finish(stream, crowded).await;
+            ));
         }
     }
-    let Some(accept) = http::websocket_accept(head) else {
+    let Some(accept) = http::websocket_accept(request) else {
         state
             .hub
             .metrics()
             .handshake_failed(HandshakeFailure::NotWebSocket);
-        let not_upgrade = Answer::error(
+        return finish(Answer::error(
             426,
             "Upgrade Required",
             "upgrade_required",
             "expected a WebSocket upgrade",
-        );
-        return finish(stream, not_upgrade).await;
+        ));
     };
-    if stream
-        .write_all(http::switching_protocols(&accept).as_bytes())
-        .await
-        .is_err()
-    {
-        return Outcome::Done;
-    }
-    Outcome::Relay {
-        leftover,
+    let grant = RelayGrant {
         environment_id: grant.environment_id,
         role,
-    }
+    };
+    (http::switching_protocols(&accept), Some(grant))
 }
 
 /// Serves an upgraded relay socket.
-async fn relay<S>(
-    stream: S,
-    leftover: Vec<u8>,
-    environment_id: String,
-    role: SocketRole,
+async fn relay(
+    upgraded: Upgraded,
+    grant: RelayGrant,
     state: Arc<RegistryState>,
     config: &RendezvousConfig,
-) where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
+) {
     // Executor sockets carry every stream; harness sockets one or a few.
-    let buffer = match role {
+    let buffer = match grant.role {
         SocketRole::Executor => 128 * 1024,
         SocketRole::Harness(_) => 16 * 1024,
     };
@@ -622,10 +601,8 @@ async fn relay<S>(
         .max_frame_size(Some(config.max_frame_bytes))
         .read_buffer_size(buffer)
         .write_buffer_size(buffer);
-    let ws =
-        WebSocketStream::from_partially_read(stream, leftover, WsRole::Server, Some(ws_config))
-            .await;
-    socket::serve(ws, state.hub.clone(), environment_id, role, config.link).await;
+    let ws = WebSocketStream::from_raw_socket(upgraded, WsRole::Server, Some(ws_config)).await;
+    socket::serve(ws, state.hub.clone(), grant.environment_id, grant.role, config.link).await;
 }
 
 #[cfg(test)]

@@ -51,24 +51,26 @@ impl Drop for Scrapes {
 async fn serve(listener: TcpListener, shared: Shared) {
     let policy = std::sync::Arc::new(websocket::access_policy(&shared));
     loop {
-        let (mut stream, peer) = crate::accept::next_tcp(&listener).await;
+        let (stream, peer) = crate::accept::next_tcp(&listener).await;
         let (shared, policy) = (shared.clone(), policy.clone());
         tokio::spawn(async move {
             if super::refused_tcp(&stream, peer).await {
                 return super::refuse(stream, &peer.to_string()).await;
             }
-            let Some((head, _)) = websocket::read_request_head(&mut stream).await else {
-                return;
+            let scrape = |request| async move {
+                let decision = match http::decide(&request, &policy) {
+                    // Not a page of this port.
+                    http::Decision::Respond(http::StatusCode::UPGRADE_REQUIRED) => {
+                        http::Decision::Respond(http::StatusCode::NOT_FOUND)
+                    }
+                    decision => decision,
+                };
+                (
+                    websocket::answer(decision, Some(&shared.metrics)),
+                    None::<()>,
+                )
             };
-            let decision = match http::decide(&head, &policy) {
-                // Not a page of this port.
-                http::Decision::Respond { status: 426, .. } => http::Decision::Respond {
-                    status: 404,
-                    reason: "Not Found",
-                },
-                decision => decision,
-            };
-            websocket::answer(&mut stream, decision, Some(&shared.metrics)).await;
+            crate::net::http_server::serve_one(stream, http::HEAD_TIMEOUT, scrape).await;
         });
     }
 }

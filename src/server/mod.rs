@@ -341,16 +341,14 @@ async fn refused_tcp(stream: &tokio::net::TcpStream, peer: SocketAddr) -> bool {
 }
 
 /// Answers 403 to a peer inside a sandboxed subtree ([`peer_guard`]).
-async fn refuse<S>(mut stream: S, peer: &str)
+async fn refuse<S>(stream: S, peer: &str)
 where
-    S: tokio::io::AsyncWrite + Unpin,
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    use tokio::io::AsyncWriteExt;
+    use transport::http;
     tracing::warn!(%peer, "refused a connection from a sandboxed process");
-    let _ = stream
-        .write_all(transport::http::response(403, "Forbidden").as_bytes())
-        .await;
-    let _ = stream.shutdown().await;
+    let forbidden = |_| async { (http::refusal(http::StatusCode::FORBIDDEN), None::<()>) };
+    crate::net::http_server::serve_one(stream, http::HEAD_TIMEOUT, forbidden).await;
 }
 
 /// Binds a Unix socket readable and writable by the owner only. A stale

@@ -6,7 +6,8 @@
 //! ws://127.0.0.1:PORT` from either ran a command on the executor that
 //! wrote outside the sandbox. The owner's `exec`, `cp` and `attach` keep
 //! working without being handed the token; the token file is private, and
-//! goes with the listener.
+//! goes with the listener. The HTTP gate in front refuses oversize heads
+//! and cuts trickled ones.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -281,4 +282,25 @@ async fn insecure_no_auth_serves_any_local_process_and_says_so() {
     client.handshake().await;
     let info = client.call("environment/info", serde_json::json!({})).await;
     assert!(info["shell"]["path"].is_string(), "{info}");
+}
+
+/// The exec-server's HTTP gate (the one `connect` has too): an oversize
+/// head is refused and a head trickled a byte at a time is cut at the
+/// head deadline; a well-formed upgrade still gets through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gate_refuses_oversize_heads_and_cuts_trickled_ones() {
+    use crate::common::client::{blocking, http_status, upgrade_request, Server};
+    let server = Server::start(&[]);
+    let addr = server.addr().to_owned();
+    let oversize = upgrade_request(&addr, &format!("X-Pad: {}\r\n", "a".repeat(20_000)));
+    let to = addr.clone();
+    assert_eq!(blocking(move || http_status(&to, &oversize)).await, 431);
+    let socket: std::net::SocketAddr = addr.parse().expect("server address");
+    let trickled = format!("GET / HTTP/1.1\r\nX-Slow: {}", "a".repeat(400));
+    assert!(
+        crate::common::net::trickle_until_closed(socket, trickled.as_bytes()).await,
+        "a trickled head is cut"
+    );
+    let upgrade = upgrade_request(&addr, "");
+    assert_eq!(blocking(move || http_status(&addr, &upgrade)).await, 101);
 }

@@ -9,7 +9,9 @@
 //! body trickled a byte at a time) against the connection slots; one
 //! harness token claiming every stream or opening socket after socket; one
 //! harness sending garbage handshakes next to another harness's stream;
-//! and registrations with long ids, or never followed by an executor. Each
+//! and registrations with long ids, or never followed by an executor.
+//! Request framing: two lengths, a length with chunked framing, an unknown
+//! transfer coding and an oversize head are refused, never guessed. Each
 //! attack is paired with the legitimate work that must still get through.
 
 use std::io::Write;
@@ -21,6 +23,7 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::common::client::{BIN, WAIT};
+use crate::common::net::trickle_until_closed;
 use crate::common::redteam::{against, available, networked_workspace_sh, Launcher, Tree};
 use crate::common::reference_relay::ReferenceHarness;
 use crate::common::relay::{Executor, Rendezvous, EXECUTOR_CONNECTED};
@@ -200,37 +203,13 @@ async fn requests_that_never_finish_cannot_hold_the_connection_slots() {
     }
 }
 
-/// Writes one byte of `bytes` every 100 ms until the rendezvous closes the
-/// connection; returns whether it did (bounded).
-async fn trickle_until_closed(rendezvous: &Rendezvous, bytes: &[u8]) -> bool {
-    let stream = TcpStream::connect(rendezvous.addr())
-        .await
-        .expect("connect");
-    let (mut reader, mut writer) = stream.into_split();
-    let bytes = bytes.to_vec();
-    let trickle = tokio::spawn(async move {
-        for byte in bytes.iter().cycle() {
-            if writer.write_all(&[*byte]).await.is_err() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    });
-    let mut sink = Vec::new();
-    let closed = tokio::time::timeout(WAIT * 3, reader.read_to_end(&mut sink))
-        .await
-        .is_ok();
-    trickle.abort();
-    closed
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_trickled_a_byte_at_a_time_is_cut_at_the_deadline() {
     let rendezvous = Rendezvous::start(&["--request-timeout-secs", "2"]);
     let _executor = Executor::start(&rendezvous.url, "e-slow", &[], &[]);
     // Every byte arrives well within any per-read timeout; the whole request never does.
     assert!(
-        trickle_until_closed(&rendezvous, b"GET /readyz HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa").await,
+        trickle_until_closed(rendezvous.addr(), b"GET /readyz HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa").await,
         "a trickled head is cut"
     );
     let mut body =
@@ -238,7 +217,7 @@ async fn a_request_trickled_a_byte_at_a_time_is_cut_at_the_deadline() {
             .to_vec();
     body.extend(vec![b' '; 60000]);
     assert!(
-        trickle_until_closed(&rendezvous, &body).await,
+        trickle_until_closed(rendezvous.addr(), &body).await,
         "a trickled body is cut"
     );
     assert_eq!(readyz(&rendezvous).await.0, 200);
@@ -622,4 +601,66 @@ fn the_published_tokens_go_with_the_rendezvous() {
     for file in &files {
         assert!(!file.exists(), "{} outlived its rendezvous", file.display());
     }
+}
+
+/// A register call for `e1` with the executor token, with `framing`
+/// (headers saying how long the body is) before a valid body.
+fn register_request(framing: &str) -> Vec<u8> {
+    let body = serde_json::to_string(&codexbox::relay::registry_api::RegisterRequest {
+        security_profile: codexbox::relay::registry_api::SECURITY_PROFILE.into(),
+        executor_public_key: NoiseIdentity::generate()
+            .expect("identity")
+            .public_key()
+            .encode(),
+    })
+    .expect("register body");
+    let framing = framing.replace("{len}", &body.len().to_string());
+    format!(
+        "POST /cloud/environment/e1/register HTTP/1.1\r\nHost: r\r\n\
+         Authorization: Bearer exec-tok\r\n{framing}\r\n{body}"
+    )
+    .into_bytes()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registry_requests_of_ambiguous_length_or_oversize_heads_are_refused() {
+    let tokens = token_file("exec-tok e1 executor\n");
+    let rendezvous = Rendezvous::start(&["--tokens", &path_of(&tokens)]);
+    let status_of = |bytes: Vec<u8>| {
+        let rendezvous = &rendezvous;
+        async move { answer_of(&mut send_raw(rendezvous, &bytes).await).await }
+    };
+    // Two lengths: which one a front end believes decides where the next
+    // request starts. Neither is taken.
+    assert_eq!(
+        status_of(register_request(
+            "Content-Length: {len}\r\nContent-Length: 1\r\n"
+        ))
+        .await,
+        Some(400)
+    );
+    // A length and chunked framing: the length is not believed, and a
+    // registry call needs one.
+    assert_eq!(
+        status_of(register_request(
+            "Content-Length: {len}\r\nTransfer-Encoding: chunked\r\n"
+        ))
+        .await,
+        Some(411)
+    );
+    assert_eq!(
+        status_of(register_request("Transfer-Encoding: gzip\r\n")).await,
+        Some(400)
+    );
+    let huge = format!(
+        "X-Pad: {}\r\nContent-Length: {{len}}\r\n",
+        "a".repeat(20_000)
+    );
+    assert_eq!(status_of(register_request(&huge)).await, Some(431));
+    // The same call, framed once, registers.
+    assert_eq!(
+        status_of(register_request("Content-Length: {len}\r\n")).await,
+        Some(200)
+    );
+    assert_eq!(readyz(&rendezvous).await.0, 200);
 }

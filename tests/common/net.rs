@@ -855,3 +855,27 @@ async fn forward_one(mut client: tokio::net::TcpStream, seen: Arc<Mutex<Vec<Stri
         let _ = tokio::io::copy_bidirectional(&mut client, &mut origin).await;
     }
 }
+
+/// Writes one byte of `bytes` every 100 ms to `addr` until the server
+/// closes the connection; returns whether it did within three times
+/// [`super::client::WAIT`].
+pub async fn trickle_until_closed(addr: SocketAddr, bytes: &[u8]) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (mut reader, mut writer) = stream.into_split();
+    let bytes = bytes.to_vec();
+    let trickle = tokio::spawn(async move {
+        for byte in bytes.iter().cycle() {
+            if writer.write_all(&[*byte]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let mut sink = Vec::new();
+    let closed = tokio::time::timeout(super::client::WAIT * 3, reader.read_to_end(&mut sink))
+        .await
+        .is_ok();
+    trickle.abort();
+    closed
+}

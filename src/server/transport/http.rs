@@ -1,109 +1,26 @@
-//! The small HTTP layer in front of the WebSocket: reads the request head,
-//! answers `GET /readyz`, refuses browser origins (403) and missing or wrong
-//! bearer tokens (401), sends `GET /metrics` (behind the same token) to the
-//! metrics, and accepts the upgrade (101) — all before any byte
-//! is handed to the WebSocket codec. It also reads bounded request bodies
-//! for the rendezvous's registry API. Heads and bodies are bounded in size
-//! here; callers bound the time a whole request may take.
+//! The HTTP rules in front of a WebSocket (the exec-server's and
+//! `connect`'s listeners; the rendezvous shares the pieces): `GET /readyz`,
+//! browser origins refused (403), missing or wrong bearer tokens refused
+//! (401), `GET /metrics` sent to the metrics (behind the same token), and
+//! the upgrade accepted (101), all decided from the request
+//! head before any byte goes to the WebSocket codec. Requests are read and
+//! answered by hyper ([`crate::net::http_server`]).
 
 use std::time::Duration;
 
+use http::header::{
+    HeaderValue, AUTHORIZATION, CONNECTION, CONTENT_TYPE, ORIGIN, SEC_WEBSOCKET_ACCEPT,
+    SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_VERSION, UPGRADE, WWW_AUTHENTICATE,
+};
+pub use http::StatusCode;
+use http::{HeaderMap, Method, Request, Response};
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncRead, AsyncReadExt};
+use subtle::ConstantTimeEq;
 
-/// Largest request head accepted.
-const MAX_HEAD_BYTES: usize = 16 * 1024;
+pub use crate::net::http_server::{status, Body};
+
 /// How long a client may take to send its request head.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A parsed request head.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestHead {
-    pub method: String,
-    pub path: String,
-    pub headers: Vec<(String, String)>,
-}
-
-impl RequestHead {
-    /// The first header named `name` (case-insensitive).
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn header_has_token(&self, name: &str, token: &str) -> bool {
-        self.headers
-            .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .flat_map(|(_, v)| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case(token))
-    }
-}
-
-/// Why a head could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum HeadError {
-    #[error("connection closed before a complete request head")]
-    Closed,
-    #[error("request head exceeds {MAX_HEAD_BYTES} bytes")]
-    TooLarge,
-    #[error("malformed request head")]
-    Malformed,
-    #[error("reading request head: {0}")]
-    Io(#[from] std::io::Error),
-}
-
-/// Reads up to the blank line. Returns the head and any bytes read past it.
-pub async fn read_head<S: AsyncRead + Unpin>(
-    stream: &mut S,
-) -> Result<(RequestHead, Vec<u8>), HeadError> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 2048];
-    loop {
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 {
-            return Err(HeadError::Closed);
-        }
-        let scan_from = buf.len().saturating_sub(3);
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(pos) = find(&buf[scan_from..], b"\r\n\r\n") {
-            let end = scan_from + pos + 4;
-            let head = parse_head(&buf[..end]).ok_or(HeadError::Malformed)?;
-            return Ok((head, buf[end..].to_vec()));
-        }
-        if buf.len() > MAX_HEAD_BYTES {
-            return Err(HeadError::TooLarge);
-        }
-    }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-/// Parses `METHOD PATH HTTP/1.x` and the header lines.
-pub fn parse_head(bytes: &[u8]) -> Option<RequestHead> {
-    let text = std::str::from_utf8(bytes).ok()?;
-    let mut lines = text.split("\r\n");
-    let mut request_line = lines.next()?.split(' ');
-    let method = request_line.next()?.to_owned();
-    let path = request_line.next()?.to_owned();
-    if !request_line.next()?.starts_with("HTTP/1.") {
-        return None;
-    }
-    let mut headers = Vec::new();
-    for line in lines.take_while(|l| !l.is_empty()) {
-        let (name, value) = line.split_once(':')?;
-        headers.push((name.trim().to_owned(), value.trim().to_owned()));
-    }
-    Some(RequestHead {
-        method,
-        path,
-        headers,
-    })
-}
 
 /// Who may connect.
 #[derive(Debug, Clone, Default)]
@@ -119,120 +36,76 @@ pub struct AccessPolicy {
 pub enum Decision {
     /// Switch to WebSocket, answering with this `Sec-WebSocket-Accept`.
     Upgrade { accept: String },
-    /// Answer with a plain HTTP response and close.
-    Respond { status: u16, reason: &'static str },
+    /// Answer with this status and close.
+    Respond(StatusCode),
     /// Answer with the metrics exposition and close.
     Metrics,
 }
 
 /// Applies origin, readiness, auth and upgrade rules, in that order.
-pub fn decide(head: &RequestHead, policy: &AccessPolicy) -> Decision {
-    if let Some(origin) = head.header("origin") {
-        if !policy.allowed_origins.iter().any(|o| o == origin) {
-            return Decision::Respond {
-                status: 403,
-                reason: "Forbidden",
-            };
-        }
+pub fn decide<B>(request: &Request<B>, policy: &AccessPolicy) -> Decision {
+    if !origin_allowed(request.headers(), &policy.allowed_origins) {
+        return Decision::Respond(StatusCode::FORBIDDEN);
     }
-    let path = head.path.split('?').next().unwrap_or_default();
-    if path == "/readyz" {
-        return if head.method == "GET" || head.method == "HEAD" {
-            Decision::Respond {
-                status: 200,
-                reason: "OK",
-            }
-        } else {
-            Decision::Respond {
-                status: 405,
-                reason: "Method Not Allowed",
-            }
-        };
+    if request.uri().path() == "/readyz" {
+        return Decision::Respond(match *request.method() {
+            Method::GET | Method::HEAD => StatusCode::OK,
+            _ => StatusCode::METHOD_NOT_ALLOWED,
+        });
     }
     if let Some(expected) = &policy.token {
-        let presented = head.header("authorization").and_then(bearer_token);
+        let presented = header(request.headers(), AUTHORIZATION).and_then(bearer_token);
         if !presented.is_some_and(|p| token_matches(expected, p)) {
-            return Decision::Respond {
-                status: 401,
-                reason: "Unauthorized",
-            };
+            return Decision::Respond(StatusCode::UNAUTHORIZED);
         }
     }
-    if path == crate::metrics::PATH {
-        return if head.method == "GET" {
-            Decision::Metrics
-        } else {
-            Decision::Respond {
-                status: 405,
-                reason: "Method Not Allowed",
-            }
+    if request.uri().path() == crate::metrics::PATH {
+        return match *request.method() {
+            Method::GET => Decision::Metrics,
+            _ => Decision::Respond(StatusCode::METHOD_NOT_ALLOWED),
         };
     }
-    match websocket_accept(head) {
+    match websocket_accept(request) {
         Some(accept) => Decision::Upgrade { accept },
-        None => Decision::Respond {
-            status: 426,
-            reason: "Upgrade Required",
-        },
+        None => Decision::Respond(StatusCode::UPGRADE_REQUIRED),
     }
 }
 
-/// The `Sec-WebSocket-Accept` value when `head` is a valid WebSocket upgrade.
-pub fn websocket_accept(head: &RequestHead) -> Option<String> {
-    let key = head.header("sec-websocket-key")?;
-    let is_upgrade = head.method == "GET"
-        && head.header_has_token("connection", "upgrade")
-        && head.header_has_token("upgrade", "websocket")
-        && head.header("sec-websocket-version") == Some("13");
+/// Whether the request carries no `Origin`, or one of `allowed`.
+pub fn origin_allowed(headers: &HeaderMap, allowed: &[String]) -> bool {
+    headers
+        .get_all(ORIGIN)
+        .iter()
+        .all(|origin| allowed.iter().any(|o| o.as_bytes() == origin.as_bytes()))
+}
+
+/// The first value of `name`, when it is text.
+pub fn header(headers: &HeaderMap, name: http::header::HeaderName) -> Option<&str> {
+    headers.get(name).and_then(|value| value.to_str().ok())
+}
+
+/// The `Sec-WebSocket-Accept` value when `request` is a valid WebSocket
+/// upgrade.
+pub fn websocket_accept<B>(request: &Request<B>) -> Option<String> {
+    let headers = request.headers();
+    let key = headers.get(SEC_WEBSOCKET_KEY)?;
+    let is_upgrade = request.method() == Method::GET
+        && has_token(headers, CONNECTION, "upgrade")
+        && has_token(headers, UPGRADE, "websocket")
+        && headers
+            .get(SEC_WEBSOCKET_VERSION)
+            .map(HeaderValue::as_bytes)
+            == Some(b"13");
     is_upgrade.then(|| tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes()))
 }
 
-/// Why a request body could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum BodyError {
-    #[error("the request needs a valid Content-Length")]
-    LengthRequired,
-    #[error("the body exceeds {max} bytes")]
-    TooLarge { max: usize },
-    #[error("connection closed before the whole body")]
-    Closed,
-    #[error("reading the body: {0}")]
-    Io(#[from] std::io::Error),
-}
-
-/// Reads a request body of `Content-Length` bytes (at most `max`), starting
-/// with `leftover` (bytes read past the head). It has no deadline of its
-/// own: a caller bounds the whole request (head and body) with one, so a
-/// body trickled a byte at a time cannot hold the connection either.
-pub async fn read_body<S: AsyncRead + Unpin>(
-    stream: &mut S,
-    head: &RequestHead,
-    mut leftover: Vec<u8>,
-    max: usize,
-) -> Result<Vec<u8>, BodyError> {
-    let length: usize = head
-        .header("content-length")
-        .and_then(|value| value.trim().parse().ok())
-        .ok_or(BodyError::LengthRequired)?;
-    if length > max {
-        return Err(BodyError::TooLarge { max });
-    }
-    let mut chunk = [0u8; 4096];
-    while leftover.len() < length {
-        let n = stream.read(&mut chunk).await?;
-        let read = chunk.get(..n).filter(|read| !read.is_empty());
-        leftover.extend_from_slice(read.ok_or(BodyError::Closed)?);
-    }
-    leftover.truncate(length);
-    Ok(leftover)
-}
-
-/// The bytes of a response carrying a JSON body, closing the connection.
-pub fn json_response(status: u16, reason: &str, body: &str) -> String {
-    format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
+fn has_token(headers: &HeaderMap, name: http::header::HeaderName, token: &str) -> bool {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case(token))
 }
 
 /// The token of an `Authorization: Bearer TOKEN` header value, trimmed.
@@ -246,51 +119,74 @@ pub fn bearer_token(authorization: &str) -> Option<&str> {
 /// Constant-time token comparison (over fixed-length digests, so the length
 /// of the secret does not leak either).
 pub fn token_matches(expected: &str, presented: &str) -> bool {
-    let a = Sha256::digest(expected.as_bytes());
-    let b = Sha256::digest(presented.as_bytes());
-    a.iter()
-        .zip(b.iter())
-        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-        == 0
+    let expected = Sha256::digest(expected.as_bytes());
+    let presented = Sha256::digest(presented.as_bytes());
+    expected.ct_eq(&presented).into()
 }
 
-/// The bytes of a plain response that closes the connection.
-pub fn response(status: u16, reason: &str) -> String {
-    let extra = if status == 401 {
-        "WWW-Authenticate: Bearer\r\n"
-    } else {
-        ""
-    };
-    format!("HTTP/1.1 {status} {reason}\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n")
+/// An empty answer with `code` (`WWW-Authenticate: Bearer` on a 401).
+pub fn refusal(code: StatusCode) -> Response<Body> {
+    let mut response = status(code);
+    if code == StatusCode::UNAUTHORIZED {
+        response
+            .headers_mut()
+            .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    response
+}
+
+/// An answer carrying a JSON body.
+pub fn json(code: StatusCode, body: String) -> Response<Body> {
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = code;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
 }
 
 /// The 101 answer to an accepted upgrade.
-pub fn switching_protocols(accept: &str) -> String {
-    format!(
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
-    )
+pub fn switching_protocols(accept: &str) -> Response<Body> {
+    let mut response = status(StatusCode::SWITCHING_PROTOCOLS);
+    let headers = response.headers_mut();
+    headers.insert(UPGRADE, HeaderValue::from_static("websocket"));
+    headers.insert(CONNECTION, HeaderValue::from_static("Upgrade"));
+    if let Ok(accept) = HeaderValue::from_str(accept) {
+        headers.insert(SEC_WEBSOCKET_ACCEPT, accept);
+    }
+    response
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn head(lines: &str) -> RequestHead {
-        parse_head(
-            format!("{lines}\r\n\r\n")
-                .replace('\n', "\r\n")
-                .replace("\r\r", "\r")
-                .as_bytes(),
-        )
-        .unwrap()
+    fn request(method: &str, path: &str, headers: &[(&str, &str)]) -> Request<()> {
+        let mut builder = Request::builder().method(method).uri(path);
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        builder.body(()).unwrap()
     }
 
-    const UPGRADE: &str = "GET / HTTP/1.1\nHost: x\nConnection: keep-alive, Upgrade\nUpgrade: websocket\nSec-WebSocket-Version: 13\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==";
+    const UPGRADE_HEADERS: &[(&str, &str)] = &[
+        ("Host", "x"),
+        ("Connection", "keep-alive, Upgrade"),
+        ("Upgrade", "websocket"),
+        ("Sec-WebSocket-Version", "13"),
+        ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+    ];
+
+    fn upgrade_with(extra: &[(&str, &str)]) -> Request<()> {
+        let mut headers = UPGRADE_HEADERS.to_vec();
+        headers.extend_from_slice(extra);
+        request("GET", "/", &headers)
+    }
 
     #[test]
     fn upgrade_is_accepted_with_the_rfc_accept_key() {
         assert_eq!(
-            decide(&head(UPGRADE), &AccessPolicy::default()),
+            decide(&upgrade_with(&[]), &AccessPolicy::default()),
             Decision::Upgrade {
                 accept: "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=".into()
             }
@@ -300,68 +196,87 @@ mod tests {
     #[test]
     fn readyz_origin_and_token_rules() {
         let policy = AccessPolicy::default();
-        assert!(matches!(
-            decide(&head("GET /readyz HTTP/1.1"), &policy),
-            Decision::Respond { status: 200, .. }
-        ));
-        assert!(matches!(
-            decide(&head("GET /readyz HTTP/1.1\nOrigin: http://evil"), &policy),
-            Decision::Respond { status: 403, .. }
-        ));
+        let respond = |code| Decision::Respond(code);
+        assert_eq!(
+            decide(&request("GET", "/readyz?x", &[]), &policy),
+            respond(StatusCode::OK)
+        );
+        assert_eq!(
+            decide(&request("POST", "/readyz", &[]), &policy),
+            respond(StatusCode::METHOD_NOT_ALLOWED)
+        );
+        assert_eq!(
+            decide(
+                &request("GET", "/readyz", &[("Origin", "http://evil")]),
+                &policy
+            ),
+            respond(StatusCode::FORBIDDEN)
+        );
         let allowed = AccessPolicy {
             allowed_origins: vec!["http://ok".into()],
             ..Default::default()
         };
         assert!(matches!(
-            decide(&head(&format!("{UPGRADE}\nOrigin: http://ok")), &allowed),
+            decide(&upgrade_with(&[("Origin", "http://ok")]), &allowed),
             Decision::Upgrade { .. }
         ));
+        assert_eq!(
+            decide(
+                &upgrade_with(&[("Origin", "http://ok"), ("Origin", "http://evil")]),
+                &allowed
+            ),
+            respond(StatusCode::FORBIDDEN)
+        );
         let secured = AccessPolicy {
             token: Some("s3cret".into()),
             ..Default::default()
         };
-        assert!(matches!(
-            decide(&head(UPGRADE), &secured),
-            Decision::Respond { status: 401, .. }
-        ));
-        assert!(matches!(
-            decide(
-                &head(&format!("{UPGRADE}\nAuthorization: Bearer nope")),
-                &secured
-            ),
-            Decision::Respond { status: 401, .. }
-        ));
+        assert_eq!(
+            decide(&upgrade_with(&[]), &secured),
+            respond(StatusCode::UNAUTHORIZED)
+        );
+        assert_eq!(
+            decide(&upgrade_with(&[("Authorization", "Bearer nope")]), &secured),
+            respond(StatusCode::UNAUTHORIZED)
+        );
         assert!(matches!(
             decide(
-                &head(&format!("{UPGRADE}\nAuthorization: Bearer s3cret")),
+                &upgrade_with(&[("Authorization", "Bearer s3cret")]),
                 &secured
             ),
             Decision::Upgrade { .. }
         ));
-        assert!(matches!(
-            decide(&head("GET / HTTP/1.1"), &policy),
-            Decision::Respond { status: 426, .. }
-        ));
+        assert_eq!(
+            decide(&request("GET", "/", &[]), &policy),
+            respond(StatusCode::UPGRADE_REQUIRED)
+        );
     }
 
     #[test]
     fn metrics_are_behind_the_token_of_the_listener() {
         let open = AccessPolicy::default();
-        let metrics = head("GET /metrics HTTP/1.1");
+        let metrics = request("GET", "/metrics", &[]);
         assert_eq!(decide(&metrics, &open), Decision::Metrics);
-        assert!(matches!(
-            decide(&head("POST /metrics HTTP/1.1"), &open),
-            Decision::Respond { status: 405, .. }
-        ));
+        assert_eq!(
+            decide(&request("POST", "/metrics", &[]), &open),
+            Decision::Respond(StatusCode::METHOD_NOT_ALLOWED)
+        );
         let secured = AccessPolicy {
             token: Some("s3cret".into()),
             ..Default::default()
         };
-        assert!(matches!(
+        assert_eq!(
             decide(&metrics, &secured),
-            Decision::Respond { status: 401, .. }
-        ));
-        let presented = head("GET /metrics HTTP/1.1\nAuthorization: Bearer s3cret");
+            Decision::Respond(StatusCode::UNAUTHORIZED)
+        );
+        let presented = request("GET", "/metrics", &[("Authorization", "Bearer s3cret")]);
         assert_eq!(decide(&presented, &secured), Decision::Metrics);
+    }
+
+    #[test]
+    fn tokens_match_only_themselves() {
+        assert!(token_matches("s3cret", "s3cret"));
+        assert!(!token_matches("s3cret", "s3cre"));
+        assert!(!token_matches("s3cret", ""));
     }
 }

@@ -1,15 +1,16 @@
 //! WebSocket transport over TCP or a Unix socket: the HTTP gate
-//! ([`super::http`]), then one [`link`] per connection whose writer drains
-//! the connection's bounded outbound queue. The reader (this task) routes
-//! each message and reports what it hears to the connection's
-//! [`Liveness`]; it writes a takeover probe's ping through the link, and
-//! closes the connection when the link ends (the peer's deadline, a stalled
-//! write, a message over the cap: `1009`) or the server decided to (`1001`,
-//! saying why).
+//! ([`super::http`], served by hyper), then one [`link`] per connection
+//! whose writer drains the connection's bounded outbound queue. The reader
+//! (this task) routes each message and reports what it hears to the
+//! connection's [`Liveness`]; it writes a takeover probe's ping through the
+//! link, and closes the connection when the link ends (the peer's deadline,
+//! a stalled write, a message over the cap: `1009`) or the server decided
+//! to (`1001`, saying why).
 
 use std::sync::Arc;
 
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use ::http::{Response, StatusCode};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
@@ -19,6 +20,7 @@ use tokio_tungstenite::WebSocketStream;
 use super::http::{self, AccessPolicy, Decision};
 use crate::link::{self, Incoming, Link};
 use crate::metrics::exec::ExecMetrics;
+use crate::net::http_server::{serve_one, Body, Upgraded};
 use crate::server::config::OUTBOUND_QUEUE;
 use crate::server::connection::{Connection, Shared};
 use crate::server::liveness::Liveness;
@@ -55,74 +57,44 @@ pub async fn serve_stream<S>(
     }
 }
 
-/// Reads a request head, bounded in size and time; a malformed one is
-/// answered with 400. `None` when the connection ended here.
-pub async fn read_request_head<S>(stream: &mut S) -> Option<(http::RequestHead, Vec<u8>)>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    match tokio::time::timeout(http::HEAD_TIMEOUT, http::read_head(stream)).await {
-        Ok(Ok(read)) => Some(read),
-        Ok(Err(http::HeadError::Malformed)) | Ok(Err(http::HeadError::TooLarge)) => {
-            let _ = stream
-                .write_all(http::response(400, "Bad Request").as_bytes())
-                .await;
-            None
-        }
-        _ => None,
+/// A WebSocket accepted by [`accept_upgrade`].
+pub type AcceptedSocket = WebSocketStream<Upgraded>;
+
+/// The answer to a request that is not upgraded: the decided status, or
+/// the exposition of `metrics` (404 without metrics, and for an upgrade).
+pub fn answer(decision: Decision, metrics: Option<&ExecMetrics>) -> Response<Body> {
+    match (decision, metrics) {
+        (Decision::Respond(code), _) => http::refusal(code),
+        (Decision::Metrics, Some(metrics)) => crate::metrics::http_response(metrics.render()),
+        (Decision::Metrics | Decision::Upgrade { .. }, _) => http::refusal(StatusCode::NOT_FOUND),
     }
 }
 
-/// Answers a request that is not upgraded and closes the connection: the
-/// decided status, or the exposition of `metrics` (404 without metrics, and
-/// for an upgrade).
-pub async fn answer<S>(stream: &mut S, decision: Decision, metrics: Option<&ExecMetrics>)
-where
-    S: AsyncWrite + Unpin,
-{
-    let text = match (decision, metrics) {
-        (Decision::Respond { status, reason }, _) => http::response(status, reason),
-        (Decision::Metrics, Some(metrics)) => crate::metrics::http_response(&metrics.render()),
-        (Decision::Metrics | Decision::Upgrade { .. }, _) => http::response(404, "Not Found"),
-    };
-    let _ = stream.write_all(text.as_bytes()).await;
-    let _ = stream.shutdown().await;
-}
-
-/// The HTTP gate of every WebSocket listener: reads the request head
-/// (bounded in size and time), answers anything but an allowed upgrade
+/// The HTTP gate of every WebSocket listener: reads the request (its head
+/// bounded in size and time), answers anything but an allowed upgrade
 /// (`GET /metrics` from `metrics`), and upgrades the rest to a WebSocket
 /// whose messages and frames are capped at `cap` bytes. `None` when the
 /// connection ended here.
 pub async fn accept_upgrade<S>(
-    mut stream: S,
+    stream: S,
     policy: &AccessPolicy,
     cap: usize,
     metrics: Option<&ExecMetrics>,
-) -> Option<WebSocketStream<S>>
+) -> Option<AcceptedSocket>
 where
-    S: AsyncRead + AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (head, leftover) = read_request_head(&mut stream).await?;
-    match http::decide(&head, policy) {
-        Decision::Upgrade { accept } => {
-            stream
-                .write_all(http::switching_protocols(&accept).as_bytes())
-                .await
-                .ok()?;
-            let config = WebSocketConfig::default()
-                .max_message_size(Some(cap))
-                .max_frame_size(Some(cap));
-            let ws =
-                WebSocketStream::from_partially_read(stream, leftover, Role::Server, Some(config))
-                    .await;
-            Some(ws)
+    let (upgraded, ()) = serve_one(stream, http::HEAD_TIMEOUT, |request| async move {
+        match http::decide(&request, policy) {
+            Decision::Upgrade { accept } => (http::switching_protocols(&accept), Some(())),
+            decision => (answer(decision, metrics), None),
         }
-        decision => {
-            answer(&mut stream, decision, metrics).await;
-            None
-        }
-    }
+    })
+    .await?;
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(cap))
+        .max_frame_size(Some(cap));
+    Some(WebSocketStream::from_raw_socket(upgraded, Role::Server, Some(config)).await)
 }
 
 async fn run<S>(ws: WebSocketStream<S>, peer: String, shared: Shared, mut watcher: Watcher)
