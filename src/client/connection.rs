@@ -25,6 +25,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use super::{ClientError, Notification, RpcError};
 use crate::link::{self, Link};
+use crate::net::url::WebUrl;
 use crate::relay::harness::{HarnessConfig, RelayStream};
 use crate::sync::lock;
 
@@ -64,14 +65,11 @@ impl Endpoint {
             url: url.to_owned(),
             reason: reason.to_owned(),
         };
-        if let Some(rest) = url.strip_prefix("ws://") {
-            let authority = rest.split('/').next().unwrap_or_default();
-            if authority.is_empty() {
-                return Err(invalid("missing host:port"));
-            }
+        if url.starts_with("ws://") {
+            let parsed = WebUrl::parse(url).map_err(|err| invalid(err.reason))?;
             Ok(Self::Tcp {
                 url: url.to_owned(),
-                authority: authority.to_owned(),
+                authority: parsed.authority(),
             })
         } else if let Some(path) = url.strip_prefix("unix://") {
             if !path.starts_with('/') {

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
+use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS, NON_ALPHANUMERIC};
 use sha2::Sha256;
 
 /// Prefix of a harness key authorization.
@@ -116,32 +117,26 @@ fn decode_key(contents: &[u8]) -> Vec<u8> {
         .unwrap_or_else(|| contents.to_vec())
 }
 
-/// Percent-encodes a path segment: every byte that would end or split it
+/// What a path segment escapes: every byte that would end or split it
 /// (`/`, `?`, `#`), and every byte outside printable ASCII; `%` itself
 /// stays, so a segment that arrived in a request path comes out as it came.
+const PATH_SEGMENT_ESCAPED: &AsciiSet = &CONTROLS.add(b' ').add(b'/').add(b'?').add(b'#');
+
+/// Percent-encodes a path segment (see [`PATH_SEGMENT_ESCAPED`]).
 pub fn path_segment(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for byte in value.bytes() {
-        if byte.is_ascii_graphic() && !matches!(byte, b'/' | b'?' | b'#') {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
+    utf8_percent_encode(value, PATH_SEGMENT_ESCAPED).to_string()
 }
+
+/// What a query value keeps unescaped: RFC 3986's unreserved characters.
+const QUERY_VALUE_ESCAPED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
 
 /// Percent-encodes a query value (unreserved characters stay).
 pub fn percent_encode(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for byte in value.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
+    utf8_percent_encode(value, QUERY_VALUE_ESCAPED).to_string()
 }
 
 /// Decodes a query component: `+` as space, then `%XX` escapes; `None` on
