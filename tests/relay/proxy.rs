@@ -80,17 +80,24 @@ fn registry_answering(answer: &'static str) -> String {
     url
 }
 
+/// What an executor registering with a registry that answers `answer`
+/// says on stderr before it exits (it must fail).
+fn executor_refused_by(answer: &'static str, environment: &str) -> String {
+    let registry = registry_answering(answer);
+    let mut executor = Executor::spawn(&registry, environment, &[], &[]);
+    let status = executor.proc.wait().expect("the executor exits");
+    assert!(!status.success());
+    executor.proc.stderr()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interim_answer_is_not_taken_for_the_registry_answer() {
-    let registry = registry_answering(
+    let stderr = executor_refused_by(
         "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\n\
          HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\ncontent-length: 48\r\n\r\n\
          {\"error\":{\"code\":\"nope\",\"message\":\"final word\"}}",
+        "env-1xx",
     );
-    let mut executor = Executor::spawn(&registry, "env-1xx", &[], &[]);
-    let status = executor.proc.wait().expect("the executor exits");
-    assert!(!status.success());
-    let stderr = executor.proc.stderr();
     assert!(
         stderr.contains("authentication failed (401 Unauthorized): final word"),
         "{stderr}"
@@ -99,14 +106,11 @@ async fn an_interim_answer_is_not_taken_for_the_registry_answer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_registry_answer_with_conflicting_lengths_is_refused() {
-    let registry = registry_answering(
+    let stderr = executor_refused_by(
         "HTTP/1.1 401 Unauthorized\r\ncontent-length: 2\r\ncontent-length: 48\r\n\r\n\
          {\"error\":{\"code\":\"nope\",\"message\":\"final word\"}}",
+        "env-cl",
     );
-    let mut executor = Executor::spawn(&registry, "env-cl", &[], &[]);
-    let status = executor.proc.wait().expect("the executor exits");
-    assert!(!status.success());
-    let stderr = executor.proc.stderr();
     assert!(
         stderr.contains("environment registry request failed: error sending request"),
         "{stderr}"
