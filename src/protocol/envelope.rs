@@ -81,6 +81,34 @@ impl RpcError {
     }
 }
 
+/// The family of the method a path arrived in. A path this host cannot use
+/// (a non-native URI as the fs path, the process cwd, or anywhere in a
+/// `sandbox`: an entry, its cwd, a workspace root) is answered, as the
+/// reference answers it, with ‑32600 in the `fs/*` methods and ‑32602 in
+/// `process/start`. This is the one place that choice is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestFamily {
+    /// `fs/*`.
+    Filesystem,
+    /// `process/start`.
+    Process,
+}
+
+impl RequestFamily {
+    /// The JSON-RPC code of a path error in this family.
+    pub const fn path_error_code(self) -> i64 {
+        match self {
+            RequestFamily::Filesystem => code::INVALID_REQUEST,
+            RequestFamily::Process => code::INVALID_PARAMS,
+        }
+    }
+
+    /// A path error in this family.
+    pub fn path_error(self, message: impl Into<String>) -> RpcError {
+        RpcError::new(self.path_error_code(), message)
+    }
+}
+
 /// A request id: a string or a 64-bit integer, echoed with its JSON type.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum RequestId {

@@ -14,7 +14,7 @@ pub mod sandbox;
 pub mod schema;
 pub mod session;
 
-pub use envelope::{RequestId, RpcError};
+pub use envelope::{RequestFamily, RequestId, RpcError};
 
 /// Standard padded base64, the encoding of every byte field on the wire
 /// (output chunks, file blocks), SIMD-accelerated where the CPU allows.
@@ -22,7 +22,7 @@ pub fn base64() -> &'static base64::engine::Simd {
     static ENGINE: std::sync::OnceLock<base64::engine::Simd> = std::sync::OnceLock::new();
     ENGINE.get_or_init(|| base64::engine::Simd::standard(base64::engine::general_purpose::PAD))
 }
-pub use path::{PathDialect, PathError, RequestFamily, WirePath};
+pub use path::{PathDialect, PathError, WirePath};
 
 /// `initialize`.
 pub const METHOD_INITIALIZE: &str = "initialize";

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::envelope::RpcError;
-use super::path::{RequestFamily, WirePath};
+use super::envelope::{RequestFamily, RpcError};
+use super::path::WirePath;
 use crate::sandbox::policy::{
     FileSystemAccessMode, FileSystemPath, FileSystemSandboxEntry, FileSystemSpecialPath,
     ManagedFileSystemPermissions, NetworkSandboxPolicy, PermissionProfile, SandboxPolicy,
