@@ -69,3 +69,4 @@ pub mod sync;
 pub mod sys;
 pub mod terminal_text;
 pub mod wire;
+pub mod wire_path;

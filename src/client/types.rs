@@ -9,11 +9,11 @@ use base64::Engine as _;
 use serde::Deserialize;
 
 use super::Notification;
-use crate::protocol::path::WirePath;
 use crate::protocol::process::{
     ClosedNotification, ExitedNotification, StreamKind, NOTIFY_CLOSED, NOTIFY_EXITED, NOTIFY_OUTPUT,
 };
 use crate::protocol::schema::OutputNotification;
+use crate::wire_path::WirePath;
 
 /// Standard padded base64, the encoding of every byte field on the wire.
 pub(crate) fn b64() -> &'static base64::engine::Simd {

@@ -29,7 +29,7 @@ use crate::protocol::capability::{
     TextFile, MAX_ROOTS_PER_REQUEST, PLUGIN_MANIFEST_PATHS,
 };
 use crate::protocol::fs::{WalkEntryKind, WalkOptions, WalkParams};
-use crate::protocol::path::{to_file_uri, PathDialect, WirePath};
+use crate::wire_path::{to_file_uri, PathDialect, WirePath};
 
 const MAX_SCAN_DEPTH: usize = 6;
 const MAX_DIRECTORIES_PER_ROOT: usize = 2_000;

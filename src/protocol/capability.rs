@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::path::WirePath;
+use crate::wire_path::WirePath;
 
 /// `capabilityRoots/discoverV1`.
 pub const METHOD_DISCOVER: &str = "capabilityRoots/discoverV1";

@@ -5,8 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::path::WirePath;
 use super::sandbox::FileSystemSandboxContext;
+use crate::wire_path::WirePath;
 
 /// Method names of the filesystem API.
 pub mod method {
@@ -415,7 +415,7 @@ pub struct PathFieldsProbe {
 
 impl PathFieldsProbe {
     /// The first path field that is a string but not a valid wire path.
-    pub fn first_invalid(&self) -> Option<super::path::PathError> {
+    pub fn first_invalid(&self) -> Option<crate::wire_path::PathError> {
         [&self.path, &self.source_path, &self.destination_path]
             .into_iter()
             .flatten()

@@ -8,7 +8,6 @@ pub mod fs;
 pub mod http;
 pub mod method;
 pub mod network;
-pub mod path;
 pub mod process;
 pub mod sandbox;
 pub mod schema;
@@ -22,7 +21,7 @@ pub fn base64() -> &'static base64::engine::Simd {
     static ENGINE: std::sync::OnceLock<base64::engine::Simd> = std::sync::OnceLock::new();
     ENGINE.get_or_init(|| base64::engine::Simd::standard(base64::engine::general_purpose::PAD))
 }
-pub use path::{PathDialect, PathError, WirePath};
+pub use crate::wire_path::{PathDialect, PathError, WirePath};
 
 /// `initialize`.
 pub const METHOD_INITIALIZE: &str = "initialize";

@@ -7,7 +7,7 @@ use base64::Engine;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-use super::path::WirePath;
+use crate::wire_path::WirePath;
 
 /// `process/start`.
 pub const METHOD_START: &str = "process/start";

@@ -14,12 +14,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::envelope::{RequestFamily, RpcError};
-use super::path::WirePath;
 use crate::sandbox::policy::{
     FileSystemAccessMode, FileSystemPath, FileSystemSandboxEntry, FileSystemSpecialPath,
     ManagedFileSystemPermissions, NetworkSandboxPolicy, PermissionProfile, SandboxPolicy,
     PROJECT_ROOTS_GLOB_PREFIX,
 };
+use crate::wire_path::WirePath;
 
 /// Windows sandbox level; accepted and ignored on Linux.
 #[derive(

@@ -17,9 +17,9 @@ use serde_json::{json, Map, Value};
 
 use super::envelope::RequestId;
 use super::method::{self, Method};
-use super::path::WirePath;
 use super::{http, network, process as proc, sandbox};
 use crate::sandbox::policy;
+use crate::wire_path::WirePath;
 
 /// Where the schema files live, relative to the crate root.
 pub const SCHEMA_DIR: &str = "resources/schema";

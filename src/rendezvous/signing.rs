@@ -142,7 +142,7 @@ pub fn percent_encode(value: &str) -> String {
 /// Decodes a query component: `+` as space, then `%XX` escapes; `None` on
 /// a bad escape or bad UTF-8.
 pub fn percent_decode(value: &str) -> Option<String> {
-    let bytes = crate::protocol::path::percent_decode(&value.replace('+', " "))?;
+    let bytes = crate::wire_path::percent_decode(&value.replace('+', " "))?;
     String::from_utf8(bytes).ok()
 }
 

@@ -17,13 +17,13 @@ use crate::process::env_policy::child_env;
 use crate::process::kill::parse_signal;
 use crate::process::{LaunchSpec, ManagedProcess, ProcessOptions, SpawnError};
 use crate::protocol::environment::{EnvironmentInfo, EnvironmentStatus, ShellInfo};
-use crate::protocol::path::to_file_uri;
 use crate::protocol::process::{
     ReadParams, ResizeParams, SignalParams, StartParams, StartResult, TerminateParams,
     TerminateResult, WriteParams, WriteResult, WriteStatus,
 };
 use crate::protocol::session::SessionListResult;
 use crate::protocol::{InitializeParams, InitializeResult, RequestId, RpcError};
+use crate::wire_path::to_file_uri;
 
 /// `initialize`: a new session, or the resumed one (taken over from a
 /// connection that is gone), with the grace period asked for.

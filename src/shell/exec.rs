@@ -20,9 +20,9 @@ use super::target::TargetArgs;
 use super::terminal::{self, RawMode};
 use super::{ConnectionArgs, Place, ShellError};
 use crate::client::{ClientError, RemoteExecServerClient, StartParams};
-use crate::protocol::path::WirePath;
 use crate::protocol::process::{EnvInherit, EnvPolicy};
 use crate::protocol::sandbox::FileSystemSandboxContext;
+use crate::wire_path::WirePath;
 
 const NAME: &str = "codexbox exec";
 /// How long a detached command's session survives without a client, unless

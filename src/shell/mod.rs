@@ -25,8 +25,8 @@ use std::time::Duration;
 
 use crate::client::remote::RECOVERY_WINDOW;
 use crate::client::{ClientError, ConnectOptions};
-use crate::protocol::path::WirePath;
 use crate::terminal_text::Escaped;
+use crate::wire_path::WirePath;
 use attachment::{Attachment, Outcome};
 
 /// Exit code when the connection is lost or cannot be made (as ssh does).

@@ -183,7 +183,7 @@ impl Dialect {
     pub fn path(self, path: &Path) -> String {
         match self {
             Dialect::Native => path.to_string_lossy().into_owned(),
-            Dialect::Uri => codexbox::protocol::path::to_file_uri(path.as_os_str()),
+            Dialect::Uri => codexbox::wire_path::to_file_uri(path.as_os_str()),
         }
     }
 }

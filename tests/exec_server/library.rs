@@ -87,7 +87,7 @@ async fn embedded_server_runs_a_process_and_touches_files() {
     client.fs_write_file(file, b"hi", None).await.unwrap();
     assert_eq!(client.fs_read_file(file, None).await.unwrap(), b"hi");
     // The file: URI dialect reaches the same file.
-    let uri = codexbox::protocol::path::to_file_uri(std::ffi::OsStr::new(file));
+    let uri = codexbox::wire_path::to_file_uri(std::ffi::OsStr::new(file));
     assert_eq!(client.fs_read_file(&uri, None).await.unwrap(), b"hi");
 
     // The shutdown future stops it cleanly.

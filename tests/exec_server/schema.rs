@@ -524,7 +524,7 @@ fn client_params_match_the_schemas() {
     use codexbox::client::{ReadParams, StartParams};
     let start = StartParams::new("p1", ["echo", "hi"])
         .tty(true)
-        .cwd(codexbox::protocol::path::WirePath::parse("file:///tmp").unwrap());
+        .cwd(codexbox::wire_path::WirePath::parse("file:///tmp").unwrap());
     let sent = serde_json::to_value(&start).unwrap();
     assert_eq!(sent["cwd"], "file:///tmp", "the cwd keeps its dialect");
     assert_valid(&load_method("process/start", "params"), &sent);

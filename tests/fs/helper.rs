@@ -38,14 +38,14 @@ fn one_request_form_accepts_file_uris_and_answers_in_kind() {
     let dir = workdir();
     let real = std::fs::canonicalize(dir.path()).unwrap();
     std::os::unix::fs::symlink(&real, real.join("alias")).unwrap();
-    let uri = codexbox::protocol::path::to_file_uri(real.join("alias").as_os_str());
+    let uri = codexbox::wire_path::to_file_uri(real.join("alias").as_os_str());
     let request = json!({"operation": "fs/canonicalize", "params": {"path": uri}});
     let (code, stdout, _) = helper_once(&["fs-helper"], &request.to_string());
     assert_eq!(code, 0);
     let answer: Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(
         answer["payload"]["response"]["path"],
-        json!(codexbox::protocol::path::to_file_uri(real.as_os_str()))
+        json!(codexbox::wire_path::to_file_uri(real.as_os_str()))
     );
 }
 

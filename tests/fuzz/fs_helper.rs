@@ -46,7 +46,7 @@ fn scratch() -> (tempfile::TempDir, Vec<String>) {
     for name in ["a", "d", "e", "missing"] {
         let path = dir.path().join(name);
         paths.push(path.to_string_lossy().into_owned());
-        paths.push(codexbox::protocol::path::to_file_uri(path.as_os_str()));
+        paths.push(codexbox::wire_path::to_file_uri(path.as_os_str()));
     }
     (dir, paths)
 }

@@ -1,4 +1,4 @@
-//! Paths on the wire (`protocol::path`): `file:` URIs and native paths.
+//! Paths on the wire (`wire_path`): `file:` URIs and native paths.
 //! Whatever parses is absolute and NUL-free and renders back to itself in
 //! its dialect; every absolute byte path survives `to_file_uri` → parse.
 
@@ -6,8 +6,8 @@ use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
-use codexbox::protocol::path::{to_file_uri, PathDialect, WirePath};
 use codexbox::sandbox::policy::{abs_path, normalize};
+use codexbox::wire_path::{to_file_uri, PathDialect, WirePath};
 use proptest::prelude::*;
 
 use crate::common::fuzz;

@@ -175,7 +175,7 @@ fn scratch(root: &Path) -> Vec<String> {
     for name in ["a", "b", "d", "e", "missing"] {
         let path = root.join(name);
         paths.push(path.to_string_lossy().into_owned());
-        paths.push(codexbox::protocol::path::to_file_uri(path.as_os_str()));
+        paths.push(codexbox::wire_path::to_file_uri(path.as_os_str()));
     }
     paths
 }

@@ -34,7 +34,7 @@ pub enum SandboxPolicy {
         network_access: NetworkSandboxPolicy,
     },
     WorkspaceWrite {
-        #[schemars(with = "Vec<crate::protocol::path::WirePath>")]
+        #[schemars(with = "Vec<crate::wire_path::WirePath>")]
         #[serde(default, with = "abs_path::vec")]
         writable_roots: Vec<PathBuf>,
         #[serde(default)]

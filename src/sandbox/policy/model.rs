@@ -9,7 +9,7 @@ use std::path::{Component, Path, PathBuf};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::protocol::path::WirePath;
+use crate::wire_path::WirePath;
 
 pub const PROTECTED_METADATA_NAMES: [&str; 3] = [".git", ".agents", ".codex"];
 
@@ -173,7 +173,7 @@ impl<'de> Deserialize<'de> for FileSystemSpecialPath {
 pub enum FileSystemPath {
     /// An absolute path (native or `file:` URI on input), lexically normalised.
     Path {
-        #[schemars(with = "crate::protocol::path::WirePath")]
+        #[schemars(with = "crate::wire_path::WirePath")]
         #[serde(with = "abs_path")]
         path: PathBuf,
     },
@@ -228,7 +228,7 @@ pub mod abs_path {
     pub fn serialize<S: Serializer>(path: &Path, s: S) -> Result<S::Ok, S::Error> {
         match path.to_str() {
             Some(text) => s.serialize_str(text),
-            None => s.serialize_str(&crate::protocol::path::to_file_uri(path.as_os_str())),
+            None => s.serialize_str(&crate::wire_path::to_file_uri(path.as_os_str())),
         }
     }
 
