@@ -162,36 +162,6 @@ impl JsonSchema for policy::FileSystemSpecialPath {
     }
 }
 
-/// Adds the untagged shape older writers produced to the schema of
-/// [`policy::PermissionProfile`], whose `Deserialize` takes it (an object
-/// without `type`: `network.enabled`, `file_system.entries`, `read`,
-/// `write`; a managed, restricted profile).
-pub(crate) fn add_legacy_profile_shape(schema: &mut Schema) {
-    let legacy = json!({
-        "description": "The untagged shape of older writers (no `type`): a managed, restricted profile whose entries are `entries` plus `read` and `write` paths.",
-        "type": "object",
-        "not": { "required": ["type"] },
-        "properties": {
-            "network": {
-                "type": ["object", "null"],
-                "properties": { "enabled": { "type": "boolean", "default": false } }
-            },
-            "file_system": {
-                "type": ["object", "null"],
-                "properties": {
-                    "entries": { "type": "array", "items": { "$ref": "#/$defs/FileSystemSandboxEntry" } },
-                    "glob_scan_max_depth": { "type": ["integer", "null"], "minimum": 1 },
-                    "read": { "type": "array", "items": WirePath::json_schema(&mut SchemaGenerator::default()) },
-                    "write": { "type": "array", "items": WirePath::json_schema(&mut SchemaGenerator::default()) }
-                }
-            }
-        }
-    });
-    if let Some(Value::Array(branches)) = schema.get_mut("oneOf") {
-        branches.push(legacy);
-    }
-}
-
 fn settings() -> SchemaSettings {
     SchemaSettings::draft2020_12()
 }

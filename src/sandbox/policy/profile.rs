@@ -7,8 +7,10 @@
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 
+use schemars::JsonSchema as _;
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{json, Value};
 
 use super::legacy::SandboxPolicy;
 use super::model::{
@@ -18,6 +20,37 @@ use super::model::{
 };
 use super::resolve::default_read_only_subpaths;
 use super::runtime::FileSystemSandboxPolicy;
+use crate::wire_path::WirePath;
+
+/// Adds the untagged shape older writers produced to the schema of
+/// [`PermissionProfile`], whose `Deserialize` takes it (an object
+/// without `type`: `network.enabled`, `file_system.entries`, `read`,
+/// `write`; a managed, restricted profile).
+fn add_legacy_profile_shape(schema: &mut schemars::Schema) {
+    let legacy = json!({
+        "description": "The untagged shape of older writers (no `type`): a managed, restricted profile whose entries are `entries` plus `read` and `write` paths.",
+        "type": "object",
+        "not": { "required": ["type"] },
+        "properties": {
+            "network": {
+                "type": ["object", "null"],
+                "properties": { "enabled": { "type": "boolean", "default": false } }
+            },
+            "file_system": {
+                "type": ["object", "null"],
+                "properties": {
+                    "entries": { "type": "array", "items": { "$ref": "#/$defs/FileSystemSandboxEntry" } },
+                    "glob_scan_max_depth": { "type": ["integer", "null"], "minimum": 1 },
+                    "read": { "type": "array", "items": WirePath::json_schema(&mut schemars::SchemaGenerator::default()) },
+                    "write": { "type": "array", "items": WirePath::json_schema(&mut schemars::SchemaGenerator::default()) }
+                }
+            }
+        }
+    });
+    if let Some(Value::Array(branches)) = schema.get_mut("oneOf") {
+        branches.push(legacy);
+    }
+}
 
 /// The filesystem half of a managed profile.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -36,7 +69,7 @@ pub enum ManagedFileSystemPermissions {
 /// (`--permission-profile JSON`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
-#[schemars(transform = crate::protocol::schema::add_legacy_profile_shape)]
+#[schemars(transform = add_legacy_profile_shape)]
 pub enum PermissionProfile {
     /// codexbox enforces the filesystem and network rules.
     Managed {
