@@ -16,7 +16,7 @@
 //! - `exec`, `attach`, `ps` and `cp` ([`shell`]): a remote shell for people.
 //!
 //! The library surface: [`protocol`] types, [`client::ExecServerClient`],
-//! [`server::run_main`] and the sandbox policy types in [`sandbox::policy`].
+//! [`server::run_main`] and the sandbox policy types in [`policy`].
 //! The JSON Schema of every message ships in `resources/schema/`, generated
 //! from the protocol types by [`protocol::schema::files`].
 //!
@@ -54,6 +54,7 @@ pub mod logging;
 pub mod metrics;
 pub mod mode;
 pub mod net;
+pub mod policy;
 pub mod process;
 pub mod protocol;
 pub mod relay;

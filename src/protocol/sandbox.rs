@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::envelope::{RequestFamily, RpcError};
-use crate::sandbox::policy::{
+use crate::policy::{
     FileSystemAccessMode, FileSystemPath, FileSystemSandboxEntry, FileSystemSpecialPath,
     ManagedFileSystemPermissions, NetworkSandboxPolicy, PermissionProfile, SandboxPolicy,
     PROJECT_ROOTS_GLOB_PREFIX,

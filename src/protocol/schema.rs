@@ -18,7 +18,7 @@ use serde_json::{json, Map, Value};
 use super::envelope::RequestId;
 use super::method::{self, Method};
 use super::{http, network, process as proc, sandbox};
-use crate::sandbox::policy;
+use crate::policy;
 use crate::wire_path::WirePath;
 
 /// Where the schema files live, relative to the crate root.

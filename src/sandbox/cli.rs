@@ -22,12 +22,12 @@ use std::path::{Path, PathBuf};
 
 use clap::{CommandFactory, Parser, ValueEnum};
 
-use crate::sandbox::bwrap_args::{self, BwrapInputs, InnerCommand};
-use crate::sandbox::launcher;
-use crate::sandbox::policy::{
+use crate::policy::{
     FileSystemAccessMode, FileSystemSandboxKind, FileSystemSandboxPolicy, NetworkSandboxPolicy,
     PermissionProfile, ResolvedPolicy, SandboxPolicy,
 };
+use crate::sandbox::bwrap_args::{self, BwrapInputs, InnerCommand};
+use crate::sandbox::launcher;
 use crate::sandbox::proxy_routing::{self, HostRouting, RouteSpec};
 use crate::sandbox::route_bridges;
 use crate::sandbox::seccomp::SeccompMode;
@@ -321,11 +321,11 @@ pub fn profile_from_args(args: &Args) -> Result<PermissionProfile, Failure> {
 
 fn absolute(p: &Path) -> Result<PathBuf, Failure> {
     if p.is_absolute() {
-        return Ok(crate::sandbox::policy::normalize(p));
+        return Ok(crate::policy::normalize(p));
     }
     let here = std::env::current_dir()
         .map_err(|e| fail(format!("cannot read the current directory: {e}")))?;
-    Ok(crate::sandbox::policy::normalize(&here.join(p)))
+    Ok(crate::policy::normalize(&here.join(p)))
 }
 
 /// Everything a run needs, resolved once.
@@ -398,7 +398,7 @@ pub(crate) fn prepare(args: &Args) -> Result<Prepared, Failure> {
         // No proxy bridges in this build: keep the network closed.
         profile = match profile {
             PermissionProfile::Disabled => PermissionProfile::Managed {
-                file_system: crate::sandbox::policy::ManagedFileSystemPermissions::Unrestricted,
+                file_system: crate::policy::ManagedFileSystemPermissions::Unrestricted,
                 network: NetworkSandboxPolicy::Restricted,
             },
             p => p.with_network(NetworkSandboxPolicy::Restricted),

@@ -23,9 +23,9 @@ use std::process::Command;
 use clap::{CommandFactory, Parser};
 
 use crate::cli::ParseExit;
+use crate::policy::{normalize, NetworkSandboxPolicy, PermissionProfile};
 use crate::runtime_paths::ExecServerRuntimePaths;
 use crate::sandbox::cli::Backend;
-use crate::sandbox::policy::{normalize, NetworkSandboxPolicy, PermissionProfile};
 
 const PREFIX: &str = "codexbox sandbox";
 

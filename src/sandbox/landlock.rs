@@ -3,7 +3,7 @@
 //! asked for with `--use-legacy-landlock` / `--backend landlock`.
 //!
 //! Input: the policy resolved against the cwd ([`ResolvedPolicy`], owned by
-//! `sandbox::policy`). [`plan`] turns it into Landlock path rules and the
+//! `policy`). [`plan`] turns it into Landlock path rules and the
 //! list of rules Landlock cannot express; [`apply`] confines the calling
 //! process right before exec. It never runs a command unsandboxed: when the
 //! kernel does not enforce the ruleset it fails.
@@ -38,8 +38,8 @@ use landlock::{
     RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 
+use crate::policy::{FileSystemSandboxKind, NetworkSandboxPolicy, ResolvedPolicy};
 use crate::sandbox::glob::{self, GlobError, Scanner};
-use crate::sandbox::policy::{FileSystemSandboxKind, NetworkSandboxPolicy, ResolvedPolicy};
 use crate::sandbox::probe;
 use crate::sandbox::seccomp::{HostShared, SeccompError, SeccompMode, SeccompProgram};
 use crate::sys::confine::{self, ConfineError};

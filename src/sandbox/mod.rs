@@ -8,7 +8,6 @@ pub mod glob;
 pub mod inner;
 pub mod landlock;
 pub mod launcher;
-pub mod policy;
 pub mod probe;
 pub mod proxy_routing;
 pub mod read_only_links;

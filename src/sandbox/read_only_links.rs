@@ -12,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::sandbox::policy::{normalize, ResolvedPolicy};
+use crate::policy::{normalize, ResolvedPolicy};
 
 /// Protected metadata that is, or lies behind, a symlink inside a
 /// writable root.
@@ -72,7 +72,7 @@ fn writable_symlink_on(path: &Path, writable: &[&Path]) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::policy::FileSystemSandboxPolicy;
+    use crate::policy::FileSystemSandboxPolicy;
 
     #[test]
     fn a_symlinked_metadata_name_in_a_writable_root_is_refused_naming_both() {
@@ -107,9 +107,9 @@ mod tests {
         let mut with_docs = policy.clone();
         with_docs
             .entries
-            .push(crate::sandbox::policy::FileSystemSandboxEntry::path(
+            .push(crate::policy::FileSystemSandboxEntry::path(
                 real.join("docs"),
-                crate::sandbox::policy::FileSystemAccessMode::Read,
+                crate::policy::FileSystemAccessMode::Read,
             ));
         assert_eq!(check(&with_docs.resolve(&real, &[])), Ok(()));
     }

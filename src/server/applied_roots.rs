@@ -3,18 +3,18 @@
 //! places where a symlink may since have been planted. Every later sandbox
 //! is told them (with its own workspace roots and the server's `$TMPDIR`),
 //! so a grant reached through such a link grants nothing there
-//! (`sandbox::policy::Places`).
+//! (`policy::Places`).
 //!
 //! Bounded: roots inside a remembered root add nothing (a link inside them
 //! is inside the outer one too), and of the rest the
 //! [`MAX_REMEMBERED_ROOTS`] most recently applied are kept. `/` is never
-//! remembered (see `sandbox::policy::usable_place`). Nothing persists
+//! remembered (see `policy::usable_place`). Nothing persists
 //! beyond the server process.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::sandbox::policy::{
+use crate::policy::{
     usable_place, FileSystemPath, FileSystemSpecialPath, ManagedFileSystemPermissions,
     PermissionProfile,
 };
@@ -83,7 +83,7 @@ fn writable_paths(profile: &PermissionProfile) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::policy::{FileSystemAccessMode, FileSystemSandboxEntry};
+    use crate::policy::{FileSystemAccessMode, FileSystemSandboxEntry};
 
     fn profile(entries: Vec<FileSystemSandboxEntry>) -> PermissionProfile {
         PermissionProfile::Managed {

@@ -21,16 +21,16 @@ use serde_json::Value;
 use super::applied_roots::AppliedRoots;
 use super::sandbox_reuse::SandboxRequest;
 use crate::mode::LINUX_SANDBOX_ARG0;
+use crate::policy::{
+    usable_place, FileSystemAccessMode, FileSystemPath, FileSystemSandboxEntry,
+    FileSystemSpecialPath, ManagedFileSystemPermissions, PermissionProfile,
+};
 use crate::process::LaunchSpec;
 use crate::protocol::sandbox::{FileSystemSandboxContext, ResolvedSandbox, SandboxContextError};
 use crate::protocol::{RequestFamily, RpcError};
 use crate::runtime_paths::ExecServerRuntimePaths;
 use crate::sandbox::cli::{
     helper_args, plantable_args, ALLOW_NETWORK_FOR_PROXY_FLAG, COMMAND_ARG0_FLAG,
-};
-use crate::sandbox::policy::{
-    usable_place, FileSystemAccessMode, FileSystemPath, FileSystemSandboxEntry,
-    FileSystemSpecialPath, ManagedFileSystemPermissions, PermissionProfile,
 };
 
 /// What the server adds to every sandbox it materializes.

@@ -35,11 +35,11 @@ use std::time::{Duration, Instant};
 
 use tokio::io::unix::AsyncFd;
 
+use crate::policy::{PermissionProfile, ResolveContext};
 use crate::process::fd::register;
 use crate::process::launch::{HelperJob, HelperKind, LaunchSpec};
 use crate::sandbox::deny_index::DenyIndex;
 use crate::sandbox::glob::GlobExpansion;
-use crate::sandbox::policy::{PermissionProfile, ResolveContext};
 use crate::sandbox::warm::request::{DenyMatches, LaunchRequest, PrepareAnswer, PrepareRequest};
 use crate::sync::lock;
 

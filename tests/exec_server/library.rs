@@ -1,14 +1,14 @@
 //! The library surface of docs/library.md: a server embedded in this test process
 //! with `codexbox::server::bind` + `Server::run`, driven with `ExecServerClient`, using
-//! the `protocol` and `sandbox::policy` types; stopping it closes its
+//! the `protocol` and `policy` types; stopping it closes its
 //! connections and leaves no task behind.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use codexbox::client::{ConnectOptions, ExecServerClient, ReadParams, StartParams};
+use codexbox::policy::{PermissionProfile, SandboxPolicy};
 use codexbox::runtime_paths::ExecServerRuntimePaths;
-use codexbox::sandbox::policy::{PermissionProfile, SandboxPolicy};
 use codexbox::server::{bind, ListenUrl, ServerConfig};
 
 /// Failure guard for every wait; only reached when something is broken.

@@ -4,9 +4,9 @@
 
 use std::collections::BTreeSet;
 
+use codexbox::policy::PermissionProfile;
 use codexbox::protocol::sandbox::FileSystemSandboxContext;
 use codexbox::protocol::schema;
-use codexbox::sandbox::policy::PermissionProfile;
 use serde_json::{json, Value};
 
 use crate::common::client::{Raw, Server};

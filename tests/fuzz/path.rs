@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
-use codexbox::sandbox::policy::{abs_path, normalize};
+use codexbox::policy::{abs_path, normalize};
 use codexbox::wire_path::{to_file_uri, PathDialect, WirePath};
 use proptest::prelude::*;
 

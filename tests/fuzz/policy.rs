@@ -1,4 +1,4 @@
-//! The permission-profile and legacy policy JSON (`sandbox::policy`,
+//! The permission-profile and legacy policy JSON (`policy`,
 //! `protocol::sandbox`): every document is accepted or refused without a
 //! panic; what is accepted matches the shipped schema, serializes and parses
 //! back to the same value, and resolves; deny globs match in bounded time.
@@ -7,9 +7,9 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
+use codexbox::policy::{FileSystemSandboxPolicy, PermissionProfile, SandboxPolicy};
 use codexbox::protocol::sandbox::{FileSystemSandboxContext, SandboxContextError};
 use codexbox::sandbox::glob::glob_match;
-use codexbox::sandbox::policy::{FileSystemSandboxPolicy, PermissionProfile, SandboxPolicy};
 use proptest::prelude::*;
 use serde::de::DeserializeOwned;
 use serde::Serialize;

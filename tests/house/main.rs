@@ -375,7 +375,6 @@ const KNOWN_AGAINST_THE_LAYERS: &[(&str, &str)] = &[
     ("connect", "shell"),
     ("listener_token", "sandbox"),
     ("net", "sandbox"),
-    ("protocol", "sandbox"),
     ("relay", "server"),
 ];
 

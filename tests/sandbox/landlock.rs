@@ -7,8 +7,8 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use codexbox::policy::PermissionProfile;
 use codexbox::sandbox::landlock;
-use codexbox::sandbox::policy::PermissionProfile;
 
 const CHILD_ENV: &str = "CODEXBOX_TEST_LANDLOCK_CHILD";
 const PREFIX: &str = "codex-linux-sandbox";
@@ -388,7 +388,7 @@ fn plan_protects_git_by_granting_its_siblings() {
     let w = workspace();
     let profile = PermissionProfile::parse(&profile(&[])).expect("profile");
     let (fs, _) = profile.to_runtime();
-    let resolved = fs.resolve_with(&codexbox::sandbox::policy::ResolveContext {
+    let resolved = fs.resolve_with(&codexbox::policy::ResolveContext {
         cwd: w.ws.clone(),
         tmpdir: Some(w.tmp.clone()),
         project_roots: Vec::new(),

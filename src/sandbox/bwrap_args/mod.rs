@@ -20,7 +20,7 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
-use crate::sandbox::policy::{normalize, ResolvedPolicy, PROTECTED_METADATA_NAMES};
+use crate::policy::{normalize, ResolvedPolicy, PROTECTED_METADATA_NAMES};
 
 /// Kernel controls below a fresh `/proc` bound read-only when present
 /// (besides `/proc/sys`, which must exist).

@@ -1,7 +1,7 @@
 //! Exact argv for each policy shape and each improvement.
 
 use super::*;
-use crate::sandbox::policy::{
+use crate::policy::{
     FileSystemAccessMode::{Deny, Read, Write},
     FileSystemSandboxEntry, FileSystemSandboxPolicy, PermissionProfile, ResolveContext,
 };
@@ -104,9 +104,9 @@ fn workspace_masks_metadata_and_records_synthetic_targets() {
     fs.entries.retain(|e| {
         !matches!(
             e.path,
-            crate::sandbox::policy::FileSystemPath::Special {
-                value: crate::sandbox::policy::FileSystemSpecialPath::SlashTmp
-                    | crate::sandbox::policy::FileSystemSpecialPath::Tmpdir
+            crate::policy::FileSystemPath::Special {
+                value: crate::policy::FileSystemSpecialPath::SlashTmp
+                    | crate::policy::FileSystemSpecialPath::Tmpdir
             }
         )
     });
@@ -156,7 +156,7 @@ fn split_policy_reenables_writable_subpaths_after_unreadable_parent() {
     std::fs::create_dir_all(root.join("a/b/c")).unwrap();
     std::fs::write(root.join("a/f.txt"), "x").unwrap();
     let fs = split(vec![
-        FileSystemSandboxEntry::special(crate::sandbox::policy::FileSystemSpecialPath::Root, Read),
+        FileSystemSandboxEntry::special(crate::policy::FileSystemSpecialPath::Root, Read),
         FileSystemSandboxEntry::path(root.join("a"), Deny),
         FileSystemSandboxEntry::path(root.join("a/b/c"), Write),
         FileSystemSandboxEntry::path(root.join("a/f.txt"), Write),
@@ -192,7 +192,7 @@ fn deny_under_write_is_reapplied_after_the_bind_and_files_use_their_own_fd() {
     std::fs::write(root.join("w/key.pem"), "k").unwrap();
     std::fs::write(root.join("w/other.pem"), "k").unwrap();
     let fs = split(vec![
-        FileSystemSandboxEntry::special(crate::sandbox::policy::FileSystemSpecialPath::Root, Read),
+        FileSystemSandboxEntry::special(crate::policy::FileSystemSpecialPath::Root, Read),
         FileSystemSandboxEntry::path(root.join("w"), Write),
         FileSystemSandboxEntry::path(root.join("w/.git"), Write),
         FileSystemSandboxEntry::path(root.join("w/.agents"), Write),
@@ -220,10 +220,7 @@ fn deny_under_write_is_reapplied_after_the_bind_and_files_use_their_own_fd() {
 fn restricted_read_uses_tmpfs_root_and_makes_the_helper_readable() {
     let (_dir, root) = fixture();
     let fs = split(vec![
-        FileSystemSandboxEntry::special(
-            crate::sandbox::policy::FileSystemSpecialPath::Minimal,
-            Read,
-        ),
+        FileSystemSandboxEntry::special(crate::policy::FileSystemSpecialPath::Minimal, Read),
         FileSystemSandboxEntry::path(root.clone(), Read),
     ]);
     let policy = resolve(&fs, &root);
@@ -246,7 +243,7 @@ fn a_read_only_entry_behind_a_symlink_is_masked_at_its_target() {
     std::fs::create_dir_all(w.join("decoy")).unwrap();
     std::os::unix::fs::symlink("decoy", w.join("docs")).unwrap();
     let fs = split(vec![
-        FileSystemSandboxEntry::special(crate::sandbox::policy::FileSystemSpecialPath::Root, Read),
+        FileSystemSandboxEntry::special(crate::policy::FileSystemSpecialPath::Root, Read),
         FileSystemSandboxEntry::path(w.clone(), Write),
         FileSystemSandboxEntry::path(w.join("docs"), Read),
     ]);
@@ -265,7 +262,7 @@ fn symlinked_writable_root_binds_real_target() {
     std::fs::create_dir_all(root.join("real/.git")).unwrap();
     std::os::unix::fs::symlink(root.join("real"), root.join("link")).unwrap();
     let fs = split(vec![
-        FileSystemSandboxEntry::special(crate::sandbox::policy::FileSystemSpecialPath::Root, Read),
+        FileSystemSandboxEntry::special(crate::policy::FileSystemSpecialPath::Root, Read),
         FileSystemSandboxEntry::path(root.join("link"), Write),
     ]);
     let policy = resolve(&fs, Path::new("/elsewhere"));
@@ -283,7 +280,7 @@ fn symlinked_writable_root_binds_real_target() {
 #[test]
 fn missing_writable_roots_are_skipped() {
     let fs = split(vec![
-        FileSystemSandboxEntry::special(crate::sandbox::policy::FileSystemSpecialPath::Root, Read),
+        FileSystemSandboxEntry::special(crate::policy::FileSystemSpecialPath::Root, Read),
         FileSystemSandboxEntry::path("/does/not/exist", Write),
     ]);
     let policy = resolve(&fs, Path::new("/"));
@@ -327,7 +324,7 @@ fn root_read_directory_carve_outs_are_masked_read_only() {
     let (_dir, root) = fixture();
     std::fs::create_dir_all(root.join("secrets")).unwrap();
     let fs = split(vec![
-        FileSystemSandboxEntry::special(crate::sandbox::policy::FileSystemSpecialPath::Root, Read),
+        FileSystemSandboxEntry::special(crate::policy::FileSystemSpecialPath::Root, Read),
         FileSystemSandboxEntry::path(root.join("secrets"), Deny),
     ]);
     let policy = resolve(&fs, &root);
@@ -345,7 +342,7 @@ fn root_read_directory_carve_outs_are_masked_read_only() {
 #[test]
 fn writable_root_slash_keeps_the_minimal_dev() {
     let fs = split(vec![
-        FileSystemSandboxEntry::special(crate::sandbox::policy::FileSystemSpecialPath::Root, Write),
+        FileSystemSandboxEntry::special(crate::policy::FileSystemSpecialPath::Root, Write),
         FileSystemSandboxEntry::path("/dev/shm", Write),
         FileSystemSandboxEntry::path("/etc", Read),
     ]);

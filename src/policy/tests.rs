@@ -34,15 +34,15 @@ fn workspace_profile_matches_reference_json_and_round_trips() {
 fn shipped_profile_files_match_builtins() {
     for (text, name) in [
         (
-            include_str!("../../../resources/profiles/read-only.json"),
+            include_str!("../../resources/profiles/read-only.json"),
             "read-only",
         ),
         (
-            include_str!("../../../resources/profiles/workspace.json"),
+            include_str!("../../resources/profiles/workspace.json"),
             "workspace",
         ),
         (
-            include_str!("../../../resources/profiles/danger-full-access.json"),
+            include_str!("../../resources/profiles/danger-full-access.json"),
             "danger-full-access",
         ),
     ] {
