@@ -47,6 +47,7 @@ pub mod commands;
 pub mod connect;
 pub mod fs;
 pub mod fs_helper;
+pub mod glob_pattern;
 pub mod install_links;
 pub mod link;
 pub mod listener_token;

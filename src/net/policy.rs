@@ -28,7 +28,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use super::address::{embedded_ipv4, is_non_public};
 use super::decision::DenyReason;
 use super::destination::{shown, DnsName, Host, HostError};
-use crate::sandbox::glob::TextGlob;
+use crate::glob_pattern::TextGlob;
 
 /// Why a pattern list cannot be compiled.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

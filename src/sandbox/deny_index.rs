@@ -56,6 +56,7 @@ use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, InotifyEvent, WatchDescriptor};
 
+use crate::glob_pattern::glob_match;
 use crate::sandbox::glob::{self, GlobError, GlobExpansion, Scanner, MAX_GLOB_MATCHES};
 
 /// Default bound on the directories one index watches. Measured, each
@@ -444,7 +445,7 @@ impl RootState {
 
     fn is_match(&self, rel: &Path) -> bool {
         let text = rel.to_string_lossy();
-        self.globs.iter().any(|g| glob::glob_match(g, &text))
+        self.globs.iter().any(|g| glob_match(g, &text))
     }
 }
 

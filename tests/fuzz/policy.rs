@@ -7,9 +7,9 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
+use codexbox::glob_pattern::glob_match;
 use codexbox::policy::{FileSystemSandboxPolicy, PermissionProfile, SandboxPolicy};
 use codexbox::protocol::sandbox::{FileSystemSandboxContext, SandboxContextError};
-use codexbox::sandbox::glob::glob_match;
 use proptest::prelude::*;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
