@@ -4,7 +4,7 @@
 //! A listener that must not serve every local process (`codexbox connect`,
 //! `codexbox rendezvous`) [`generate`]s random tokens at start and
 //! [`publish_for`]es them in the private runtime directory
-//! ([`crate::sandbox::state::state_dir`]: owned by the user, mode 0700,
+//! ([`crate::runtime_paths::private_dir`]: owned by the user, mode 0700,
 //! hidden inside every bubblewrap sandbox), as `listeners/IP:PORT` (what a
 //! [`Holder`] may do is a suffix of the name), mode 0600, holding an
 //! exclusive `flock` for as long as it serves. A client given no token
@@ -28,7 +28,7 @@ use base64::Engine as _;
 use nix::fcntl::{Flock, FlockArg};
 
 use crate::net::url::{Scheme, WebUrl};
-use crate::sandbox::state;
+use crate::runtime_paths;
 
 /// The directory under the runtime directory holding published tokens.
 const LISTENERS_DIR: &str = "listeners";
@@ -45,7 +45,7 @@ pub enum ListenerTokenError {
     #[error("cannot generate a token: {0}")]
     Random(#[source] getrandom::Error),
     #[error(transparent)]
-    RuntimeDir(#[from] state::StateError),
+    RuntimeDir(#[from] runtime_paths::NoPrivateDir),
     #[error("{} is not a private directory (a directory of ours, mode 0700)", .0.display())]
     NotPrivate(PathBuf),
     #[error("cannot publish the token in {}: {source}", .path.display())]
@@ -205,11 +205,11 @@ pub fn find_for(addr: SocketAddr, holder: Holder) -> Option<String> {
 
 /// `listeners/` under the runtime directory, created when `create`.
 fn listeners_dir(create: bool) -> Result<PathBuf, ListenerTokenError> {
-    let dir = state::state_dir()?.join(LISTENERS_DIR);
+    let dir = runtime_paths::private_dir()?.join(LISTENERS_DIR);
     if create {
         let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
     }
-    if state::is_private_dir(&dir) {
+    if runtime_paths::is_private_dir(&dir) {
         Ok(dir)
     } else {
         Err(ListenerTokenError::NotPrivate(dir))

@@ -1,8 +1,18 @@
-//! Where the running binary lives, and how it re-executes itself in another
-//! mode (the sandbox helper, the filesystem helper). No helper symlink
-//! directory is needed: argv[0] is set on the spawned process.
+//! Where the running binary lives, how it re-executes itself in another
+//! mode (the sandbox helper, the filesystem helper), and its private
+//! runtime directory. No helper symlink directory is needed: argv[0] is set
+//! on the spawned process.
+//!
+//! The private directory ([`private_dir`]) holds the sandbox's state and
+//! the tokens of local listeners: `/run/codexbox` for root, else
+//! `$XDG_RUNTIME_DIR/codexbox`, else `~/.cache/codexbox`, else
+//! `/tmp/codexbox-<uid>`, the first that is a real directory owned by the
+//! caller with mode 0700 (checked with `lstat`, never followed through a
+//! symlink). The sandbox hides it, so a sandboxed command can neither read
+//! nor plant anything there.
 
-use std::path::PathBuf;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::mode::{FS_HELPER_ARG0, LINUX_SANDBOX_ARG0};
@@ -69,4 +79,69 @@ impl ExecServerRuntimePaths {
         cmd.arg0(FS_HELPER_ARG0);
         cmd
     }
+}
+
+/// No candidate for the private directory could be used.
+#[derive(Debug, thiserror::Error)]
+#[error("no usable private state directory (tried {tried}; each must be a directory owned by uid {uid} with mode 0700)")]
+pub struct NoPrivateDir {
+    tried: String,
+    uid: u32,
+}
+
+fn euid() -> u32 {
+    nix::unistd::geteuid().as_raw()
+}
+
+/// Candidate locations, best first.
+fn candidates() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let uid = euid();
+    if uid == 0 {
+        out.push(PathBuf::from("/run/codexbox"));
+    }
+    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+        if x.is_absolute() {
+            out.push(x.join("codexbox"));
+        }
+    }
+    if let Some(h) = std::env::var_os("HOME").map(PathBuf::from) {
+        if h.is_absolute() {
+            out.push(h.join(".cache").join("codexbox"));
+        }
+    }
+    out.push(PathBuf::from(format!("/tmp/codexbox-{uid}")));
+    out
+}
+
+/// True when `dir` is a directory (not a symlink) owned by us, mode 0700.
+pub(crate) fn is_private_dir(dir: &Path) -> bool {
+    match dir.symlink_metadata() {
+        Ok(m) => m.file_type().is_dir() && m.uid() == euid() && m.mode() & 0o077 == 0,
+        Err(_) => false,
+    }
+}
+
+/// The private runtime directory, created on first use.
+pub fn private_dir() -> Result<PathBuf, NoPrivateDir> {
+    let mut tried = Vec::new();
+    for dir in candidates() {
+        if let Some(parent) = dir.parent() {
+            if !parent.is_dir() {
+                let _ = std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(parent);
+            }
+        }
+        let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+        if is_private_dir(&dir) {
+            return Ok(dir);
+        }
+        tried.push(dir.display().to_string());
+    }
+    Err(NoPrivateDir {
+        tried: tried.join(", "),
+        uid: euid(),
+    })
 }

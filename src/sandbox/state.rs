@@ -1,12 +1,11 @@
 //! The helper's private state: the launcher capability cache and the
 //! registry of mount points bubblewrap creates on the host.
 //!
-//! Location: `/run/codexbox` for root, else `$XDG_RUNTIME_DIR/codexbox`,
-//! else `~/.cache/codexbox`, else `/tmp/codexbox-<uid>`. The directory must
-//! be a real directory owned by the caller with mode 0700 (checked with
-//! `lstat`, never followed through a symlink) or it is not used; every file
-//! in it is opened with `O_NOFOLLOW`. The sandbox hides it (it is added to
-//! the deny masks), so a sandboxed command can neither read nor plant state.
+//! Location: the private runtime directory
+//! ([`crate::runtime_paths::private_dir`]: owned by the caller, mode 0700,
+//! never followed through a symlink); every file in it is opened with
+//! `O_NOFOLLOW`. The sandbox hides it (it is added to the deny masks), so a
+//! sandboxed command can neither read nor plant state.
 //!
 //! Registry: a mount point bwrap creates for a mask (an empty `.codex`
 //! directory, an empty file) is registered here before bwrap runs, one
@@ -21,14 +20,17 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::runtime_paths;
 use crate::sandbox::bwrap_args::{LauncherCaps, SyntheticTarget};
 
 /// Errors of the state directory.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
+    #[error(transparent)]
+    NoPrivateDir(#[from] runtime_paths::NoPrivateDir),
     #[error("no usable private state directory ({0})")]
     Unusable(String),
     #[error("cannot update the mount registry in {}: {source}", .path.display())]
@@ -39,66 +41,23 @@ pub enum StateError {
     },
 }
 
-fn euid() -> u32 {
-    nix::unistd::geteuid().as_raw()
-}
-
-/// Candidate locations, best first.
-fn candidates() -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let uid = euid();
-    if uid == 0 {
-        out.push(PathBuf::from("/run/codexbox"));
-    }
-    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
-        if x.is_absolute() {
-            out.push(x.join("codexbox"));
-        }
-    }
-    if let Some(h) = std::env::var_os("HOME").map(PathBuf::from) {
-        if h.is_absolute() {
-            out.push(h.join(".cache").join("codexbox"));
-        }
-    }
-    out.push(PathBuf::from(format!("/tmp/codexbox-{uid}")));
-    out
-}
-
-/// True when `dir` is a directory (not a symlink) owned by us, mode 0700.
-pub(crate) fn is_private_dir(dir: &Path) -> bool {
-    match dir.symlink_metadata() {
-        Ok(m) => m.file_type().is_dir() && m.uid() == euid() && m.mode() & 0o077 == 0,
-        Err(_) => false,
-    }
-}
-
-/// The private state directory, created on first use.
+/// The private state directory ([`runtime_paths::private_dir`]) with the
+/// mount registry in it, created on first use. A registry that is not
+/// private (a directory of ours, mode 0700) is refused, never replaced by
+/// another place: the sandbox hides this one directory.
 pub fn state_dir() -> Result<PathBuf, StateError> {
-    let mut tried = Vec::new();
-    for dir in candidates() {
-        if let Some(parent) = dir.parent() {
-            if !parent.is_dir() {
-                let _ = std::fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(parent);
-            }
-        }
-        let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
-        if is_private_dir(&dir) {
-            let mounts = dir.join("mounts");
-            let _ = std::fs::DirBuilder::new().mode(0o700).create(&mounts);
-            if is_private_dir(&mounts) {
-                return Ok(dir);
-            }
-        }
-        tried.push(dir.display().to_string());
+    let dir = runtime_paths::private_dir()?;
+    let mounts = dir.join("mounts");
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(&mounts);
+    if runtime_paths::is_private_dir(&mounts) {
+        Ok(dir)
+    } else {
+        Err(StateError::Unusable(format!(
+            "{} must be a directory owned by uid {} with mode 0700",
+            mounts.display(),
+            nix::unistd::geteuid().as_raw()
+        )))
     }
-    Err(StateError::Unusable(format!(
-        "tried {}; each must be a directory owned by uid {} with mode 0700",
-        tried.join(", "),
-        euid()
-    )))
 }
 
 fn open_nofollow(path: &Path, write: bool) -> std::io::Result<File> {

@@ -373,7 +373,6 @@ fn imports_against(layers: &[Vec<String>], sources: &[(String, String, String)])
 const KNOWN_AGAINST_THE_LAYERS: &[(&str, &str)] = &[
     ("client", "server"),
     ("connect", "shell"),
-    ("listener_token", "sandbox"),
     ("net", "sandbox"),
     ("relay", "server"),
 ];
