@@ -15,6 +15,7 @@
 
 mod connection;
 pub mod remote;
+pub mod token;
 pub mod transfer;
 mod types;
 

@@ -89,7 +89,7 @@ fn build(args: &Args) -> Result<(SocketAddr, HarnessConfig), (String, i32)> {
     }
     let env = |name: &str| std::env::var(name).ok();
     let token =
-        crate::shell::target::read_token(args.token_file.as_deref(), NOISE_AUTH_TOKEN_ENV, &env)
+        crate::client::token::read_token(args.token_file.as_deref(), NOISE_AUTH_TOKEN_ENV, &env)
             .map_err(|err| (err.to_string(), err.exit_code()))?;
     let account = std::env::var(NOISE_ACCOUNT_ID_ENV).ok();
     let config = harness_config(

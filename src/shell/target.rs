@@ -2,12 +2,12 @@
 //! direct `--url` (`ws://…`, `unix://…`, with the server's bearer token) or
 //! an environment behind a registry (`--registry URL --environment-id ID`,
 //! or the reference client's `CODEX_EXEC_SERVER_NOISE_*` variables), turned
-//! into [`ConnectOptions`]. Reading a token from `--token-file` or a
-//! variable is shared with `codexbox connect`.
+//! into [`ConnectOptions`].
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::client::remote::{harness_config, RemoteConfigError};
+use crate::client::token::{read_token, TokenError};
 use crate::client::ConnectOptions;
 use crate::relay::credentials::{
     NOISE_ACCOUNT_ID_ENV, NOISE_AUTH_TOKEN_ENV, NOISE_ENVIRONMENT_ID_ENV, NOISE_REGISTRY_URL_ENV,
@@ -43,14 +43,8 @@ pub enum TargetError {
     Both,
     #[error("--registry needs --environment-id ID (or CODEX_EXEC_SERVER_NOISE_ENVIRONMENT_ID)")]
     NoEnvironment,
-    #[error("cannot read --token-file {}: {source}", .path.display())]
-    TokenFile {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("the token in {} is empty", .path.display())]
-    EmptyToken { path: PathBuf },
+    #[error(transparent)]
+    Token(#[from] TokenError),
     #[error(transparent)]
     Harness(#[from] RemoteConfigError),
 }
@@ -59,37 +53,10 @@ impl TargetError {
     /// 1 for what went wrong on this host, 2 (usage) for the settings.
     pub fn exit_code(&self) -> i32 {
         match self {
-            Self::TokenFile { .. } => 1,
+            Self::Token(err) => err.exit_code(),
             Self::Harness(err) => err.exit_code(),
             _ => 2,
         }
-    }
-}
-
-/// The token in `file` (trimmed), or else in the variable `env_name`
-/// (`env` reads variables).
-pub fn read_token(
-    file: Option<&Path>,
-    env_name: &str,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Option<String>, TargetError> {
-    match file {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|source| TargetError::TokenFile {
-                path: path.to_path_buf(),
-                source,
-            })?;
-            let token = text.trim();
-            if token.is_empty() {
-                return Err(TargetError::EmptyToken {
-                    path: path.to_path_buf(),
-                });
-            }
-            Ok(Some(token.to_owned()))
-        }
-        None => Ok(env(env_name)
-            .map(|token| token.trim().to_owned())
-            .filter(|token| !token.is_empty())),
     }
 }
 
