@@ -372,7 +372,6 @@ fn imports_against(layers: &[Vec<String>], sources: &[(String, String, String)])
 /// Temporary; it must end empty.
 const KNOWN_AGAINST_THE_LAYERS: &[(&str, &str)] = &[
     ("client", "server"),
-    ("net", "sandbox"),
     ("relay", "server"),
 ];
 
