@@ -62,7 +62,7 @@ impl ParseExit {
     }
 }
 
-/// Parses `argv` (argv[0] first) with a mode's clap definition, the mode
+/// Parses `argv` (`argv[0]` first) with a mode's clap definition, the mode
 /// speaking as `name`: the arguments, or how the mode ends (help and
 /// version text; one `name: …` usage line naming the flag). `--help`/`-h`
 /// and `--version`/`-V` work in every mode. Prints nothing.
@@ -136,7 +136,7 @@ pub fn usage_message(err: &clap::Error) -> String {
 }
 
 /// The name a mode speaks as: `codexbox MODE` when reached through the
-/// subcommand (dispatch puts that in argv[0]), else the basename it was
+/// subcommand (dispatch puts that in `argv[0]`), else the basename it was
 /// invoked by (`codex-exec-server`), else `fallback`.
 pub fn mode_name(argv: &[OsString], fallback: &str) -> String {
     let Some(arg0) = argv.first().and_then(|arg0| arg0.to_str()) else {

@@ -1,6 +1,6 @@
 //! Where the running binary lives, how it re-executes itself in another
 //! mode (the sandbox helper, the filesystem helper), and its private
-//! runtime directory. No helper symlink directory is needed: argv[0] is set
+//! runtime directory. No helper symlink directory is needed: `argv[0]` is set
 //! on the spawned process.
 //!
 //! The private directory ([`private_dir`]) holds the sandbox's state and
@@ -64,7 +64,7 @@ impl ExecServerRuntimePaths {
         dirs
     }
 
-    /// A command that runs the Linux sandbox helper (argv[0] `codex-linux-sandbox`).
+    /// A command that runs the Linux sandbox helper (`argv[0]` `codex-linux-sandbox`).
     pub fn linux_sandbox_command(&self) -> Command {
         use std::os::unix::process::CommandExt;
         let mut cmd = Command::new(self.linux_sandbox_exe());
@@ -72,7 +72,7 @@ impl ExecServerRuntimePaths {
         cmd
     }
 
-    /// A command that runs the filesystem helper (argv[0] `codex-fs-helper`).
+    /// A command that runs the filesystem helper (`argv[0]` `codex-fs-helper`).
     pub fn fs_helper_command(&self) -> Command {
         use std::os::unix::process::CommandExt;
         let mut cmd = Command::new(&self.codex_self_exe);

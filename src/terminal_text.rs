@@ -47,7 +47,7 @@ fn escaped(c: char) -> Option<String> {
 }
 
 /// `text` with every character a terminal could act on written as a
-/// visible escape (see [`escaped`]); borrowed when there is none.
+/// visible escape (see `escaped`); borrowed when there is none.
 pub fn escape(text: &str) -> Cow<'_, str> {
     if text.chars().any(|c| escaped(c).is_some()) {
         Cow::Owned(Escaped(text).to_string())

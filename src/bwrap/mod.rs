@@ -3,7 +3,7 @@
 //!
 //! Two phases, as in bubblewrap: [`cli`] parses argv into a [`cli::Config`]
 //! holding a list of [`ops::SetupOp`] with every cross-option check done;
-//! then [`launch`] creates the namespaces and [`child`] walks the list. The
+//! then `launch` creates the namespaces and `child` walks the list. The
 //! order is the security argument:
 //! 1. no_new_privs first; with `--die-with-parent`, the launcher arms its
 //!    own death signal before the sandbox exists (bubblewrap waits until
@@ -18,7 +18,7 @@
 //!    sets are cut to bubblewrap's ([`caps`]);
 //! 5. a reaper stays as pid 1 ([`proc_pid1`]) unless `--as-pid-1`, holding
 //!    the new session if `--new-session`;
-//! 6. in the command's process ([`command`]): seccomp ([`seccomp_fd`]) as
+//! 6. in the command's process (`command`): seccomp ([`seccomp_fd`]) as
 //!    the very last step, then execvp.
 //!
 //! The mode runs before any runtime is started, so the process is
@@ -142,7 +142,7 @@ fn confine_message(err: &confine::ConfineError) -> String {
     }
 }
 
-/// Entry point of the `bwrap` mode. argv[0] is the display name.
+/// Entry point of the `bwrap` mode. `argv[0]` is the display name.
 pub fn main(argv: Vec<OsString>) -> i32 {
     // Read first: `--die-with-parent` compares against it once armed.
     let parent = nix::unistd::getppid();

@@ -71,7 +71,7 @@ impl HostError {
 }
 
 /// `text` with control, quote, backslash and non-ASCII characters escaped
-/// and cut to [`MAX_SHOWN_CHARS`]: what a refused host looks like in a log
+/// and cut to `MAX_SHOWN_CHARS`: what a refused host looks like in a log
 /// line or on a terminal.
 pub fn shown(text: &str) -> String {
     let mut out = String::new();

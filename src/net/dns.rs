@@ -240,7 +240,7 @@ pub async fn ask_proxy(proxy: SocketAddr, name: &str) -> Lookup {
     }
 }
 
-/// What the proxy said about each name in the last [`ANSWER_TTL_SECS`],
+/// What the proxy said about each name in the last `ANSWER_TTL_SECS`,
 /// shared with the queries in flight: the A and AAAA queries a resolver
 /// sends together for one name ask the proxy (and are logged) once.
 #[derive(Debug, Default)]

@@ -14,7 +14,7 @@ use crate::protocol::process::PtySize;
 pub struct LaunchSpec {
     /// The program (`argv[0]`, looked up on the child's `PATH`) and its arguments.
     pub argv: Vec<OsString>,
-    /// The process-visible argv[0], when it differs from the program.
+    /// The process-visible `argv[0]`, when it differs from the program.
     pub arg0: Option<OsString>,
     /// Working directory (absolute).
     pub cwd: PathBuf,

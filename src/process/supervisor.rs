@@ -20,7 +20,7 @@ use std::ffi::{CString, OsString};
 use std::io;
 use std::os::fd::RawFd;
 
-/// argv[1] that turns the binary into a supervisor's reaper loop:
+/// `argv[1]` that turns the binary into a supervisor's reaper loop:
 /// `<name> --codexbox-supervise <status fd or -1> <command pid>`.
 pub const SUPERVISOR_ARG1: &str = "--codexbox-supervise";
 
@@ -124,7 +124,7 @@ fn reaper_signals() -> libc::sigset_t {
     set
 }
 
-/// Blocks the [`reaper_signals`], so they wait, pending, for the reaper
+/// Blocks the `reaper_signals`, so they wait, pending, for the reaper
 /// loop: no handler, no race, and a blocked signal survives the reaper's
 /// exec. Async-signal-safe.
 pub fn block_reaper_signals() -> io::Result<()> {

@@ -60,7 +60,7 @@ pub const MAX_PENDING_VALIDATIONS: usize = 32;
 /// Largest harness key authorization.
 pub const MAX_AUTHORIZATION_BYTES: usize = 4096;
 /// Longest first reconnect delay, after a socket that was up ends (each
-/// failed attempt doubles it up to [`MAX_BACKOFF`]; see [`crate::backoff`]).
+/// failed attempt doubles it up to [`MAX_BACKOFF`]; see `crate::backoff`).
 pub const INITIAL_BACKOFF: Duration = Duration::from_millis(250);
 /// Longest reconnect delay.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(30);

@@ -6,7 +6,7 @@
 //! build script); `tests::rust_types_match_the_proto_file` keeps the two in
 //! step. Encoding is canonical prost output: fields in tag order, zero
 //! scalars omitted, so a frame is byte-identical to the reference's. What the
-//! fields mean in each dialect is decided in [`super::reliable`]; this module
+//! fields mean in each dialect is decided in [`super::channel`]; this module
 //! only checks shape.
 
 use prost::Message as _;

@@ -159,7 +159,7 @@ async fn connect_socket(config: &HarnessConfig) -> Result<(ConnectResponse, Sock
 
 /// Opens a new stream: bundle, socket, handshake. What may pass (the
 /// registry's `409 environment_offline` while the executor is away, a cut
-/// socket, a reset from the rendezvous) is tried again, with [`Backoff`],
+/// socket, a reset from the rendezvous) is tried again, with `Backoff`,
 /// for up to the config's `open_window`.
 pub async fn open(config: Arc<HarnessConfig>) -> Result<RelayStream, HarnessError> {
     let deadline = tokio::time::Instant::now() + config.open_window;

@@ -33,7 +33,7 @@ use crate::sandbox::route_bridges;
 use crate::sandbox::seccomp::SeccompMode;
 use crate::sandbox::{glob, inner, read_only_links, run, state};
 
-/// The flag giving the command its own argv[0].
+/// The flag giving the command its own `argv[0]`.
 pub const COMMAND_ARG0_FLAG: &str = "--command-arg0";
 /// The flag confining a command to its managed proxy.
 pub const ALLOW_NETWORK_FOR_PROXY_FLAG: &str = "--allow-network-for-proxy";
@@ -76,7 +76,7 @@ pub struct Args {
     /// Working directory of the command (default: the policy cwd).
     #[arg(long, value_name = "DIR")]
     pub command_cwd: Option<PathBuf>,
-    /// The argv[0] the command sees (default: the program as given); the
+    /// The `argv[0]` the command sees (default: the program as given); the
     /// program run is still the first word of COMMAND.
     #[arg(long, value_name = "NAME")]
     pub command_arg0: Option<OsString>,

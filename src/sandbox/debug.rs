@@ -219,7 +219,7 @@ pub struct Plan {
     pub proxy: Option<String>,
 }
 
-/// Parses the command line (argv[0] first): the arguments, or how the mode
+/// Parses the command line (`argv[0]` first): the arguments, or how the mode
 /// ends (a removed form and a usage error exit 2, help and version 0).
 /// Prints nothing.
 pub fn parse(argv: &[OsString]) -> Result<Args, ParseExit> {

@@ -111,7 +111,7 @@ pub fn confine(mode: SeccompMode) -> Result<(), InnerError> {
 }
 
 /// Replaces this process with `command` (PATH lookup like execvp), whose
-/// argv[0] is `arg0` when given (the program is still `command[0]`).
+/// `argv[0]` is `arg0` when given (the program is still `command[0]`).
 pub fn exec(command: &[OsString], arg0: Option<&OsStr>) -> InnerError {
     let Some(program) = command.first() else {
         return InnerError::Nul;

@@ -5,7 +5,7 @@
 //! `resources/bwrap` next to the executable, verified against the SHA-256
 //! compiled in from `CODEXBOX_BWRAP_SHA256` and executed through
 //! `/proc/self/fd/N` (no window between hashing and exec) → the built-in
-//! mode (this binary with argv[0] `bwrap`). `CODEXBOX_BWRAP=system|bundled|
+//! mode (this binary with `argv[0]` `bwrap`). `CODEXBOX_BWRAP=system|bundled|
 //! builtin` forces one. The choice carries its reason for `doctor`.
 //!
 //! Capabilities come from `bwrap --help`, probed once per launcher binary and
@@ -90,7 +90,7 @@ pub struct LauncherChoice {
 }
 
 impl LauncherChoice {
-    /// A command running this launcher with argv[0] `bwrap`.
+    /// A command running this launcher with `argv[0]` `bwrap`.
     pub fn command(&self) -> Command {
         use std::os::unix::process::CommandExt;
         let program = match &self.verified_fd {

@@ -270,7 +270,7 @@ fn janitor(mounts: &Path) {
     }
 }
 
-/// Removes what killed helpers left (see [`janitor`]). Called before a run
+/// Removes what killed helpers left (see `janitor`). Called before a run
 /// looks at the host, so a leftover empty `.git` is not taken for an
 /// existing one and kept.
 pub fn tidy(dir: &Path) {

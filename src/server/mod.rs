@@ -78,7 +78,7 @@ pub async fn run_main(paths: ExecServerRuntimePaths, listen: ListenUrl) -> Resul
 }
 
 /// Completes on SIGINT or SIGTERM, whose handlers are installed at the
-/// call (see [`crate::startup::stop_signal`]).
+/// call (see `startup::stop_signal`).
 pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     let stop = crate::startup::stop_signal();
     async move {

@@ -266,7 +266,7 @@ struct State {
     total_args: usize,
 }
 
-/// Parses the arguments after argv[0]. Warnings go to `log` as they arise;
+/// Parses the arguments after `argv[0]`. Warnings go to `log` as they arise;
 /// `--level-prefix` switches `log` to prefixed lines from then on.
 pub fn parse(args: &[OsString], log: &mut Log) -> Result<Parsed, CliError> {
     let mut state = State {

@@ -1,8 +1,8 @@
-//! bubblewrap's `--help` text, printed with the caller's argv[0], and a
+//! bubblewrap's `--help` text, printed with the caller's `argv[0]`, and a
 //! clap definition read from it for completions and the man page (the mode
 //! itself parses with its own bubblewrap-compatible parser).
 
-/// The usage text, with `prog` as bubblewrap prints its own argv[0].
+/// The usage text, with `prog` as bubblewrap prints its own `argv[0]`.
 pub fn usage(prog: &str) -> String {
     format!(
         "usage: {prog} [OPTIONS...] [--] COMMAND [ARGS...]

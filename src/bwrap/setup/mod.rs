@@ -16,8 +16,8 @@
 //!
 //! The caller runs all of it with umask 0, so every mode is exact. The
 //! operations' parts live beside this walk: [`paths`] (where a path is,
-//! creating mount points), [`bind`] (bind mounts and their flags), [`data`]
-//! (`--file`, `--bind-data`), [`proc`] (`--proc`) and [`dev`] (`--dev`).
+//! creating mount points), [`bind`] (bind mounts and their flags), `data`
+//! (`--file`, `--bind-data`), `proc` (`--proc`) and `dev` (`--dev`).
 
 pub mod bind;
 mod data;

@@ -31,7 +31,7 @@ use super::launch::LaunchSpec;
 pub use helper::{Helpers, ReuseHelper, SandboxHelper};
 pub use run::main;
 
-/// argv[1] that turns the binary into the spawn zygote (stdin is its socket).
+/// `argv[1]` that turns the binary into the spawn zygote (stdin is its socket).
 pub const ZYGOTE_ARG1: &str = "--codexbox-zygote";
 /// What `ps` shows for the zygote and its waiting supervisors.
 const ZYGOTE_TITLE: [&str; 2] = ["codexbox-zygote", ZYGOTE_ARG1];

@@ -16,7 +16,7 @@ use crate::process::supervisor;
 use crate::process::vfork::{prefault, ChildStack, Launch};
 use crate::sys::scm::recv_with_fds;
 
-/// The zygote's life. It keeps [`WARM_SUPERVISORS`] supervisors forked ahead
+/// The zygote's life. It keeps `WARM_SUPERVISORS` supervisors forked ahead
 /// of time and blocked on the job socket, so a launch costs one wake-up and
 /// one fork of the command. A supervisor that took a job reports its pid on a
 /// pipe once the command runs, and the zygote forks a replacement. The zygote reaps supervisors

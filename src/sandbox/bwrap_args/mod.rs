@@ -26,7 +26,7 @@ use crate::policy::{normalize, ResolvedPolicy, PROTECTED_METADATA_NAMES};
 /// (besides `/proc/sys`, which must exist).
 const PROC_READ_ONLY_EXTRAS: [&str; 3] = ["/proc/sysrq-trigger", "/proc/irq", "/proc/bus"];
 
-/// argv[0] the inner stage is started with when the launcher has `--argv0`.
+/// `argv[0]` the inner stage is started with when the launcher has `--argv0`.
 pub const INNER_ARGV0: &str = "codex-linux-sandbox";
 
 /// What the bwrap argv must bind for the routes (the bridges themselves

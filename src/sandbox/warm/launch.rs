@@ -55,7 +55,7 @@ pub struct Namespaces {
 #[derive(Debug, Clone)]
 pub struct CommandSetup {
     pub command: Vec<OsString>,
-    /// The argv[0] the command sees (`--command-arg0`).
+    /// The `argv[0]` the command sees (`--command-arg0`).
     pub arg0: Option<OsString>,
     /// bwrap's `--chdir` (sets `PWD`).
     pub chdir: OsString,
