@@ -1,5 +1,15 @@
-//! Managed processes: spawning (pipes or PTY), output capture, retention,
-//! signals and tree-wide termination.
+//! Managed processes: what the server's `process/*` methods act on.
+//!
+//! - starting one: [`launch`] (the [`LaunchSpec`]), [`env_policy`] (its
+//!   environment), [`spawn`] (through the [`zygote`], else a fork),
+//!   [`supervisor`] (the per-process subreaper) and [`vfork`] (its exec);
+//! - running one: [`managed`] (the operations on a process), [`fd`] and
+//!   [`pty`] (its descriptors and terminal), [`output`] (the pump that
+//!   numbers events), [`record`] (what is known about it) and
+//!   [`retention`] (the output kept for `process/read`);
+//! - ending one: [`kill`] (signals, tree-wide termination), [`subtree`]
+//!   (killing from inside the supervisor when nobody else will) and
+//!   [`reaper`] (waiting until every tree is gone).
 
 pub mod env_policy;
 pub mod fd;

@@ -1,7 +1,7 @@
 //! Remote mode (docs/remote.md): executors behind a rendezvous, reached by
 //! harnesses through end-to-end encrypted virtual streams.
 //!
-//! The layers, bottom up:
+//! The wire, bottom up:
 //! - [`frame`]: the protobuf `RelayMessageFrame` and its validation;
 //! - [`noise`]: identities, the prologue, the hybrid IK handshake and the
 //!   record ciphers;
@@ -11,10 +11,16 @@
 //! - [`channel`]: one stream's protocol state (both dialects, including the
 //!   reliable layer's acknowledgements, retransmission and resume), with no
 //!   I/O, so every rule is unit-tested;
-//! - [`registry_api`]: the registry's JSON bodies and error shapes.
+//! - [`stream`]: the task that runs one stream over a [`channel`].
 //!
-//! The rendezvous server, the executor loop and the harness side build on
-//! these and live in their own modules.
+//! The registry: [`registry_api`] (its JSON bodies and error shapes),
+//! [`registry_client`] (calls of executors and harnesses, over
+//! [`http_client`] and [`tls`]) and [`credentials`] (where an executor's
+//! credentials come from).
+//!
+//! The two ends: [`executor`] (registers and serves streams, with
+//! [`writer`] owning its WebSocket) and [`harness`] (opens one stream to
+//! an executor). The rendezvous server is `crate::rendezvous`.
 
 pub mod channel;
 pub mod credentials;
