@@ -498,9 +498,12 @@ impl ExecServerClient {
             data_base64: String,
         }
         let data: Data = self
-            .call_as("fs/readFile", json!({"path": path, "sandbox": sandbox}))
+            .call_as(
+                fs::method::READ_FILE,
+                json!({"path": path, "sandbox": sandbox}),
+            )
             .await?;
-        decode_base64("fs/readFile", &data.data_base64)
+        decode_base64(fs::method::READ_FILE, &data.data_base64)
     }
 
     /// `fs/writeFile`: creates or truncates `path` (its parent must exist).
@@ -512,7 +515,7 @@ impl ExecServerClient {
     ) -> Result<(), ClientError> {
         let params =
             json!({"path": path, "dataBase64": types::b64().encode(data), "sandbox": sandbox});
-        self.call("fs/writeFile", params).await.map(drop)
+        self.call(fs::method::WRITE_FILE, params).await.map(drop)
     }
 
     /// `fs/createDirectory` (`recursive` defaults to true on the server).
@@ -523,7 +526,9 @@ impl ExecServerClient {
         sandbox: Option<&Value>,
     ) -> Result<(), ClientError> {
         let params = json!({"path": path, "recursive": recursive, "sandbox": sandbox});
-        self.call("fs/createDirectory", params).await.map(drop)
+        self.call(fs::method::CREATE_DIRECTORY, params)
+            .await
+            .map(drop)
     }
 
     /// `fs/getMetadata`: `{isDirectory, isFile, isSymlink, size, createdAtMs, modifiedAtMs}`.
@@ -532,8 +537,11 @@ impl ExecServerClient {
         path: &str,
         sandbox: Option<&Value>,
     ) -> Result<Value, ClientError> {
-        self.call("fs/getMetadata", json!({"path": path, "sandbox": sandbox}))
-            .await
+        self.call(
+            fs::method::GET_METADATA,
+            json!({"path": path, "sandbox": sandbox}),
+        )
+        .await
     }
 
     /// `fs/canonicalize`: the resolved path, in the request's dialect.
@@ -547,7 +555,10 @@ impl ExecServerClient {
             path: String,
         }
         let result: Canonical = self
-            .call_as("fs/canonicalize", json!({"path": path, "sandbox": sandbox}))
+            .call_as(
+                fs::method::CANONICALIZE,
+                json!({"path": path, "sandbox": sandbox}),
+            )
             .await?;
         Ok(result.path)
     }
@@ -559,7 +570,7 @@ impl ExecServerClient {
         sandbox: Option<&Value>,
     ) -> Result<Value, ClientError> {
         self.call(
-            "fs/readDirectory",
+            fs::method::READ_DIRECTORY,
             json!({"path": path, "sandbox": sandbox}),
         )
         .await
@@ -573,7 +584,7 @@ impl ExecServerClient {
         sandbox: Option<&Value>,
     ) -> Result<Value, ClientError> {
         let params = json!({"path": path, "options": options, "sandbox": sandbox});
-        self.call("fs/walk", params).await
+        self.call(fs::method::WALK, params).await
     }
 
     /// `fs/remove` (`recursive` and `force` default to true on the server).
@@ -586,7 +597,7 @@ impl ExecServerClient {
     ) -> Result<(), ClientError> {
         let params =
             json!({"path": path, "recursive": recursive, "force": force, "sandbox": sandbox});
-        self.call("fs/remove", params).await.map(drop)
+        self.call(fs::method::REMOVE, params).await.map(drop)
     }
 
     /// `fs/copy`.
@@ -603,7 +614,7 @@ impl ExecServerClient {
             "recursive": recursive,
             "sandbox": sandbox,
         });
-        self.call("fs/copy", params).await.map(drop)
+        self.call(fs::method::COPY, params).await.map(drop)
     }
 
     /// `fs/open`: opens a streaming read handle named `handle_id`.
@@ -614,7 +625,7 @@ impl ExecServerClient {
         sandbox: Option<&Value>,
     ) -> Result<(), ClientError> {
         let params = json!({"handleId": handle_id, "path": path, "sandbox": sandbox});
-        self.call("fs/open", params).await.map(drop)
+        self.call(fs::method::OPEN, params).await.map(drop)
     }
 
     /// `fs/open` with an explicit mode: `Read` is [`Self::fs_open`];
@@ -628,7 +639,7 @@ impl ExecServerClient {
         sandbox: Option<&Value>,
     ) -> Result<(), ClientError> {
         let params = json!({"handleId": handle_id, "path": path, "mode": mode, "sandbox": sandbox});
-        self.call("fs/open", params).await.map(drop)
+        self.call(fs::method::OPEN, params).await.map(drop)
     }
 
     /// `fs/writeBlock`: writes `data` (at most 1 MiB) at `offset` of a
@@ -644,7 +655,7 @@ impl ExecServerClient {
             "offset": offset,
             "dataBase64": types::b64().encode(data),
         });
-        self.call("fs/writeBlock", params).await.map(drop)
+        self.call(fs::method::WRITE_BLOCK, params).await.map(drop)
     }
 
     /// `fs/readBlock`: up to `len` bytes at `offset`, and whether EOF was hit.
@@ -660,8 +671,11 @@ impl ExecServerClient {
             eof: bool,
         }
         let params = json!({"handleId": handle_id, "offset": offset, "len": len});
-        let block: Block = self.call_as("fs/readBlock", params).await?;
-        Ok((decode_base64("fs/readBlock", &block.chunk)?, block.eof))
+        let block: Block = self.call_as(fs::method::READ_BLOCK, params).await?;
+        Ok((
+            decode_base64(fs::method::READ_BLOCK, &block.chunk)?,
+            block.eof,
+        ))
     }
 
     /// `fs/getMetadata` decoded, describing a symlink as itself when
@@ -719,7 +733,7 @@ impl ExecServerClient {
     /// `fs/close`: a write handle is synced to disk first, and an error
     /// there is returned.
     pub async fn fs_close(&self, handle_id: &str) -> Result<(), ClientError> {
-        self.call("fs/close", json!({"handleId": handle_id}))
+        self.call(fs::method::CLOSE, json!({"handleId": handle_id}))
             .await
             .map(drop)
     }
