@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::sandbox::glob;
 use crate::sandbox::launcher::{self, LauncherChoice};
 use crate::sandbox::probe::{self, Backend, HostProbe};
 
@@ -195,10 +196,14 @@ pub fn collect() -> DoctorReport {
             detail: Some("user namespaces are unavailable".to_owned()),
         }
     };
-    let ripgrep = which::which("rg").ok().map(|path| ToolReport {
-        version: version_of(&path, &[]),
-        path,
-    });
+    // The ripgrep the sandbox's deny-glob scan would run from here.
+    let ripgrep = match glob::Scanner::detect(&cwd, &[]) {
+        glob::Scanner::Ripgrep(path) => Some(ToolReport {
+            version: version_of(&path, &[]),
+            path,
+        }),
+        glob::Scanner::BuiltIn => None,
+    };
     let launcher = match launcher::select(&cwd, cache.as_deref()) {
         Ok(choice) => Some(launcher_report(&choice, host)),
         Err(err) => {
