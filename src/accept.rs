@@ -25,6 +25,7 @@ const BUSY_RESPONSE: &[u8] =
 #[derive(Debug, Clone)]
 pub struct ConnectionLimit {
     slots: Arc<Semaphore>,
+    #[cfg(test)]
     max: usize,
 }
 
@@ -38,6 +39,7 @@ impl ConnectionLimit {
         let max = max.max(1);
         Self {
             slots: Arc::new(Semaphore::new(max)),
+            #[cfg(test)]
             max,
         }
     }
@@ -62,6 +64,7 @@ impl ConnectionLimit {
     }
 
     /// Slots held now.
+    #[cfg(test)]
     pub fn in_use(&self) -> usize {
         self.max - self.slots.available_permits().min(self.max)
     }

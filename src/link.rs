@@ -302,6 +302,7 @@ impl Writer {
     }
 
     /// Why the link ended, once it has.
+    #[cfg(test)]
     pub fn end(&self) -> Option<End> {
         self.shared.ended()
     }

@@ -57,6 +57,7 @@ impl Shutdown {
     }
 
     /// Tasks still running (watchers alive).
+    #[cfg(test)]
     pub fn running(&self) -> usize {
         self.done_tx.strong_count().saturating_sub(1)
     }
