@@ -95,4 +95,5 @@ pub(crate) mod shutdown;
 pub(crate) mod startup;
 pub(crate) mod stdout;
 pub(crate) mod sync;
+pub(crate) mod web_url;
 pub(crate) mod wire;

@@ -27,8 +27,8 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use nix::fcntl::{Flock, FlockArg};
 
-use crate::net::url::{Scheme, WebUrl};
 use crate::runtime_paths;
+use crate::web_url::{Scheme, WebUrl};
 
 /// The directory under the runtime directory holding published tokens.
 const LISTENERS_DIR: &str = "listeners";

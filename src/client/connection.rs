@@ -25,9 +25,9 @@ use tokio_tungstenite::tungstenite::Message;
 
 use super::{ClientError, Notification, RpcError};
 use crate::link::{self, Link};
-use crate::net::url::WebUrl;
 use crate::relay::harness::{HarnessConfig, RelayStream};
 use crate::sync::lock;
+use crate::web_url::WebUrl;
 
 /// Messages queued for the writer task before senders wait.
 const OUTBOUND_QUEUE: usize = 1024;

@@ -23,8 +23,8 @@ use hyper_util::rt::TokioIo;
 
 use super::connector::{connect, ConnectError, Through};
 use super::upstream::{ProxyEndpoint, Upstream};
-use super::url::WebUrl;
 use crate::sync::lock;
+use crate::web_url::WebUrl;
 
 /// Redirect hops followed before giving up.
 pub const MAX_REDIRECTS: usize = 10;
@@ -379,7 +379,7 @@ async fn post_json_unbounded(
     body: Bytes,
     max_body: usize,
 ) -> Result<Collected, PostError> {
-    let shown = super::url::redact(url);
+    let shown = crate::web_url::redact(url);
     let uri: Uri = url
         .parse()
         .map_err(|_| PostError::InvalidUrl(shown.clone()))?;

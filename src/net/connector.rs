@@ -14,7 +14,7 @@ use tokio_rustls::TlsConnector;
 
 use super::dial::dial_unchecked;
 use super::upstream::{ProxyEndpoint, Upstream, UpstreamError};
-use super::url::WebUrl;
+use crate::web_url::WebUrl;
 
 /// Environment variable naming an extra PEM bundle of trusted roots.
 pub const CA_CERTIFICATE_ENV: &str = "CODEX_CA_CERTIFICATE";

@@ -11,7 +11,7 @@
 //!   HTTP/1.1 serving every listener shares;
 //! - [`relay`]: tunnel bytes (`splice(2)`, no copies in the proxy);
 //! - [`upstream`]: chaining to an upstream HTTP proxy;
-//! - [`client`], [`connector`], [`url`]: codexbox's own outbound HTTP
+//! - [`client`], [`connector`]: codexbox's own outbound HTTP
 //!   client (`http/request`, registries) and connections (rendezvous
 //!   sockets too), through the process's proxy settings;
 //! - [`decision`], [`audit`]: what was decided and where it is reported;
@@ -38,6 +38,5 @@ pub mod relay;
 pub mod resolve;
 pub mod socks5;
 pub mod upstream;
-pub mod url;
 
 pub use proxy::{ProxyConfig, ProxyError, ProxyHandle};

@@ -15,7 +15,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 use super::dial::dial_unchecked;
-use super::url::{host_port, WebUrl};
+use crate::web_url::{host_port, WebUrl};
 
 /// Why a tunnel through the upstream could not be opened.
 #[derive(Debug, thiserror::Error)]

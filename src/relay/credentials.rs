@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::registry_client::AuthHeaders;
-use crate::net::url::{redact, WebUrl};
+use crate::web_url::{redact, WebUrl};
 
 /// The environment variable of an API key.
 pub const API_KEY_ENV: &str = "CODEX_API_KEY";

@@ -46,12 +46,12 @@ use crate::backoff::Backoff;
 use crate::link::{End, Incoming, Link};
 use crate::net::connector::{connect, BoxedIo, ConnectError, Through};
 use crate::net::upstream::Upstream;
-use crate::net::url::{redact, UrlError, WebUrl};
 use crate::server::connection::Shared;
 use crate::server::drain::{self, Stop};
 use crate::server::liveness::Liveness;
 use crate::server::transport::relay as relay_transport;
 use crate::sync::lock;
+use crate::web_url::{redact, UrlError, WebUrl};
 
 /// Virtual streams per executor.
 pub const MAX_ACTIVE_STREAMS: usize = 128;

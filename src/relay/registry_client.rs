@@ -20,7 +20,7 @@ use super::registry_api::{
 };
 use crate::listener_token::{self, Holder};
 use crate::net::client::{post_json, PostError};
-use crate::net::url::{UrlError, WebUrl};
+use crate::web_url::{UrlError, WebUrl};
 
 /// Time allowed for a whole `connect` exchange.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -602,7 +602,14 @@ async fn relay(
         .read_buffer_size(buffer)
         .write_buffer_size(buffer);
     let ws = WebSocketStream::from_raw_socket(upgraded, WsRole::Server, Some(ws_config)).await;
-    socket::serve(ws, state.hub.clone(), grant.environment_id, grant.role, config.link).await;
+    socket::serve(
+        ws,
+        state.hub.clone(),
+        grant.environment_id,
+        grant.role,
+        config.link,
+    )
+    .await;
 }
 
 #[cfg(test)]
