@@ -1,6 +1,6 @@
 //! The remote-mode executor (`exec-server --remote URL --environment-id ID`):
 //! registers its Noise key with the registry, holds one WebSocket to the
-//! rendezvous (a [`crate::link`], reconnect with backoff, re-registration when the
+//! rendezvous (a `crate::link`, reconnect with backoff, re-registration when the
 //! upgrade is refused with a 4xx), and serves many virtual streams on it,
 //! demultiplexed by `stream_id`. Each stream is a normal JSON-RPC
 //! connection on the shared session registry

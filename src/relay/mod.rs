@@ -14,12 +14,12 @@
 //! - [`stream`]: the task that runs one stream over a [`channel`].
 //!
 //! The registry: [`registry_api`] (its JSON bodies and error shapes),
-//! [`registry_client`] (calls of executors and harnesses, over
-//! [`http_client`] and [`tls`]) and [`credentials`] (where an executor's
-//! credentials come from).
+//! [`registry_client`] (calls of executors and harnesses, over the one
+//! HTTP client, `crate::net::client`) and [`credentials`] (where an
+//! executor's credentials come from).
 //!
-//! The two ends: [`executor`] (registers and serves streams, with
-//! [`writer`] owning its WebSocket) and [`harness`] (opens one stream to
+//! The two ends: [`executor`] (registers and serves streams over one
+//! WebSocket link, `crate::link`) and [`harness`] (opens one stream to
 //! an executor). The rendezvous server is `crate::rendezvous`.
 
 pub mod channel;

@@ -122,7 +122,7 @@ fn decode_key(contents: &[u8]) -> Vec<u8> {
 /// stays, so a segment that arrived in a request path comes out as it came.
 const PATH_SEGMENT_ESCAPED: &AsciiSet = &CONTROLS.add(b' ').add(b'/').add(b'?').add(b'#');
 
-/// Percent-encodes a path segment (see [`PATH_SEGMENT_ESCAPED`]).
+/// Percent-encodes a path segment (see `PATH_SEGMENT_ESCAPED`).
 pub fn path_segment(value: &str) -> String {
     utf8_percent_encode(value, PATH_SEGMENT_ESCAPED).to_string()
 }

@@ -1,4 +1,4 @@
-//! One rendezvous WebSocket (executor or harness) on a [`crate::link`]
+//! One rendezvous WebSocket (executor or harness) on a `crate::link`
 //! (pings, the peer deadline, batched writes): a reader that decodes each
 //! binary frame just enough to route it through the [`Hub`] and forwards
 //! the original bytes. A slow

@@ -9,7 +9,7 @@
 //! end.
 //!
 //! The peer deadline, pings and write timeout of a WebSocket are the
-//! link's ([`crate::link`]); a server can also close a connection itself
+//! link's (`crate::link`); a server can also close a connection itself
 //! ([`Liveness::kill`]), saying why.
 
 use std::sync::{Arc, Mutex};

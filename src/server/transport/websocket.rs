@@ -1,5 +1,5 @@
 //! WebSocket transport over TCP or a Unix socket: the HTTP gate
-//! ([`super::http`], served by hyper), then one [`link`] per connection
+//! ([`super::http`], served by hyper), then one `crate::link` per connection
 //! whose writer drains the connection's bounded outbound queue. The reader
 //! (this task) routes each message and reports what it hears to the
 //! connection's [`Liveness`]; it writes a takeover probe's ping through the
