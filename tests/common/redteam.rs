@@ -68,12 +68,10 @@ pub struct Tree {
 
 impl Tree {
     pub fn new() -> Tree {
-        let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-        let _ = std::fs::create_dir_all(&base);
-        let dir = tempfile::Builder::new()
-            .prefix("attack-")
-            .tempdir_in(base)
-            .expect("tempdir");
+        // Outside /tmp and $TMPDIR wherever the checkout is: a link there
+        // is one an earlier command could have planted, which grants
+        // nothing, and the trees' own aliases must be the user's.
+        let dir = super::host::dir_outside_tmp("attack-");
         let root = dir.path().canonicalize().expect("canonical tempdir");
         let ws = root.join("ws");
         let outside = root.join("outside");

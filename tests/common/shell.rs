@@ -253,29 +253,6 @@ pub fn stderr_on_terminal(mut command: Command, cols: u16, what: &str) -> (i32, 
     (code, reader.join().expect("terminal reader"))
 }
 
-/// A private directory that no named profile makes writable: not under
-/// `/tmp` or `$TMPDIR` (which `:workspace` grants), wherever the checkout
-/// and its target directory are.
-pub fn dir_outside_tmp(prefix: &str) -> tempfile::TempDir {
-    let writable: Vec<std::path::PathBuf> = ["/tmp".into(), std::env::temp_dir()]
-        .iter()
-        .filter_map(|p: &std::path::PathBuf| p.canonicalize().ok())
-        .collect();
-    let base = [
-        env!("CARGO_TARGET_TMPDIR"),
-        "/var/tmp",
-        env!("CARGO_MANIFEST_DIR"),
-    ]
-    .into_iter()
-    .filter_map(|p| std::path::Path::new(p).canonicalize().ok())
-    .find(|p| !writable.iter().any(|w| p.starts_with(w)))
-    .expect("a directory outside /tmp and $TMPDIR");
-    tempfile::Builder::new()
-        .prefix(prefix)
-        .tempdir_in(base)
-        .expect("tempdir")
-}
-
 /// Whether tmux is installed (the one skip rule of [`super::host`]).
 pub fn have_tmux() -> bool {
     super::host::tmux()

@@ -191,7 +191,7 @@ fn a_permission_profile_runs_the_command_in_the_sandbox() {
     if !crate::common::sandbox::sandbox_available() {
         return;
     }
-    let work = crate::common::shell::dir_outside_tmp("exec-sbx");
+    let work = crate::common::host::dir_outside_tmp("exec-sbx");
     let ws = work.path().canonicalize().expect("canonical");
     std::fs::create_dir(ws.join("ws")).expect("mkdir");
     let outside = ws.join("outside.txt");
