@@ -223,16 +223,10 @@ pub fn helper_once(args: &[&str], stdin: &str) -> (i32, String, String) {
     )
 }
 
-/// A temporary directory that is not under `/tmp` when possible, so that
-/// sandbox profiles writing `/tmp` do not cover it. Canonical.
+/// A temporary directory outside `/tmp` and `$TMPDIR`, so that sandbox
+/// profiles writing them do not cover it and its links are the user's.
 pub fn workdir() -> tempfile::TempDir {
-    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let _ = std::fs::create_dir_all(&base);
-    let dir = tempfile::Builder::new()
-        .prefix("fs-test-")
-        .tempdir_in(base)
-        .expect("tempdir");
-    dir
+    super::host::dir_outside_tmp("fs-test-")
 }
 
 pub fn canonical(dir: &tempfile::TempDir) -> PathBuf {

@@ -20,10 +20,7 @@ pub struct Ws {
 
 impl Ws {
     pub fn new() -> Ws {
-        let dir = tempfile::Builder::new()
-            .prefix("sbx")
-            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-            .expect("tempdir");
+        let dir = super::host::dir_outside_tmp("sbx");
         let root = dir.path().canonicalize().expect("canonical tempdir");
         let ws = root.join("ws");
         let outside = root.join("outside");

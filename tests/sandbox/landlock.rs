@@ -59,11 +59,11 @@ struct Workspace {
     tmp: PathBuf,
 }
 
-/// `base/{ws,outside,tmp}` under the target dir (not /tmp, whose size on
-/// a shared host is unbounded): `ws` has `.git/config`, `src/`, a file,
+/// `base/{ws,outside,tmp}` outside /tmp and $TMPDIR (see
+/// `host::dir_outside_tmp`): `ws` has `.git/config`, `src/`, a file,
 /// and a secret.
 fn workspace() -> Workspace {
-    let guard = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let guard = crate::common::host::dir_outside_tmp("landlock");
     let base = guard.path().canonicalize().expect("canonical");
     let ws = base.join("ws");
     let outside = base.join("outside");
