@@ -440,24 +440,20 @@ fn bundled_bubblewrap_runs_through_its_verified_fd() {
         );
         return;
     };
-    let resources = std::path::Path::new(BIN)
-        .parent()
-        .unwrap()
-        .join("resources");
+    // A copy of the binary with `resources/bwrap` beside it, outside /tmp
+    // and $TMPDIR: a bundled bwrap where commands could write is refused,
+    // wherever the checkout is. Other tests see no bundled bwrap.
+    let install = crate::common::host::dir_outside_tmp("bundled");
+    let bin = install.path().join("codexbox");
+    std::fs::copy(BIN, &bin).unwrap();
+    let resources = install.path().join("resources");
     std::fs::create_dir_all(&resources).unwrap();
     let bundled = resources.join("bwrap");
-    /// Removes the stand-in afterwards, so other tests see no bundled bwrap.
-    struct Remove(std::path::PathBuf);
-    impl Drop for Remove {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(&self.0);
-        }
-    }
     std::fs::copy(system, &bundled).unwrap();
-    let _cleanup = Remove(bundled.clone());
+    let bundled = bundled.canonicalize().unwrap();
     let w = Ws::new();
     let run = |extra: &[&str]| {
-        Command::new(BIN)
+        Command::new(&bin)
             .env("CODEXBOX_BWRAP", "bundled")
             .arg("linux-sandbox")
             .arg("--sandbox-policy-cwd")
