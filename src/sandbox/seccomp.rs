@@ -92,12 +92,14 @@ pub enum SeccompError {
 /// Result of this module.
 pub type Result<T, E = SeccompError> = std::result::Result<T, E>;
 
-/// The compiled filters, ready to install (two programs: the rule table and
-/// a small hand-written one for `clone3` and the x32 ABI).
+/// The compiled filter, ready to install: one program, a small
+/// hand-written prefix for `clone3` and the x32 ABI that falls through into
+/// the rule table. One program, not two, because the kernel converts and
+/// JIT-compiles every filter again each time one is attached, once per
+/// sandboxed command.
 #[derive(Debug, Clone)]
 pub struct SeccompProgram {
-    rules: BpfProgram,
-    extra: BpfProgram,
+    program: BpfProgram,
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -122,7 +124,7 @@ const TIOCSTI: u32 = 0x5412;
 /// `TIOCLINUX`.
 const TIOCLINUX: u32 = 0x541C;
 /// `SOCK_TYPE_MASK`.
-const SOCK_TYPE_MASK: u64 = 0xf;
+const SOCK_TYPE_MASK: u32 = 0xf;
 
 fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition> {
     SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value).map_err(SeccompError::Build)
@@ -134,22 +136,6 @@ fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule> {
 
 fn family(value: libc::c_int) -> u64 {
     u64::try_from(value).unwrap_or(u64::MAX)
-}
-
-/// Rules matching `socket`/`socketpair` of `AF_UNIX` with a type other than
-/// stream or seqpacket (the kernel turns `SOCK_RAW` into `SOCK_DGRAM`).
-fn unix_non_stream(out: &mut Vec<SeccompRule>) -> Result<()> {
-    let allowed = [
-        family(libc::SOCK_STREAM) & SOCK_TYPE_MASK,
-        family(libc::SOCK_SEQPACKET) & SOCK_TYPE_MASK,
-    ];
-    for ty in (0..=SOCK_TYPE_MASK).filter(|ty| !allowed.contains(ty)) {
-        out.push(rule(vec![
-            cond(0, SeccompCmpOp::Eq, family(libc::AF_UNIX))?,
-            cond(1, SeccompCmpOp::MaskedEq(SOCK_TYPE_MASK), ty)?,
-        ])?);
-    }
-    Ok(())
 }
 
 /// The rule table for `mode`: syscall number → rules, any of which matching
@@ -209,13 +195,11 @@ pub fn rules(mode: SeccompMode) -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
                 SeccompCmpOp::Ne,
                 family(libc::AF_UNIX),
             )?])?);
-            unix_non_stream(&mut socket_rules)?;
             socketpair_rules.push(rule(vec![cond(
                 0,
                 SeccompCmpOp::Ne,
                 family(libc::AF_UNIX),
             )?])?);
-            unix_non_stream(&mut socketpair_rules)?;
             for nr in [
                 libc::SYS_connect,
                 libc::SYS_bind,
@@ -264,11 +248,19 @@ mod bpf {
     pub const LD_W_ABS: u16 = 0x20;
     pub const JEQ_K: u16 = 0x05 | 0x10;
     pub const JGE_K: u16 = 0x05 | 0x30;
+    /// BPF_JMP | BPF_JA: jump `k` instructions ahead, unconditionally.
+    pub const JA: u16 = 0x05;
+    /// BPF_ALU | BPF_AND | BPF_K.
+    pub const AND_K: u16 = 0x04 | 0x50;
     pub const RET_K: u16 = 0x06;
     /// `offsetof(struct seccomp_data, nr)`.
     pub const NR_OFFSET: u32 = 0;
     /// `offsetof(struct seccomp_data, arch)`.
     pub const ARCH_OFFSET: u32 = 4;
+    /// `offsetof(struct seccomp_data, args[i])`: the low 32 bits of the
+    /// argument on a little-endian machine (x86_64, aarch64), all of an
+    /// `int` argument.
+    pub const ARG_OFFSET: [u32; 2] = [16, 24];
 
     pub fn stmt(code: u16, k: u32) -> sock_filter {
         sock_filter {
@@ -289,26 +281,50 @@ fn errno_ret(errno: libc::c_int) -> u32 {
 }
 
 /// `clone3` → ENOSYS (glibc then uses `clone`, whose flags the rule table
-/// checks); on x86_64 any x32 syscall → EPERM. A foreign architecture is
-/// left to the rule table, which kills the process.
-fn extra_program() -> BpfProgram {
+/// checks); on x86_64 any x32 syscall → EPERM; in [`SeccompMode::Restricted`],
+/// `socket`/`socketpair` of `AF_UNIX` with a type other than stream or
+/// seqpacket → EPERM (the type masked with `SOCK_TYPE_MASK`, a test the
+/// rule table could only spell as one rule per other type, 28 rules, two
+/// thirds of the program). Anything else, a foreign architecture included,
+/// falls through to the rule table that follows this prefix (which kills a
+/// foreign architecture). The same decisions as the prefix and the table
+/// stacked as two filters: where the prefix returns, the table allows.
+fn prefix_program(mode: SeccompMode) -> BpfProgram {
     use bpf::*;
-    let clone3 = u32::try_from(libc::SYS_clone3).unwrap_or(u32::MAX);
-    let allow = libc::SECCOMP_RET_ALLOW;
+    let nr = |n: i64| u32::try_from(n).unwrap_or(u32::MAX);
+    let eperm = errno_ret(libc::EPERM);
+    let mut tail = vec![stmt(LD_W_ABS, NR_OFFSET)];
+    if cfg!(target_arch = "x86_64") {
+        tail.push(jump(JGE_K, X32_SYSCALL_BIT, 0, 1));
+        tail.push(stmt(RET_K, eperm));
+    }
+    tail.push(jump(JEQ_K, nr(libc::SYS_clone3), 0, 1));
+    tail.push(stmt(RET_K, errno_ret(libc::ENOSYS)));
+    if mode == SeccompMode::Restricted {
+        let unix = u32::try_from(libc::AF_UNIX).unwrap_or(u32::MAX);
+        let ty = |t: libc::c_int| u32::try_from(t).unwrap_or(u32::MAX) & SOCK_TYPE_MASK;
+        tail.extend([
+            // socket or socketpair → on; else → the rule table (7 ahead).
+            jump(JEQ_K, nr(libc::SYS_socket), 1, 0),
+            jump(JEQ_K, nr(libc::SYS_socketpair), 0, 7),
+            stmt(LD_W_ABS, ARG_OFFSET[0]),
+            // Not AF_UNIX → the rule table, which denies every other family.
+            jump(JEQ_K, unix, 0, 5),
+            stmt(LD_W_ABS, ARG_OFFSET[1]),
+            stmt(AND_K, SOCK_TYPE_MASK),
+            jump(JEQ_K, ty(libc::SOCK_STREAM), 2, 0),
+            jump(JEQ_K, ty(libc::SOCK_SEQPACKET), 1, 0),
+            stmt(RET_K, eperm),
+        ]);
+    }
+    let skip = u32::try_from(tail.len()).unwrap_or(u32::MAX);
     let mut program = vec![
         stmt(LD_W_ABS, ARCH_OFFSET),
-        // 0: arch != ours → allow (the rule table kills it).
+        // Our arch → the checks above; else → the rule table.
         jump(JEQ_K, AUDIT_ARCH, 1, 0),
-        stmt(RET_K, allow),
-        stmt(LD_W_ABS, NR_OFFSET),
+        stmt(JA, skip),
     ];
-    if cfg!(target_arch = "x86_64") {
-        program.push(jump(JGE_K, X32_SYSCALL_BIT, 0, 1));
-        program.push(stmt(RET_K, errno_ret(libc::EPERM)));
-    }
-    program.push(jump(JEQ_K, clone3, 0, 1));
-    program.push(stmt(RET_K, errno_ret(libc::ENOSYS)));
-    program.push(stmt(RET_K, allow));
+    program.extend(tail);
     program
 }
 
@@ -432,24 +448,21 @@ impl SeccompProgram {
         )
         .map_err(SeccompError::Build)?;
         let rules: BpfProgram = filter.try_into().map_err(SeccompError::Compile)?;
-        Ok(SeccompProgram {
-            rules,
-            extra: extra_program(),
-        })
+        let mut program = prefix_program(mode);
+        program.extend(rules);
+        Ok(SeccompProgram { program })
     }
 
-    /// Installs both filters on the calling thread (inherited by children
+    /// Installs the filter on the calling thread (inherited by children
     /// and kept across exec). no_new_privs must already be set (seccompiler
     /// sets it too). Does not allocate.
     pub fn install(&self) -> Result<()> {
-        seccompiler::apply_filter(&self.rules).map_err(SeccompError::Install)?;
-        seccompiler::apply_filter(&self.extra).map_err(SeccompError::Install)?;
-        Ok(())
+        seccompiler::apply_filter(&self.program).map_err(SeccompError::Install)
     }
 
     /// Number of BPF instructions, for `--explain` and the doctor.
     pub fn len(&self) -> usize {
-        self.rules.len() + self.extra.len()
+        self.program.len()
     }
 
     /// Whether the program is empty (never, once built).

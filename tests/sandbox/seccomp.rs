@@ -103,6 +103,37 @@ fn restricted_allows_unix_stream_but_not_datagram_sockets() {
     assert_eq!(dgram, EPERM);
 }
 
+/// Every value of the type's low four bits, with and without the flag
+/// bits above them, for `socket` and `socketpair`: only stream and
+/// seqpacket pass (unfiltered, the kernel refuses the unknown types with
+/// EINVAL and allows datagram and raw ones).
+#[test]
+fn restricted_allows_unix_stream_and_seqpacket_only_whatever_the_flags() {
+    for base in 0..16 {
+        for flags in [0, libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK] {
+            let ty = base | flags;
+            let allowed = base == libc::SOCK_STREAM || base == libc::SOCK_SEQPACKET;
+            let socket = filtered(SeccompMode::Restricted, move || {
+                socket_errno(libc::AF_UNIX, ty, 0)
+            });
+            let pair = filtered(SeccompMode::Restricted, move || {
+                let mut fds = [0; 2];
+                // SAFETY: fds is a valid two-int array.
+                if unsafe { libc::socketpair(libc::AF_UNIX, ty, 0, fds.as_mut_ptr()) } < 0 {
+                    errno()
+                } else {
+                    0
+                }
+            });
+            if allowed {
+                assert_eq!((socket, pair), (0, 0), "type {ty:#x}");
+            } else {
+                assert_eq!((socket, pair), (EPERM, EPERM), "type {ty:#x}");
+            }
+        }
+    }
+}
+
 #[test]
 fn restricted_denies_connecting_to_a_host_unix_socket() {
     let dir = tempfile::tempdir().expect("tempdir");

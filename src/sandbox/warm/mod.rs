@@ -39,11 +39,13 @@ use launch::{CommandSetup, Namespaces};
 use request::LaunchRequest;
 
 /// What the spawn zygote does once, so that every helper forked from it
-/// finds it done: this executable's path, the last capability number, and
-/// the seccomp filters compiled.
+/// finds it done: this executable's path, the last capability number, the
+/// CPU features the plan's digest looks up (`cpuid`, which traps to the
+/// hypervisor in a VM), and the seccomp filters compiled.
 pub fn warm_up() {
     let _ = crate::runtime_paths::self_exe();
     let _ = crate::sys::confine::last_cap();
+    let _ = <sha2::Sha256 as sha2::Digest>::digest(b"");
     for mode in [
         crate::sandbox::seccomp::SeccompMode::Restricted,
         crate::sandbox::seccomp::SeccompMode::NetworkEnabled,
