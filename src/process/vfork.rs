@@ -53,8 +53,57 @@ pub fn prefault<T: Default + Copy>(items: &mut [T]) {
 
 impl ChildStack {
     /// The top of the stack (it grows down), 16-byte aligned, for `clone`.
-    pub fn top(&mut self) -> *mut libc::c_void {
+    fn top(&mut self) -> *mut libc::c_void {
         self.0.as_mut_ptr_range().end.cast::<libc::c_void>()
+    }
+
+    /// Runs `entry(arg)` on this stack in a child that shares the caller's
+    /// memory: `clone(CLONE_VM | CLONE_VFORK)`, which suspends the calling
+    /// thread until the child has exec'd or exited. Every signal is blocked
+    /// around the clone so that no handler runs in the child on the shared
+    /// memory: the caller's mask is stored in `*saved_mask` first (for the
+    /// child to restore before its exec) and restored once the child is
+    /// done. Returns the child's pid.
+    ///
+    /// # Safety
+    ///
+    /// `entry` may only make async-signal-safe system calls on memory that
+    /// outlives this call (`arg` points to it); `saved_mask` must be valid
+    /// for reads and writes (it may point into `arg`'s memory).
+    pub unsafe fn clone_vfork(
+        &mut self,
+        entry: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+        arg: *mut libc::c_void,
+        saved_mask: *mut libc::sigset_t,
+    ) -> io::Result<libc::pid_t> {
+        // SAFETY: sigset_t is plain data; sigfillset initializes it.
+        let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: filling a local set, then blocking every signal; the
+        // caller's mask goes where the caller said it may be written.
+        unsafe {
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, saved_mask);
+        }
+        let stack_top = self.top();
+        // SAFETY: the caller vouches for `entry` and `arg`; CLONE_VFORK
+        // keeps this frame (and `arg`) alive until the child has exec'd or
+        // exited, and the stack is ours alone and 16-byte aligned at its top.
+        let pid = unsafe {
+            libc::clone(
+                entry,
+                stack_top,
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                arg,
+            )
+        };
+        let clone_error = io::Error::last_os_error();
+        // SAFETY: restoring the mask saved above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, saved_mask, ptr::null_mut()) };
+        if pid < 0 {
+            Err(clone_error)
+        } else {
+            Ok(pid)
+        }
     }
 }
 
@@ -154,42 +203,21 @@ impl Launch {
     /// The child only touches `self`, `stack` and its own context, so other
     /// threads of the caller may keep running (the supervisors have none).
     pub fn spawn(&mut self, stack: &mut ChildStack) -> io::Result<libc::pid_t> {
-        // SAFETY: sigset_t is plain data; sigemptyset initializes it below.
-        let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
         let mut context = ChildContext {
             launch: self,
             // SAFETY: getpid has no preconditions.
             parent: unsafe { libc::getpid() },
-            // SAFETY: as above, plain data filled by pthread_sigmask.
+            // SAFETY: plain data, filled by `clone_vfork` before the clone.
             old_mask: unsafe { std::mem::zeroed() },
             errno: AtomicI32::new(0),
         };
-        // SAFETY: filling a local set, then blocking every signal so no
-        // handler runs in the child on the shared memory; the old mask is
-        // stored for the child to restore and for us below.
-        unsafe {
-            libc::sigfillset(&mut all);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut context.old_mask);
-        }
-        let stack_top = stack.top();
+        let saved_mask = ptr::addr_of_mut!(context.old_mask);
         // SAFETY: `child_main` only makes async-signal-safe system calls on
-        // `context`, which outlives the call: CLONE_VFORK suspends us until
-        // the child has exec'd or exited, and the stack is ours alone and
-        // 16-byte aligned at its top.
+        // `context`, which lives until the end of this function; the saved
+        // mask is a field of it, which the child restores before its exec.
         let pid = unsafe {
-            libc::clone(
-                child_main,
-                stack_top,
-                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-                ptr::from_mut(&mut context).cast(),
-            )
+            stack.clone_vfork(child_main, ptr::from_mut(&mut context).cast(), saved_mask)?
         };
-        let clone_error = io::Error::last_os_error();
-        // SAFETY: restoring the mask saved above.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &context.old_mask, ptr::null_mut()) };
-        if pid < 0 {
-            return Err(clone_error);
-        }
         match context.errno.load(Ordering::SeqCst) {
             0 => Ok(pid),
             errno => {

@@ -144,37 +144,12 @@ impl<'a> CommandExec<'a> {
     /// exec'd; `Err((pid, line))` when a step failed: the child exits 1
     /// (reap it) and `line` says why.
     pub fn spawn(&mut self, stack: &mut ChildStack) -> Result<libc::pid_t, (libc::pid_t, String)> {
-        // SAFETY: sigset_t is plain data, filled below.
-        let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
+        // SAFETY: plain data, filled by `clone_vfork` before the clone.
         let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: blocking every signal while the child runs on our memory
-        // (no handler may run there); restored right after.
-        unsafe {
-            libc::sigfillset(&mut all);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        }
-        let stack_top = stack.top();
         // SAFETY: `child_main` only makes system calls on `self`, which
-        // outlives the call: CLONE_VFORK suspends us until the child has
-        // exec'd or exited, and the stack is ours alone, aligned at its top.
-        let pid = unsafe {
-            libc::clone(
-                child_main,
-                stack_top,
-                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-                ptr::from_mut(self).cast(),
-            )
-        };
-        let clone_error = io::Error::last_os_error();
-        // SAFETY: restoring the mask saved above.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, ptr::null_mut()) };
-        if pid < 0 {
-            return Err((
-                -1,
-                format!("{PREFIX}: cannot start the command: {clone_error}"),
-            ));
-        }
+        // outlives the call; `old` is a local of this frame.
+        let pid = unsafe { stack.clone_vfork(child_main, ptr::from_mut(self).cast(), &mut old) }
+            .map_err(|err| (-1, format!("{PREFIX}: cannot start the command: {err}")))?;
         match Step::from_code(self.step.load(Ordering::SeqCst)) {
             Step::None => Ok(pid),
             step => Err((pid, self.failure(step))),
