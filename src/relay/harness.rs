@@ -22,7 +22,6 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_tungstenite::tungstenite::Message;
 
 use super::channel::Channel;
-use super::executor::{dial, DialError};
 use super::frame::{Body, RelayMessageFrame, FEATURE_RELIABLE};
 use super::framing::{advertise, advertised, MessageLimits};
 use super::noise::{prologue, Initiator, NoiseError, NoiseIdentity};
@@ -31,6 +30,7 @@ use super::registry_client::{RegistryClient, RegistryError};
 use super::stream::{drive, Oversize, StreamIo};
 use super::Dialect;
 use crate::backoff::Backoff;
+use crate::server::relay_executor::{dial, DialError};
 
 /// Time allowed for the socket and the handshake of a new stream.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -132,7 +132,7 @@ pub struct RelayStream {
     pub released: oneshot::Receiver<()>,
 }
 
-type Socket = super::executor::RelaySocket;
+type Socket = crate::server::relay_executor::RelaySocket;
 
 /// Dials within [`HANDSHAKE_TIMEOUT`] (as the reference bounds its connect).
 async fn dial_bounded(url: &str) -> Result<Socket, HarnessError> {

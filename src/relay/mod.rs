@@ -18,13 +18,13 @@
 //! HTTP client, `crate::net::client`) and [`credentials`] (where an
 //! executor's credentials come from).
 //!
-//! The two ends: [`executor`] (registers and serves streams over one
-//! WebSocket link, `crate::link`) and [`harness`] (opens one stream to
-//! an executor). The rendezvous server is `crate::rendezvous`.
+//! The two ends: the executor (`crate::server::relay_executor`: registers
+//! and serves streams over one WebSocket link, `crate::link`) and
+//! [`harness`] (opens one stream to an executor). The rendezvous server is
+//! `crate::rendezvous`.
 
 pub mod channel;
 pub mod credentials;
-pub mod executor;
 pub mod frame;
 pub mod framing;
 pub mod harness;

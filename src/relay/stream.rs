@@ -14,7 +14,8 @@
 //! answered or replaced by an error for its id ([`Oversize`]), and
 //! everything else goes on.
 //!
-//! An executor's stream also reports to its connection's [`Liveness`]:
+//! An executor's stream also reports to its connection's `Liveness`
+//! (`crate::link::liveness`):
 //! every frame from the harness is heard, a takeover probe sends a `resume`
 //! (a live reliable peer answers it with an acknowledgement at once), and a
 //! connection the server closes resets the stream.
@@ -28,8 +29,8 @@ use tokio::sync::{mpsc, watch};
 use super::channel::{Channel, ChannelError};
 use super::frame::RelayMessageFrame;
 use super::{Dialect, RESET_CONNECTION_CLOSED};
+use crate::link::liveness::Liveness;
 use crate::protocol::envelope;
-use crate::server::liveness::Liveness;
 
 /// Decoded messages waiting for the application before frames stop being read.
 const MAX_UNDELIVERED: usize = 64;

@@ -12,8 +12,8 @@ use super::config::{
     ServerConfig, AUTH_TOKEN_ENV, MAX_MESSAGE_BYTES, MAX_PROCESSES_PER_SESSION, MAX_SESSION_GRACE,
 };
 use super::listen::{ListenUrl, DEFAULT_LISTEN_URL};
-use super::liveness::TAKEOVER_PROBE_MS;
 use super::sandbox_reuse::{ReuseConfig, DEFAULT_IDLE};
+use crate::link::liveness::TAKEOVER_PROBE_MS;
 use crate::link::{self, PEER_TIMEOUT};
 use crate::logging::{self, LogFormat};
 use crate::process::retention::RETAINED_OUTPUT_BYTES;
@@ -89,7 +89,7 @@ struct Args {
     /// rendezvous replicas moved to another replica is reachable there
     /// within that time; 0 registers only at start and when the URL is
     /// refused.
-    #[arg(long, value_name = "SECS", requires = "remote", default_value_t = crate::relay::executor::DEFAULT_REGISTER_INTERVAL.as_secs())]
+    #[arg(long, value_name = "SECS", requires = "remote", default_value_t = super::relay_executor::DEFAULT_REGISTER_INTERVAL.as_secs())]
     register_interval_secs: u64,
     /// On SIGTERM, take no new connection, stream or process and give
     /// running processes this long to finish before killing them
@@ -175,7 +175,7 @@ pub fn main(argv: Vec<OsString>) -> i32 {
             let shared = super::shared_state(paths, config, Vec::new());
             let registry_state = shared.registry.clone();
             let scrapes = super::metrics_listener::spawn(metrics_listener, &shared);
-            let outcome = crate::relay::executor::run(
+            let outcome = super::relay_executor::run(
                 shared,
                 registry,
                 register_interval,

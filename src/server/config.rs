@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::listen::ListenUrl;
-use super::liveness::TAKEOVER_PROBE;
 use super::sandbox_reuse::ReuseConfig;
 use crate::link;
+use crate::link::liveness::TAKEOVER_PROBE;
 use crate::process::retention::RETAINED_OUTPUT_BYTES;
 
 /// Environment variable holding the bearer token (alternative to the file).

@@ -11,8 +11,8 @@ use tokio::sync::mpsc;
 
 use super::config::ServerConfig;
 use super::fs_methods::FsContext;
-use super::liveness::Liveness;
 use super::session::{ConnectionId, Holder, Registry, Session};
+use crate::link::liveness::Liveness;
 use crate::metrics::exec::ExecMetrics;
 use crate::protocol::envelope::{self, encode_error, encode_response};
 use crate::protocol::{RequestId, RpcError, NOTIFY_INITIALIZED};

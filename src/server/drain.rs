@@ -96,7 +96,7 @@ mod tests {
         let (tx, _rx) = tokio::sync::mpsc::channel(1);
         let holder = crate::server::session::Holder {
             id: 1,
-            liveness: crate::server::liveness::Liveness::new(false),
+            liveness: crate::link::liveness::Liveness::new(false),
         };
         let _session = registry.create(holder, tx);
         let start = tokio::time::Instant::now();

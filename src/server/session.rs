@@ -2,8 +2,8 @@
 //! connection. A closed connection detaches it; `initialize` with
 //! `resumeSessionId` from any connection re-attaches it within its grace
 //! period (the server's, or the one its client asked for), taking it over
-//! from a connection that is provably gone ([`super::liveness`]); when the
-//! grace period ends every process of the session is killed. The registry
+//! from a connection that is provably gone (`crate::link::liveness`); when
+//! the grace period ends every process of the session is killed. The registry
 //! also describes every session for `session/list`.
 
 use std::collections::HashMap;
@@ -14,8 +14,8 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
-use super::liveness::{Liveness, Probe};
 use super::sandbox_reuse::SessionSandboxes;
+use crate::link::liveness::{Liveness, Probe};
 use crate::process::{EventRoute, ManagedProcess};
 use crate::protocol::session::{ProcessState, ProcessSummary, SessionSummary};
 use crate::protocol::RpcError;

@@ -28,12 +28,12 @@ use crate::common::redteam::{against, available, networked_workspace_sh, Launche
 use crate::common::reference_relay::ReferenceHarness;
 use crate::common::relay::{Executor, Rendezvous, EXECUTOR_CONNECTED};
 use crate::common::shell::{finish, run, Run};
-use codexbox::relay::executor::{dial, DialError, RelaySocket};
 use codexbox::relay::frame::{Body, RelayMessageFrame};
 use codexbox::relay::noise::NoiseIdentity;
 use codexbox::relay::registry_api::ConnectResponse;
 use codexbox::relay::registry_client::{AuthHeaders, RegistryClient, RegistryError};
 use codexbox::relay::Dialect;
+use codexbox::server::relay_executor::{dial, DialError, RelaySocket};
 
 /// A token file with the given lines, kept while the test runs.
 fn token_file(lines: &str) -> tempfile::NamedTempFile {

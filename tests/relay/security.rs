@@ -13,11 +13,11 @@ use tokio_tungstenite::tungstenite::Message;
 use crate::common::client::{sh, WAIT};
 use crate::common::reference_relay::{next_frame, ReferenceHarness};
 use crate::common::relay::{Bridge, Executor, Rendezvous, EXECUTOR_CONNECTED};
-use codexbox::relay::executor::{dial, DialError};
 use codexbox::relay::frame::{Body, RelayMessageFrame};
 use codexbox::relay::noise::{prologue, Initiator, NoiseIdentity};
 use codexbox::relay::registry_api::ConnectResponse;
 use codexbox::relay::registry_client::{AuthHeaders, RegistryClient, RegistryError};
+use codexbox::server::relay_executor::{dial, DialError};
 
 fn registry(rendezvous: &Rendezvous, env: &str, token: Option<&str>) -> RegistryClient {
     let auth = token.map(AuthHeaders::bearer).unwrap_or_default();

@@ -1,5 +1,5 @@
 //! The relay transport: one virtual stream of the remote-mode executor
-//! (`crate::relay::executor`) as a normal JSON-RPC connection on the shared
+//! (`crate::server::relay_executor`) as a normal JSON-RPC connection on the shared
 //! session registry. The stream hands in whole JSON messages and takes the
 //! connection's outbound queue, and reports what it hears from the harness
 //! to the connection's liveness; this module only runs the connection.
@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
+use crate::link::liveness::Liveness;
 use crate::server::config::OUTBOUND_QUEUE;
 use crate::server::connection::{Connection, Shared};
-use crate::server::liveness::Liveness;
 use crate::server::router;
 
 /// Inbound messages a virtual stream queues before it must wait.

@@ -18,7 +18,7 @@ pub async fn serve(shared: Shared) {
     let conn = Connection::new(
         shared,
         out_tx,
-        crate::server::liveness::Liveness::new(false),
+        crate::link::liveness::Liveness::new(false),
         "failed to parse JSON-RPC message from exec-server stdio".to_owned(),
     );
     let connection = conn.id;

@@ -2,7 +2,7 @@
 //! ([`super::http`], served by hyper), then one `crate::link` per connection
 //! whose writer drains the connection's bounded outbound queue. The reader
 //! (this task) routes each message and reports what it hears to the
-//! connection's [`Liveness`]; it writes a takeover probe's ping through the
+//! connection's `Liveness` (`crate::link::liveness`); it writes a takeover probe's ping through the
 //! link, and closes the connection when the link ends (the peer's deadline,
 //! a stalled write, a message over the cap: `1009`) or the server decided
 //! to (`1001`, saying why).
@@ -18,12 +18,12 @@ use tokio_tungstenite::tungstenite::{Bytes, Message};
 use tokio_tungstenite::WebSocketStream;
 
 use super::http::{self, AccessPolicy, Decision};
+use crate::link::liveness::Liveness;
 use crate::link::{self, Incoming, Link};
 use crate::metrics::exec::ExecMetrics;
 use crate::net::http_server::{serve_one, Body, Upgraded};
 use crate::server::config::OUTBOUND_QUEUE;
 use crate::server::connection::{Connection, Shared};
-use crate::server::liveness::Liveness;
 use crate::server::router;
 use crate::server::wire_trace::{self, Direction};
 use crate::shutdown::Watcher;

@@ -4,7 +4,7 @@
 //! upgrade is refused with a 4xx), and serves many virtual streams on it,
 //! demultiplexed by `stream_id`. Each stream is a normal JSON-RPC
 //! connection on the shared session registry
-//! ([`crate::server::transport::relay`]), so sessions resume across
+//! ([`super::transport::relay`]), so sessions resume across
 //! streams. The handshake rules and limits are the reference's: 128
 //! streams, 32 validations in flight, authorizations of at most 4096 bytes,
 //! each harness key checked with the registry's `validate` before msg2 is
@@ -34,22 +34,24 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_tungstenite::WebSocketStream;
 
-use super::channel::Channel;
-use super::frame::{Body, RelayMessageFrame, FEATURE_RELIABLE};
-use super::framing::{advertise, advertised, MessageLimits};
-use super::noise::{prologue, NoiseError, NoiseIdentity, NoisePublicKey, Responder};
-use super::registry_api::RegisterResponse;
-use super::registry_client::{RegistryClient, RegistryError};
-use super::stream::{drive, LinkState, Outbox, Oversize, StreamIo};
-use super::{Dialect, MAX_WEBSOCKET_MESSAGE_BYTES, RESET_PROTOCOL_ERROR, RESET_SHUTTING_DOWN};
+use super::connection::Shared;
+use super::drain::{self, Stop};
+use super::transport::relay as relay_transport;
 use crate::backoff::Backoff;
+use crate::link::liveness::Liveness;
 use crate::link::{End, Incoming, Link};
 use crate::net::connector::{connect, BoxedIo, ConnectError, Through};
 use crate::net::upstream::Upstream;
-use crate::server::connection::Shared;
-use crate::server::drain::{self, Stop};
-use crate::server::liveness::Liveness;
-use crate::server::transport::relay as relay_transport;
+use crate::relay::channel::Channel;
+use crate::relay::frame::{Body, RelayMessageFrame, FEATURE_RELIABLE};
+use crate::relay::framing::{advertise, advertised, MessageLimits};
+use crate::relay::noise::{prologue, NoiseError, NoiseIdentity, NoisePublicKey, Responder};
+use crate::relay::registry_api::RegisterResponse;
+use crate::relay::registry_client::{RegistryClient, RegistryError};
+use crate::relay::stream::{drive, LinkState, Outbox, Oversize, StreamIo};
+use crate::relay::{
+    Dialect, MAX_WEBSOCKET_MESSAGE_BYTES, RESET_PROTOCOL_ERROR, RESET_SHUTTING_DOWN,
+};
 use crate::sync::lock;
 use crate::web_url::{redact, UrlError, WebUrl};
 
@@ -227,7 +229,7 @@ pub async fn run(
         let grace = executor.shared.config.drain_grace;
         tokio::select! {
             outcome = &mut serving => return outcome,
-            _ = drain::drain(&sessions, grace, crate::server::shutdown_signal()) => {}
+            _ = drain::drain(&sessions, grace, super::shutdown_signal()) => {}
         }
     }
     Ok(())

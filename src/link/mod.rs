@@ -27,6 +27,8 @@
 //! why), or drops it.
 //! This module knows nothing of JSON-RPC, relay frames or sessions.
 
+pub mod liveness;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
