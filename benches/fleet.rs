@@ -21,7 +21,7 @@ use codexbox::relay::frame::{Body, RelayMessageFrame};
 use codexbox::relay::noise::{NoiseIdentity, NoisePublicKey};
 use codexbox::relay::registry_api::RegisterResponse;
 use codexbox::relay::registry_client::{AuthHeaders, RegistryClient};
-use codexbox::server::relay_executor::{dial, DialError, RelaySocket};
+use codexbox::relay::socket::{dial, DialError, RelaySocket};
 use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message;
 

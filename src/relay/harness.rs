@@ -27,10 +27,10 @@ use super::framing::{advertise, advertised, MessageLimits};
 use super::noise::{prologue, Initiator, NoiseError, NoiseIdentity};
 use super::registry_api::ConnectResponse;
 use super::registry_client::{RegistryClient, RegistryError};
+use super::socket::{dial, DialError};
 use super::stream::{drive, Oversize, StreamIo};
 use super::Dialect;
 use crate::backoff::Backoff;
-use crate::server::relay_executor::{dial, DialError};
 
 /// Time allowed for the socket and the handshake of a new stream.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -132,7 +132,7 @@ pub struct RelayStream {
     pub released: oneshot::Receiver<()>,
 }
 
-type Socket = crate::server::relay_executor::RelaySocket;
+type Socket = super::socket::RelaySocket;
 
 /// Dials within [`HANDSHAKE_TIMEOUT`] (as the reference bounds its connect).
 async fn dial_bounded(url: &str) -> Result<Socket, HarnessError> {

@@ -18,10 +18,10 @@
 //! HTTP client, `crate::net::client`) and [`credentials`] (where an
 //! executor's credentials come from).
 //!
-//! The two ends: the executor (`crate::server::relay_executor`: registers
-//! and serves streams over one WebSocket link, `crate::link`) and
-//! [`harness`] (opens one stream to an executor). The rendezvous server is
-//! `crate::rendezvous`.
+//! The two ends dial the rendezvous with [`socket`]: the executor
+//! (`crate::server::relay_executor`: registers and serves streams over one
+//! WebSocket link, `crate::link`) and [`harness`] (opens one stream to an
+//! executor). The rendezvous server is `crate::rendezvous`.
 
 pub mod channel;
 pub mod credentials;
@@ -32,6 +32,7 @@ pub mod noise;
 pub mod registry_api;
 pub mod registry_client;
 pub mod reorder;
+pub mod socket;
 pub mod stream;
 
 /// Which rules a stream follows.

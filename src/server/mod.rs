@@ -20,7 +20,7 @@ pub mod metrics_listener;
 pub mod network_proxy;
 pub mod peer_guard;
 pub mod process_sandbox;
-pub mod relay_executor;
+pub(crate) mod relay_executor;
 pub mod reply;
 pub mod router;
 pub mod sandbox_reuse;

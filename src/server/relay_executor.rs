@@ -30,9 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_tungstenite::tungstenite::{Error as WsError, Message};
-use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
 
 use super::connection::Shared;
 use super::drain::{self, Stop};
@@ -40,20 +38,17 @@ use super::transport::relay as relay_transport;
 use crate::backoff::Backoff;
 use crate::link::liveness::Liveness;
 use crate::link::{End, Incoming, Link};
-use crate::net::connector::{connect, BoxedIo, ConnectError, Through};
-use crate::net::upstream::Upstream;
 use crate::relay::channel::Channel;
 use crate::relay::frame::{Body, RelayMessageFrame, FEATURE_RELIABLE};
 use crate::relay::framing::{advertise, advertised, MessageLimits};
 use crate::relay::noise::{prologue, NoiseError, NoiseIdentity, NoisePublicKey, Responder};
 use crate::relay::registry_api::RegisterResponse;
 use crate::relay::registry_client::{RegistryClient, RegistryError};
+use crate::relay::socket::{dial, DialError, RelaySocket};
 use crate::relay::stream::{drive, LinkState, Outbox, Oversize, StreamIo};
-use crate::relay::{
-    Dialect, MAX_WEBSOCKET_MESSAGE_BYTES, RESET_PROTOCOL_ERROR, RESET_SHUTTING_DOWN,
-};
+use crate::relay::{Dialect, RESET_PROTOCOL_ERROR, RESET_SHUTTING_DOWN};
 use crate::sync::lock;
-use crate::web_url::{redact, UrlError, WebUrl};
+use crate::web_url::redact;
 
 /// Virtual streams per executor.
 pub const MAX_ACTIVE_STREAMS: usize = 128;
@@ -83,55 +78,6 @@ pub enum ExecutorError {
     Identity(#[from] NoiseError),
     #[error(transparent)]
     Registry(#[from] RegistryError),
-}
-
-/// Why connecting to the rendezvous failed.
-#[derive(Debug, thiserror::Error)]
-pub enum DialError {
-    #[error("the rendezvous refused the upgrade with HTTP {0}")]
-    Rejected(u16),
-    #[error(transparent)]
-    Url(#[from] UrlError),
-    #[error("cannot connect to {url}: {source}")]
-    Connect {
-        url: String,
-        #[source]
-        source: ConnectError,
-    },
-    #[error("WebSocket handshake with {url} failed: {source}")]
-    Handshake {
-        url: String,
-        #[source]
-        source: Box<WsError>,
-    },
-}
-
-/// A relay WebSocket, over TLS for `wss://`.
-pub type RelaySocket = WebSocketStream<BoxedIo>;
-
-/// Opens a relay WebSocket (`ws://` or `wss://`) with TCP_NODELAY and the
-/// relay's message size limit, through a CONNECT tunnel when the
-/// process's proxy settings name a proxy for it.
-pub async fn dial(url: &str) -> Result<RelaySocket, DialError> {
-    let target = WebUrl::parse(url)?;
-    let stream = connect(&target, &Upstream::from_process_env(), Through::Tunnel)
-        .await
-        .map_err(|source| DialError::Connect {
-            url: target.to_string(),
-            source,
-        })?
-        .io;
-    let config = WebSocketConfig::default()
-        .max_message_size(Some(MAX_WEBSOCKET_MESSAGE_BYTES))
-        .max_frame_size(Some(MAX_WEBSOCKET_MESSAGE_BYTES));
-    match tokio_tungstenite::client_async_with_config(url, stream, Some(config)).await {
-        Ok((ws, _)) => Ok(ws),
-        Err(WsError::Http(response)) => Err(DialError::Rejected(response.status().as_u16())),
-        Err(source) => Err(DialError::Handshake {
-            url: target.to_string(),
-            source: Box::new(source),
-        }),
-    }
 }
 
 /// A running virtual stream, as the demux sees it.

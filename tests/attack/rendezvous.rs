@@ -32,8 +32,8 @@ use codexbox::relay::frame::{Body, RelayMessageFrame};
 use codexbox::relay::noise::NoiseIdentity;
 use codexbox::relay::registry_api::ConnectResponse;
 use codexbox::relay::registry_client::{AuthHeaders, RegistryClient, RegistryError};
+use codexbox::relay::socket::{dial, DialError, RelaySocket};
 use codexbox::relay::Dialect;
-use codexbox::server::relay_executor::{dial, DialError, RelaySocket};
 
 /// A token file with the given lines, kept while the test runs.
 fn token_file(lines: &str) -> tempfile::NamedTempFile {

@@ -16,7 +16,7 @@ use tokio_tungstenite::tungstenite::Message;
 use codexbox::relay::frame::{Body, RelayMessageFrame};
 use codexbox::relay::noise::{prologue, Initiator, NoiseIdentity, Opener, Responder, Sealer};
 use codexbox::relay::registry_client::{AuthHeaders, RegistryClient};
-use codexbox::server::relay_executor::dial;
+use codexbox::relay::socket::dial;
 
 use super::client::WAIT;
 
@@ -102,7 +102,7 @@ impl Receiver {
 
 /// A reference harness: one socket, one stream.
 pub struct ReferenceHarness {
-    ws: codexbox::server::relay_executor::RelaySocket,
+    ws: codexbox::relay::socket::RelaySocket,
     pub stream_id: String,
     sender: Sender,
     receiver: Receiver,
@@ -295,14 +295,14 @@ impl ReferenceHarness {
 }
 
 pub async fn next_frame(
-    ws: &mut codexbox::server::relay_executor::RelaySocket,
+    ws: &mut codexbox::relay::socket::RelaySocket,
 ) -> Option<RelayMessageFrame> {
     next_frame_within(ws, WAIT).await
 }
 
 /// The next frame, waiting up to `limit`; `None` when the socket ended.
 pub async fn next_frame_within(
-    ws: &mut codexbox::server::relay_executor::RelaySocket,
+    ws: &mut codexbox::relay::socket::RelaySocket,
     limit: std::time::Duration,
 ) -> Option<RelayMessageFrame> {
     loop {

@@ -17,7 +17,7 @@ use codexbox::relay::frame::{Body, RelayMessageFrame};
 use codexbox::relay::noise::{prologue, Initiator, NoiseIdentity};
 use codexbox::relay::registry_api::ConnectResponse;
 use codexbox::relay::registry_client::{AuthHeaders, RegistryClient, RegistryError};
-use codexbox::server::relay_executor::{dial, DialError};
+use codexbox::relay::socket::{dial, DialError};
 
 fn registry(rendezvous: &Rendezvous, env: &str, token: Option<&str>) -> RegistryClient {
     let auth = token.map(AuthHeaders::bearer).unwrap_or_default();
