@@ -25,6 +25,10 @@
 //! [`End`]. The reader ending does not stop the writer by itself: its owner
 //! closes it ([`Writer::close`], with [`End::close_frame`] to tell the peer
 //! why), or drops it.
+//!
+//! [`liveness`] tells whether the peer of one connection is still there,
+//! whatever carries it (a link, stdio, a relay stream): its transport
+//! reports what it hears and asks the link for a ping when probed.
 //! This module knows nothing of JSON-RPC, relay frames or sessions.
 
 pub mod liveness;

@@ -1,4 +1,6 @@
-//! The exec-server: transports, connections, sessions and request handlers.
+//! The exec-server: transports, connections, sessions and request handlers,
+//! and remote mode's executor (`relay_executor`), which serves them over
+//! relay streams.
 //!
 //! [`bind`] binds the configured listener and returns a [`Server`] that
 //! knows its address; [`Server::run`] serves until `shutdown` completes (or
