@@ -69,6 +69,8 @@ pub struct ProcessOptions {
     /// The codexbox binary supervisors re-execute as reapers (`None`: they
     /// reap in the forked copy of the server).
     pub reaper_exe: Option<std::path::PathBuf>,
+    /// Where a sandboxed process registers its supervisor while it lives.
+    pub sandboxed_roots: SandboxedRoots,
 }
 
 /// A managed process.
@@ -83,6 +85,8 @@ pub struct ManagedProcess {
     stdin: Mutex<StdinState>,
     stdin_budget: Arc<Semaphore>,
     terminated: AtomicBool,
+    /// Its entry in the server's sandboxed roots (sandboxed only).
+    _sandboxed_root: Option<RootGuard>,
 }
 
 /// Counts one tree kill as under way until dropped.
@@ -101,38 +105,40 @@ impl Drop for TreeKillGuard {
     }
 }
 
-/// Supervisor pids of the live sandboxed processes: the roots of the
-/// subtrees whose connections the server refuses.
-static SANDBOXED_ROOTS: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+/// Supervisor pids of one server's live sandboxed processes: the roots of
+/// the subtrees whose connections that server refuses. Owned by the server
+/// and handed to every process it starts, which is in it while it lives.
+#[derive(Debug, Clone, Default)]
+pub struct SandboxedRoots(Arc<Mutex<Vec<i32>>>);
 
-/// The supervisor pids of the sandboxed processes this server still holds
-/// (each the root of a subtree that a sandboxed command cannot leave).
-pub fn sandboxed_roots() -> Vec<i32> {
-    lock(&SANDBOXED_ROOTS).clone()
-}
-
-fn unregister_root(root: i32) {
-    let mut roots = lock(&SANDBOXED_ROOTS);
-    if let Some(at) = roots.iter().position(|&pid| pid == root) {
-        roots.swap_remove(at);
+impl SandboxedRoots {
+    /// The supervisor pids of the sandboxed processes the server still holds
+    /// (each the root of a subtree that a sandboxed command cannot leave).
+    pub fn pids(&self) -> Vec<i32> {
+        lock(&self.0).clone()
     }
-}
 
-/// Unregisters a sandboxed root when starting the process fails half-way.
-struct RootGuard(Option<i32>);
-
-impl Drop for RootGuard {
-    fn drop(&mut self) {
-        if let Some(root) = self.0 {
-            unregister_root(root);
+    /// Adds `root` until the returned guard is dropped.
+    fn register(&self, root: i32) -> RootGuard {
+        lock(&self.0).push(root);
+        RootGuard {
+            roots: self.clone(),
+            root,
         }
     }
 }
 
-impl Drop for ManagedProcess {
+/// Keeps one supervisor pid in its [`SandboxedRoots`] while it lives.
+struct RootGuard {
+    roots: SandboxedRoots,
+    root: i32,
+}
+
+impl Drop for RootGuard {
     fn drop(&mut self) {
-        if self.is_sandboxed() {
-            unregister_root(self.supervisor_pid.as_raw());
+        let mut roots = lock(&self.roots.0);
+        if let Some(at) = roots.iter().position(|&pid| pid == self.root) {
+            roots.swap_remove(at);
         }
     }
 }
@@ -173,13 +179,13 @@ impl ManagedProcess {
         on_evict: Box<dyn FnOnce() + Send>,
     ) -> Result<Arc<Self>, SpawnError> {
         let spawned = spawn::spawn_async(spec, options.reaper_exe.as_deref()).await?;
-        // Registered before anything else can yield; unregistered by the
-        // guard on an early return, by `Drop` once the process exists.
-        let mut root_guard = RootGuard(None);
-        if spec.sandboxed {
-            lock(&SANDBOXED_ROOTS).push(spawned.supervisor_pid.as_raw());
-            root_guard.0 = Some(spawned.supervisor_pid.as_raw());
-        }
+        // Registered before anything else can yield; unregistered when the
+        // guard drops: on an early return, or with the process.
+        let sandboxed_root = spec.sandboxed.then(|| {
+            options
+                .sandboxed_roots
+                .register(spawned.supervisor_pid.as_raw())
+        });
         let pty_master = spawned.pty_master.map(register).transpose()?.map(Arc::new);
         let stdout = spawned.stdout.map(register).transpose()?;
         let stderr = spawned.stderr.map(register).transpose()?;
@@ -195,7 +201,6 @@ impl ManagedProcess {
             }
             (None, None) => (None, None),
         };
-        root_guard.0 = None;
         let record = Arc::new(Record::new(id, spec.sandboxed, options.retained_bytes));
         let process = Arc::new(Self {
             record: record.clone(),
@@ -209,6 +214,7 @@ impl ManagedProcess {
             }),
             stdin_budget: Arc::new(Semaphore::new(STDIN_QUEUE_BYTES)),
             terminated: AtomicBool::new(false),
+            _sandboxed_root: sandboxed_root,
         });
         if let Some(writer) = writer {
             tokio::spawn(writer.run());

@@ -173,7 +173,7 @@ pub fn main(argv: Vec<OsString>) -> i32 {
                 .await
                 .map_err(|err| (err.to_string(), err.exit_code()))?;
             let shared = super::shared_state(paths, config, Vec::new());
-            let registry_state = shared.registry.clone();
+            let server_state = shared.clone();
             let scrapes = super::metrics_listener::spawn(metrics_listener, &shared);
             let outcome = super::relay_executor::run(
                 shared,
@@ -183,7 +183,7 @@ pub fn main(argv: Vec<OsString>) -> i32 {
             )
             .await;
             drop(scrapes);
-            super::shutdown_cleanup(registry_state).await;
+            super::shutdown_cleanup(&server_state).await;
             outcome.map_err(|err| (err.to_string(), crate::cli::EXIT_FAILURE))
         }),
         None => runtime

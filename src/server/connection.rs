@@ -4,6 +4,7 @@
 //! routed by [`super::router`].
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
@@ -14,6 +15,7 @@ use super::fs_methods::FsContext;
 use super::session::{ConnectionId, Holder, Registry, Session};
 use crate::link::liveness::Liveness;
 use crate::metrics::exec::ExecMetrics;
+use crate::process::managed::SandboxedRoots;
 use crate::protocol::envelope::{self, encode_error, encode_response};
 use crate::protocol::{RequestId, RpcError, NOTIFY_INITIALIZED};
 use crate::runtime_paths::ExecServerRuntimePaths;
@@ -38,12 +40,15 @@ pub struct Shared {
     pub paths: Arc<ExecServerRuntimePaths>,
     /// Added to every sandbox the server materializes.
     pub guard: Arc<super::process_sandbox::SandboxGuard>,
-    /// Per-process proxies and who hears of their denials.
-    pub network: Arc<super::network_proxy::NetworkState>,
     /// What `GET /metrics` reports.
     pub metrics: Arc<ExecMetrics>,
     /// Reused sandboxes: the server-wide part.
     pub reuse: Arc<super::sandbox_reuse::Reuse>,
+    /// The server's warm fs-helpers.
+    pub fs_helpers: Arc<super::fs_helper_pool::HelperPool>,
+    /// The server's live sandboxed processes, whose subtrees may not
+    /// connect back ([`super::peer_guard`]).
+    pub sandboxed_roots: SandboxedRoots,
 }
 
 /// One connection.
@@ -65,6 +70,8 @@ pub struct Connection {
     /// `failed to parse … message from exec-server …` for this transport.
     parse_error_prefix: String,
     handshake: Mutex<HandshakeState>,
+    /// The client asked for `process/networkDenied` in `initialize`.
+    wants_denials: AtomicBool,
 }
 
 impl Connection {
@@ -80,13 +87,18 @@ impl Connection {
         Arc::new(Self {
             liveness,
             id: shared.registry.connection_id(),
-            fs: Arc::new(FsContext::new(shared.paths.clone(), shared.guard.clone())),
+            fs: Arc::new(FsContext::new(
+                shared.paths.clone(),
+                shared.guard.clone(),
+                shared.fs_helpers.clone(),
+            )),
             deferred: Arc::new(tokio::sync::Semaphore::new(MAX_DEFERRED_REQUESTS)),
             http_streams: Default::default(),
             shared,
             out,
             parse_error_prefix,
             handshake: Mutex::new(HandshakeState::default()),
+            wants_denials: AtomicBool::new(false),
         })
     }
 
@@ -141,11 +153,18 @@ impl Connection {
         self.send(envelope::encode_response_raw(id, &result)).await;
     }
 
+    /// Records whether the client asked for `process/networkDenied` (its
+    /// `initialize` capabilities), before it becomes a session holder.
+    pub fn set_wants_denials(&self, wanted: bool) {
+        self.wants_denials.store(wanted, Ordering::Relaxed);
+    }
+
     /// This connection as a session holder.
     pub fn holder(&self) -> Holder {
         Holder {
             id: self.id,
             liveness: self.liveness.clone(),
+            wants_denials: self.wants_denials.load(Ordering::Relaxed),
         }
     }
 

@@ -97,6 +97,7 @@ mod tests {
         let holder = crate::server::session::Holder {
             id: 1,
             liveness: crate::link::liveness::Liveness::new(false),
+            wants_denials: false,
         };
         let _session = registry.create(holder, tx);
         let start = tokio::time::Instant::now();

@@ -17,13 +17,16 @@
 //! A helper whose sandbox drops a grant for a planted symlink says so on a
 //! stderr nobody reads: its failed answers carry the same warning lines.
 //!
-//! Helpers go with the server: with its runtime thread (parent-death
-//! signal) as well as at the end of their stdin.
+//! Each server owns its pool ([`super::connection::Shared`]): two servers
+//! in one process share no helper. Helpers go with the server: a stopping
+//! server closes the idle ones and waits for them ([`HelperPool::close`]);
+//! a server that dies takes them along with its runtime thread
+//! (parent-death signal) as well as at the end of their stdin.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -88,13 +91,16 @@ struct Helper {
 struct PoolState {
     idle: HashMap<HelperKey, Vec<Helper>>,
     busy_limits: HashMap<HelperKey, Arc<Semaphore>>,
+    /// The task closing expired idle helpers, once one is needed.
+    reaper: Option<tokio::task::JoinHandle<()>>,
+    /// The server stopped: no helper starts or waits idle any more.
+    closed: bool,
 }
 
-/// The pool. One per server process ([`HelperPool::global`]).
+/// The pool of one server ([`HelperPool::from_env`]).
 pub struct HelperPool {
     state: Mutex<PoolState>,
     idle_timeout: Duration,
-    reaper: OnceLock<()>,
 }
 
 impl std::fmt::Debug for HelperPool {
@@ -119,15 +125,30 @@ impl HelperPool {
         Self {
             state: Mutex::new(PoolState::default()),
             idle_timeout,
-            reaper: OnceLock::new(),
         }
     }
 
-    /// The server-wide pool.
-    pub fn global() -> Arc<HelperPool> {
-        static POOL: OnceLock<Arc<HelperPool>> = OnceLock::new();
-        POOL.get_or_init(|| Arc::new(HelperPool::new(idle_timeout_from_env())))
-            .clone()
+    /// A server's pool, with the idle timeout of [`IDLE_TIMEOUT_ENV`].
+    pub fn from_env() -> Arc<HelperPool> {
+        Arc::new(HelperPool::new(idle_timeout_from_env()))
+    }
+
+    /// Stops the pool with its server: no helper starts from now on, the
+    /// reaper ends, and every idle helper is closed and waited for. Leased
+    /// helpers end when their connection lets go of them.
+    pub async fn close(&self) {
+        let (reaper, idle) = {
+            let mut state = self.lock();
+            state.closed = true;
+            state.busy_limits.clear();
+            (state.reaper.take(), std::mem::take(&mut state.idle))
+        };
+        if let Some(reaper) = reaper {
+            reaper.abort();
+            let _ = reaper.await;
+        }
+        let helpers = idle.into_values().flatten().map(Helper::close);
+        futures_util::future::join_all(helpers).await;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
@@ -188,7 +209,16 @@ impl HelperPool {
         key: &HelperKey,
     ) -> Result<(Helper, bool), RpcError> {
         loop {
-            let Some(mut helper) = self.lock().idle.get_mut(key).and_then(Vec::pop) else {
+            let idle = {
+                let mut state = self.lock();
+                if state.closed {
+                    return Err(RpcError::internal(
+                        "fs sandbox helper pool closed: the server is stopping",
+                    ));
+                }
+                state.idle.get_mut(key).and_then(Vec::pop)
+            };
+            let Some(mut helper) = idle else {
                 return Ok((spawn_helper(paths, key)?, false));
             };
             // An idle helper that died meanwhile is replaced, not used.
@@ -226,6 +256,11 @@ impl HelperPool {
         let mut evicted = Vec::new();
         {
             let mut state = self.lock();
+            if state.closed {
+                drop(state);
+                close_helper(helper);
+                return;
+            }
             state.idle.entry(key.clone()).or_default().push(helper);
             let total: usize = state.idle.values().map(Vec::len).sum();
             if total > MAX_IDLE_HELPERS {
@@ -255,12 +290,13 @@ impl HelperPool {
     }
 
     fn start_reaper(self: &Arc<Self>) {
-        if self.reaper.set(()).is_err() {
+        let mut state = self.lock();
+        if state.closed || state.reaper.is_some() {
             return;
         }
         let pool = Arc::downgrade(self);
         let period = (self.idle_timeout / 2).max(Duration::from_millis(10));
-        tokio::spawn(async move {
+        state.reaper = Some(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(period).await;
                 let Some(pool) = pool.upgrade() else {
@@ -268,7 +304,7 @@ impl HelperPool {
                 };
                 pool.reap();
             }
-        });
+        }));
     }
 
     /// Closes helpers idle for longer than the timeout.
@@ -286,7 +322,9 @@ impl HelperPool {
             }
             state.idle.retain(|_, helpers| !helpers.is_empty());
             // Forget the limits of sandboxes nobody is using.
-            let PoolState { idle, busy_limits } = &mut *state;
+            let PoolState {
+                idle, busy_limits, ..
+            } = &mut *state;
             busy_limits.retain(|key, limit| {
                 idle.contains_key(key) || limit.available_permits() < MAX_HELPERS_PER_KEY
             });
@@ -352,19 +390,23 @@ impl Drop for Helper {
         };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(async move {
-                    if tokio::time::timeout(Duration::from_secs(1), child.wait())
-                        .await
-                        .is_err()
-                    {
-                        let _ = child.kill().await;
-                    }
-                });
+                runtime.spawn(end_gracefully(child));
             }
             Err(_) => {
                 let _ = child.start_kill();
             }
         }
+    }
+}
+
+/// Waits a second for a helper whose stdin is closed to exit, then kills
+/// it; either way it is reaped.
+async fn end_gracefully(mut child: Child) {
+    if tokio::time::timeout(Duration::from_secs(1), child.wait())
+        .await
+        .is_err()
+    {
+        let _ = child.kill().await;
     }
 }
 
@@ -390,6 +432,23 @@ impl ExchangeError {
 }
 
 impl Helper {
+    /// Closes the helper as dropping it does, but waits until it is reaped
+    /// and its stderr reader has ended.
+    async fn close(mut self) {
+        drop(self.stdin.take());
+        if let Some(child) = self.child.take() {
+            end_gracefully(child).await;
+        }
+        // Whatever still holds the pipe is gone with the sandbox; a stray
+        // holder does not keep the reader alive.
+        if tokio::time::timeout(Duration::from_secs(1), &mut self.stderr_task)
+            .await
+            .is_err()
+        {
+            self.stderr_task.abort();
+        }
+    }
+
     /// Whether the helper process is still running.
     fn is_alive(&mut self) -> bool {
         self.child

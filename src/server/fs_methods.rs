@@ -72,8 +72,10 @@ struct OpenHandle {
 }
 
 /// Filesystem state owned by one connection: its open file handles.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct FsConnectionState {
+    /// The server's helpers, which the leased ones come from and go back to.
+    pool: Arc<HelperPool>,
     /// Handles the server opened itself.
     streams: FileStreams,
     /// Every open handle, wherever it lives: the per-connection limits
@@ -117,7 +119,7 @@ impl FsConnectionState {
                     "at most {MAX_SANDBOXES_WITH_HANDLES} sandboxes may have file handles open per connection"
                 )));
             }
-            let leased = HelperPool::global().lease(paths, key)?;
+            let leased = self.pool.lease(paths, key)?;
             self.helpers.insert(key.clone(), leased);
         }
         self.helpers
@@ -136,7 +138,7 @@ impl FsConnectionState {
         }
         if !self.handles.values().any(|handle| handle.home == home) {
             if let Some(leased) = self.helpers.remove(key) {
-                HelperPool::global().give_back(key, leased);
+                self.pool.give_back(key, leased);
             }
         }
     }
@@ -200,16 +202,29 @@ pub struct FsContext {
     pub paths: Arc<ExecServerRuntimePaths>,
     /// Added to every helper's sandbox.
     pub guard: Arc<SandboxGuard>,
+    /// The server's helpers, for one-shot requests.
+    pub pool: Arc<HelperPool>,
     pub state: tokio::sync::Mutex<FsConnectionState>,
 }
 
 impl FsContext {
-    /// A fresh context for a new connection.
-    pub fn new(paths: Arc<ExecServerRuntimePaths>, guard: Arc<SandboxGuard>) -> Self {
+    /// A fresh context for a new connection of the server that owns `pool`.
+    pub fn new(
+        paths: Arc<ExecServerRuntimePaths>,
+        guard: Arc<SandboxGuard>,
+        pool: Arc<HelperPool>,
+    ) -> Self {
+        let state = FsConnectionState {
+            pool: pool.clone(),
+            streams: FileStreams::default(),
+            handles: HashMap::new(),
+            helpers: HashMap::new(),
+        };
         Self {
             paths,
             guard,
-            state: tokio::sync::Mutex::new(FsConnectionState::default()),
+            pool,
+            state: tokio::sync::Mutex::new(state),
         }
     }
 }
@@ -424,9 +439,7 @@ async fn run_one_shot(ctx: &FsContext, method: &str, params: Value) -> Result<Va
         Placement::Helper(key) => {
             let params = without_sandbox(params);
             ops::validate(method, &params).map_err(rpc)?;
-            HelperPool::global()
-                .call(&ctx.paths, &key, method, params)
-                .await
+            ctx.pool.call(&ctx.paths, &key, method, params).await
         }
     }
 }

@@ -38,6 +38,8 @@ pub async fn initialize(
     }
     let registry = &conn.shared.registry;
     let config = &conn.shared.config;
+    // Part of the holder: denials follow whichever connection holds the session.
+    conn.set_wants_denials(params.capabilities.network_denials);
     let (session, epoch) = match params.resume_session_id.as_deref() {
         Some(id) => {
             let probe = config.takeover_probe;
@@ -54,9 +56,6 @@ pub async fn initialize(
         session.set_grace(granted);
         granted.as_secs()
     });
-    if params.capabilities.network_denials {
-        conn.shared.network.add_denial_client(conn.out.clone());
-    }
     let result = InitializeResult {
         session_id: session.id().to_owned(),
         session_grace_secs,
@@ -178,6 +177,7 @@ pub async fn start(
     let options = ProcessOptions {
         retained_bytes: conn.shared.config.retained_output_bytes,
         reaper_exe: Some(conn.shared.paths.codex_self_exe.clone()),
+        sandboxed_roots: conn.shared.sandboxed_roots.clone(),
     };
     let weak = Registry::weak_session(session);
     let evict_id = id.clone();
@@ -207,11 +207,9 @@ pub async fn start(
         &process,
         spec.sandboxed.then(|| launch_began.elapsed()),
     );
-    session.insert(process.clone(), info);
+    session.insert(process.clone(), info, proxy.as_ref().map(|p| p.log()));
     if let Some(proxy) = proxy {
-        conn.shared
-            .network
-            .attach(session, &process, proxy, conn.shared.metrics.clone());
+        super::network_proxy::attach(session, &process, proxy, conn.shared.metrics.clone());
     }
     Ok(StartResult { process_id: id })
 }
@@ -243,15 +241,15 @@ pub async fn read(
     epoch: u64,
     params: ReadParams,
 ) -> Result<Deferred, RpcError> {
-    let process = session
-        .process(&params.process_id)
+    let (process, network) = session
+        .process_with_network(&params.process_id)
         .ok_or_else(|| unknown_process(&params.process_id))?;
-    let process_of_read = process.clone();
     let after = params.after_seq.unwrap_or(0);
     let wait = Duration::from_millis(params.wait_ms.unwrap_or(0));
-    let network = conn.shared.network.clone();
     let with_denials = move |mut result: crate::protocol::process::ReadResult| {
-        result.network_denials = network.denials_of(&process_of_read);
+        if let Some(log) = &network {
+            result.network_denials = super::network_proxy::denials(log);
+        }
         result
     };
     let (result, ready) = process.snapshot(after, params.max_bytes);

@@ -54,7 +54,7 @@ async fn serve(listener: TcpListener, shared: Shared) {
         let (stream, peer) = crate::accept::next_tcp(&listener).await;
         let (shared, policy) = (shared.clone(), policy.clone());
         tokio::spawn(async move {
-            if super::refused_tcp(&stream, peer).await {
+            if super::refused_tcp(&stream, peer, &shared).await {
                 return super::refuse(stream, &peer.to_string()).await;
             }
             let scrape = |request| async move {

@@ -183,15 +183,19 @@ pub fn shared_state(
         config: Arc::new(config),
         paths: Arc::new(paths),
         guard: Arc::new(process_sandbox::SandboxGuard::new(denied)),
-        network: Arc::default(),
         metrics: crate::metrics::exec::ExecMetrics::new(fs_methods::METHODS),
         reuse: Arc::new(reuse),
+        fs_helpers: fs_helper_pool::HelperPool::from_env(),
+        sandboxed_roots: Default::default(),
     }
 }
 
-/// Kills every managed process tree and waits for them to be reaped.
-pub async fn shutdown_cleanup(registry: Arc<Registry>) {
+/// Kills every managed process tree of the server and waits for them to be
+/// reaped, and closes its idle fs-helpers.
+pub async fn shutdown_cleanup(shared: &Shared) {
+    let registry = shared.registry.clone();
     let _ = tokio::task::spawn_blocking(move || registry.kill_everything_blocking()).await;
+    shared.fs_helpers.close().await;
     reaper::wait_all(SHUTDOWN_REAP_TIMEOUT).await;
     let _ = tokio::task::spawn_blocking(|| {
         crate::process::spawn::shutdown_zygote(SHUTDOWN_REAP_TIMEOUT)
@@ -266,7 +270,7 @@ impl Server {
         drop(scrapes);
         // Every connection closes (a close frame saying why) and its task ends.
         tasks.stop().await;
-        shutdown_cleanup(registry).await;
+        shutdown_cleanup(&shared).await;
         if let Some(path) = socket_path {
             let _ = std::fs::remove_file(path);
         }
@@ -292,7 +296,7 @@ async fn accept_tcp(
         let (shared, policy, watcher) = (shared.clone(), policy.clone(), tasks.watcher());
         tokio::spawn(async move {
             let _slot = slot;
-            if refused_tcp(&stream, peer).await {
+            if refused_tcp(&stream, peer, &shared).await {
                 return refuse(stream, &peer.to_string()).await;
             }
             transport::websocket::serve_stream(stream, peer.to_string(), shared, policy, watcher)
@@ -319,7 +323,8 @@ async fn accept_unix(
         tokio::spawn(async move {
             let _slot = slot;
             let pid = stream.peer_cred().ok().and_then(|cred| cred.pid());
-            let refused = tokio::task::spawn_blocking(move || peer_guard::refuse_unix(pid))
+            let roots = shared.sandboxed_roots.pids();
+            let refused = tokio::task::spawn_blocking(move || peer_guard::refuse_unix(pid, &roots))
                 .await
                 .unwrap_or(true);
             if refused {
@@ -331,13 +336,17 @@ async fn accept_unix(
     }
 }
 
-/// Whether the TCP peer is inside a sandboxed subtree ([`peer_guard`]);
+/// Whether the TCP peer is inside one of the server's sandboxed subtrees
+/// ([`peer_guard`]);
 /// true when that cannot be told.
-async fn refused_tcp(stream: &tokio::net::TcpStream, peer: SocketAddr) -> bool {
+async fn refused_tcp(stream: &tokio::net::TcpStream, peer: SocketAddr, shared: &Shared) -> bool {
+    let roots = shared.sandboxed_roots.pids();
     match stream.local_addr() {
-        Ok(local) => tokio::task::spawn_blocking(move || peer_guard::refuse_tcp(local, peer))
-            .await
-            .unwrap_or(true),
+        Ok(local) => {
+            tokio::task::spawn_blocking(move || peer_guard::refuse_tcp(local, peer, roots))
+                .await
+                .unwrap_or(true)
+        }
         Err(_) => true,
     }
 }

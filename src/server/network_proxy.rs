@@ -7,9 +7,9 @@
 //! `process/networkDenied` notifications.
 
 use std::ffi::OsString;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::broadcast;
 
 use super::session::Session;
 use crate::metrics::exec::ExecMetrics;
@@ -26,24 +26,6 @@ use crate::protocol::network::{
     NetworkMode, RemoteNetworkProxyLaunchConfig, UnixSocketPermission, NOTIFY_NETWORK_DENIED,
 };
 use crate::protocol::RpcError;
-use crate::sync::lock;
-
-/// The network side of the server, shared by every connection.
-#[derive(Debug, Default)]
-pub struct NetworkState {
-    /// Outbound queues of the connections that asked for denials.
-    denial_clients: Mutex<Vec<mpsc::Sender<String>>>,
-    /// Processes started with `networkProxy` (pruned as they go away).
-    processes: Mutex<Vec<Arc<ProcessNetwork>>>,
-}
-
-/// The proxy of one process; its log outlives the proxy, for
-/// `process/read` after `process/closed`.
-#[derive(Debug)]
-struct ProcessNetwork {
-    process: Weak<ManagedProcess>,
-    log: Arc<AuditLog>,
-}
 
 /// A proxy started for a process that is not spawned yet.
 #[derive(Debug)]
@@ -52,6 +34,14 @@ pub struct LaunchedProxy {
     /// What a sandbox that allowlists loopback ports would need (macOS);
     /// the Linux sandbox routes by the proxy variables instead.
     pub managed_network: ManagedNetworkSandboxContext,
+}
+
+impl LaunchedProxy {
+    /// The proxy's decisions; outlives the proxy, for `process/read` after
+    /// `process/closed` (the server keeps it with the process).
+    pub fn log(&self) -> Arc<AuditLog> {
+        self.handle.log()
+    }
 }
 
 fn invalid_config(message: impl std::fmt::Display) -> RpcError {
@@ -142,103 +132,66 @@ pub async fn launch(
     })
 }
 
-impl NetworkState {
-    /// Sends this connection `process/networkDenied` from now on.
-    pub fn add_denial_client(&self, out: mpsc::Sender<String>) {
-        let mut clients = lock(&self.denial_clients);
-        clients.retain(|c| !c.is_closed());
-        clients.push(out);
-    }
+/// The denials in `log` so far (oldest first), as `process/read` lists them.
+pub fn denials(log: &AuditLog) -> Vec<NetworkDenial> {
+    let (recent, _) = log.recent_blocked();
+    recent.iter().filter_map(|d| denial_of(d)).collect()
+}
 
-    fn wants_denials(&self, out: &mpsc::Sender<String>) -> bool {
-        lock(&self.denial_clients)
-            .iter()
-            .any(|c| c.same_channel(out))
-    }
-
-    /// The denials of `process` so far (oldest first).
-    pub fn denials_of(&self, process: &Arc<ManagedProcess>) -> Vec<NetworkDenial> {
-        let processes = lock(&self.processes);
-        processes
-            .iter()
-            .find(|p| std::ptr::eq(p.process.as_ptr(), Arc::as_ptr(process)))
-            .map(|p| {
-                let (recent, _) = p.log.recent_blocked();
-                recent.iter().filter_map(|d| denial_of(d)).collect()
-            })
-            .unwrap_or_default()
-    }
-
-    /// Ties `proxy` to `process`: decisions are counted in `metrics`,
-    /// denials recorded and reported until the process is closed, then the
-    /// proxy shuts down.
-    pub fn attach(
-        self: &Arc<Self>,
-        session: &Arc<Session>,
-        process: &Arc<ManagedProcess>,
-        proxy: LaunchedProxy,
-        metrics: Arc<ExecMetrics>,
-    ) {
-        let entry = Arc::new(ProcessNetwork {
-            process: Arc::downgrade(process),
-            log: proxy.handle.log(),
-        });
-        {
-            let mut processes = lock(&self.processes);
-            processes.retain(|p| p.process.strong_count() > 0);
-            processes.push(entry.clone());
-        }
-        let state = self.clone();
-        let session = Arc::downgrade(session);
-        let process = process.clone();
-        tokio::spawn(async move {
-            let handle = proxy.handle;
-            let mut decisions = handle.subscribe();
-            loop {
-                // Decisions already made are counted and reported before
-                // the close ends the loop.
-                tokio::select! {
-                    biased;
-                    decision = decisions.recv() => match decision {
-                        Ok(decision) => {
-                            metrics.proxy_decision(decision.deny_reason().is_none());
-                            state.report(&session, &process, &decision).await
-                        }
-                        Err(broadcast::error::RecvError::Lagged(missed)) => {
-                            tracing::warn!(process = process.id(), missed, "network decisions lost");
-                        }
-                        Err(broadcast::error::RecvError::Closed) => break,
-                    },
-                    () = closed(&process) => break,
-                }
+/// Ties `proxy` to `process`: decisions are counted in `metrics`, denials
+/// reported until the process is closed, then the proxy shuts down.
+pub fn attach(
+    session: &Arc<Session>,
+    process: &Arc<ManagedProcess>,
+    proxy: LaunchedProxy,
+    metrics: Arc<ExecMetrics>,
+) {
+    let session = Arc::downgrade(session);
+    let process = process.clone();
+    tokio::spawn(async move {
+        let handle = proxy.handle;
+        let mut decisions = handle.subscribe();
+        loop {
+            // Decisions already made are counted and reported before
+            // the close ends the loop.
+            tokio::select! {
+                biased;
+                decision = decisions.recv() => match decision {
+                    Ok(decision) => {
+                        metrics.proxy_decision(decision.deny_reason().is_none());
+                        report(&session, &process, &decision).await
+                    }
+                    Err(broadcast::error::RecvError::Lagged(missed)) => {
+                        tracing::warn!(process = process.id(), missed, "network decisions lost");
+                    }
+                    Err(broadcast::error::RecvError::Closed) => break,
+                },
+                () = closed(&process) => break,
             }
-            handle.shutdown().await;
-        });
-    }
-
-    /// Sends `process/networkDenied` for a denial to the attached
-    /// connection if it asked for them.
-    async fn report(&self, session: &Weak<Session>, process: &ManagedProcess, decision: &Decision) {
-        let Some(denial) = denial_of(decision) else {
-            return;
-        };
-        let Some(out) = session.upgrade().and_then(|s| s.route().current()) else {
-            return;
-        };
-        if !self.wants_denials(&out) {
-            return;
         }
-        let params = NetworkDeniedNotification {
-            process_id: process.id().to_owned(),
-            host: denial.host,
-            port: denial.port,
-            protocol: denial.protocol,
-            reason: denial.reason,
-        };
-        let _ = out
-            .send(encode_notification(NOTIFY_NETWORK_DENIED, &params))
-            .await;
-    }
+        handle.shutdown().await;
+    });
+}
+
+/// Sends `process/networkDenied` for a denial to the connection attached
+/// to the session, if that connection asked for them.
+async fn report(session: &Weak<Session>, process: &ManagedProcess, decision: &Decision) {
+    let Some(denial) = denial_of(decision) else {
+        return;
+    };
+    let Some(out) = session.upgrade().and_then(|s| s.denial_route()) else {
+        return;
+    };
+    let params = NetworkDeniedNotification {
+        process_id: process.id().to_owned(),
+        host: denial.host,
+        port: denial.port,
+        protocol: denial.protocol,
+        reason: denial.reason,
+    };
+    let _ = out
+        .send(encode_notification(NOTIFY_NETWORK_DENIED, &params))
+        .await;
 }
 
 /// A denial as the wire lists it; `None` for an allow.

@@ -16,18 +16,17 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use nix::unistd::Pid;
 
 use crate::process::kill::{live_descendants, parent_of};
-use crate::process::managed::sandboxed_roots;
 
 /// Whether a TCP connection from `peer` to our `local` address must be
-/// refused (only local peers are inspected). Blocking: reads `/proc`.
-pub fn refuse_tcp(local: SocketAddr, peer: SocketAddr) -> bool {
+/// refused (only local peers are inspected), given the supervisor pids of
+/// the server's live sandboxed processes. Blocking: reads `/proc`.
+pub fn refuse_tcp(local: SocketAddr, peer: SocketAddr, roots: Vec<i32>) -> bool {
     let (peer, local) = (canonical(peer), canonical(local));
     // A peer on this host: loopback, or one of the host's own addresses
     // (the same address as the listener's end of the connection).
     if !peer.ip().is_loopback() && peer.ip() != local.ip() {
         return false;
     }
-    let roots = sandboxed_roots();
     if roots.is_empty() {
         return false;
     }
@@ -48,15 +47,14 @@ pub fn refuse_tcp(local: SocketAddr, peer: SocketAddr) -> bool {
     !other_pids(&sandboxed).any(|pid| holds(pid, &wanted))
 }
 
-/// Whether a Unix-socket peer with credentials pid `pid` must be refused.
-/// Blocking: reads `/proc`.
-pub fn refuse_unix(pid: Option<i32>) -> bool {
-    let roots = sandboxed_roots();
+/// Whether a Unix-socket peer with credentials pid `pid` must be refused,
+/// given the server's sandboxed roots. Blocking: reads `/proc`.
+pub fn refuse_unix(pid: Option<i32>, roots: &[i32]) -> bool {
     if roots.is_empty() {
         return false;
     }
     match pid {
-        Some(pid) if pid > 0 => in_sandboxed_subtree(pid, &roots),
+        Some(pid) if pid > 0 => in_sandboxed_subtree(pid, roots),
         _ => true,
     }
 }

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use super::sandbox_reuse::SessionSandboxes;
 use crate::link::liveness::{Liveness, Probe};
+use crate::net::audit::AuditLog;
 use crate::process::{EventRoute, ManagedProcess};
 use crate::protocol::session::{ProcessState, ProcessSummary, SessionSummary};
 use crate::protocol::RpcError;
@@ -29,6 +30,8 @@ pub type ConnectionId = u64;
 pub struct Holder {
     pub id: ConnectionId,
     pub liveness: Arc<Liveness>,
+    /// The connection asked for `process/networkDenied` in `initialize`.
+    pub wants_denials: bool,
 }
 
 #[derive(Debug, Default)]
@@ -59,6 +62,9 @@ pub struct ProcessInfo {
 struct Entry {
     process: Arc<ManagedProcess>,
     info: ProcessInfo,
+    /// The decisions of the process's own network proxy, if it has one;
+    /// kept after `process/closed` for `process/read`.
+    network: Option<Arc<AuditLog>>,
 }
 
 /// One session.
@@ -113,6 +119,27 @@ impl Session {
         lock(&self.processes).get(id).map(|e| e.process.clone())
     }
 
+    /// A process by id, with the decisions of its network proxy if it has one.
+    pub fn process_with_network(
+        &self,
+        id: &str,
+    ) -> Option<(Arc<ManagedProcess>, Option<Arc<AuditLog>>)> {
+        lock(&self.processes)
+            .get(id)
+            .map(|e| (e.process.clone(), e.network.clone()))
+    }
+
+    /// Where `process/networkDenied` goes: the attached connection's queue
+    /// when that connection asked for denials.
+    pub fn denial_route(&self) -> Option<mpsc::Sender<String>> {
+        let attachment = lock(&self.attachment);
+        attachment
+            .holder
+            .as_ref()
+            .filter(|holder| holder.wants_denials)
+            .and_then(|_| self.route.current())
+    }
+
     fn all_processes(&self) -> Vec<Arc<ManagedProcess>> {
         lock(&self.processes)
             .values()
@@ -133,9 +160,20 @@ impl Session {
         lock(&self.processes).contains_key(id)
     }
 
-    /// Records a started process.
-    pub fn insert(&self, process: Arc<ManagedProcess>, info: ProcessInfo) {
-        lock(&self.processes).insert(process.id().to_owned(), Entry { process, info });
+    /// Records a started process and the decision log of its network
+    /// proxy, if it has one.
+    pub fn insert(
+        &self,
+        process: Arc<ManagedProcess>,
+        info: ProcessInfo,
+        network: Option<Arc<AuditLog>>,
+    ) {
+        let entry = Entry {
+            process,
+            info,
+            network,
+        };
+        lock(&self.processes).insert(entry.process.id().to_owned(), entry);
     }
 
     /// Forgets a closed process.
@@ -447,10 +485,35 @@ mod tests {
         Holder {
             id,
             liveness: Liveness::new(true),
+            wants_denials: false,
         }
     }
 
     const PROBE: Duration = Duration::from_secs(5);
+
+    #[tokio::test(start_paused = true)]
+    async fn denials_go_to_the_holder_only_when_it_asked() {
+        let registry = Registry::new(Duration::from_secs(30));
+        let (asked_tx, _asked_rx) = mpsc::channel(1);
+        let asking = Holder {
+            wants_denials: true,
+            ..holder(1)
+        };
+        let (session, _) = registry.create(asking, asked_tx.clone());
+        let route = session.denial_route().expect("the holder asked");
+        assert!(route.same_channel(&asked_tx));
+        // Detached: nobody hears; resumed by a connection that did not ask:
+        // still nobody.
+        registry.detach(&session, 1);
+        assert!(session.denial_route().is_none());
+        let (other_tx, _other_rx) = mpsc::channel(1);
+        let id = session.id().to_owned();
+        let (session, _) = registry
+            .resume(&id, holder(2), other_tx, PROBE)
+            .await
+            .unwrap();
+        assert!(session.denial_route().is_none());
+    }
 
     #[tokio::test(start_paused = true)]
     async fn resume_rules_follow_the_attachment() {

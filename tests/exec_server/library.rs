@@ -1,7 +1,8 @@
 //! The library surface of docs/library.md: a server embedded in this test process
 //! with `codexbox::server::bind` + `Server::run`, driven with `ExecServerClient`, using
 //! the `protocol` and `policy` types; stopping it closes its
-//! connections and leaves no task behind.
+//! connections and leaves no task behind, and two embedded servers share
+//! no fs-helper.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -115,6 +116,23 @@ fn sandbox_policy_types_round_trip_the_reference_json() {
     assert_eq!(back["file_system"]["entries"][0]["access"], "read");
 }
 
+/// The task of an embedded server's `run`.
+type Serving = tokio::task::JoinHandle<Result<(), codexbox::server::ServerError>>;
+
+/// A server with default settings serving on this runtime: its URL, what
+/// stops it, and its task.
+async fn serve_default() -> (String, tokio::sync::oneshot::Sender<()>, Serving) {
+    let server = bind(paths(), ServerConfig::new(ListenUrl::default()))
+        .await
+        .unwrap();
+    let url = server.url();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(server.run(async {
+        let _ = stopped.await;
+    }));
+    (url, stop, serving)
+}
+
 /// A client on its own thread and runtime: connects, handshakes, says so
 /// on `connected`, then reads (answering pings) until the server closes;
 /// returns the close code.
@@ -138,14 +156,7 @@ fn a_stopped_embedded_server_closes_its_connections_and_leaves_no_task_behind() 
         .build()
         .unwrap();
     runtime.block_on(async {
-        let server = bind(paths(), ServerConfig::new(ListenUrl::default()))
-            .await
-            .unwrap();
-        let url = server.url();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let serving = tokio::spawn(server.run(async {
-            let _ = stopped.await;
-        }));
+        let (url, stop, serving) = serve_default().await;
         let (connected_tx, connected) = std::sync::mpsc::channel();
         let client = std::thread::spawn(move || client_until_closed(url, connected_tx));
         tokio::task::spawn_blocking(move || connected.recv_timeout(WAIT))
@@ -167,5 +178,102 @@ fn a_stopped_embedded_server_closes_its_connections_and_leaves_no_task_behind() 
             .unwrap()
             .expect("client thread");
         assert_eq!(code, Some(1001), "closed as going away");
+    });
+}
+
+/// Pids of the fs-helper sandboxes under this process whose policy cwd is
+/// `dir` (each embedded server below gets a directory of its own).
+fn helpers_in(dir: &std::path::Path) -> Vec<u32> {
+    let wanted = dir.as_os_str().as_encoded_bytes();
+    crate::common::fs::sandbox_wrappers(std::process::id())
+        .into_iter()
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            args.get(2) == Some(&wanted)
+                && args.iter().any(|arg| *arg == b"--codex-run-as-fs-helper")
+        })
+        .collect()
+}
+
+/// An embedded server serving on this runtime, with a directory of its own
+/// that a client reads through a sandboxed fs-helper.
+struct Embedded {
+    client: ExecServerClient,
+    stop: tokio::sync::oneshot::Sender<()>,
+    serving: Serving,
+    dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl Embedded {
+    async fn start(content: &str) -> Self {
+        let (url, stop, serving) = serve_default().await;
+        let dir = crate::common::fs::workdir();
+        let root = crate::common::fs::canonical(&dir);
+        std::fs::write(root.join("f"), content).unwrap();
+        let client = connect(&url).await;
+        Self {
+            client,
+            stop,
+            serving,
+            dir,
+            root,
+        }
+    }
+
+    /// Reads the file in a sandbox that only grants its directory, which
+    /// runs in a helper of this server's pool (kept warm afterwards).
+    async fn read(&self) -> Vec<u8> {
+        use crate::common::fs::{restricted, sandbox};
+        let ctx = sandbox(restricted(&[(&self.root, "read")], &[]), &self.root);
+        let file = self.root.join("f");
+        let file = file.to_str().unwrap();
+        self.client.fs_read_file(file, Some(&ctx)).await.unwrap()
+    }
+
+    fn helpers(&self) -> usize {
+        helpers_in(&self.root).len()
+    }
+
+    /// Stops the server and waits for `run` to return; what is left of it
+    /// (its directory) is handed back.
+    async fn stop(self) -> (tempfile::TempDir, PathBuf) {
+        drop(self.client);
+        let _ = self.stop.send(());
+        let outcome = tokio::time::timeout(WAIT, self.serving).await;
+        assert!(matches!(outcome, Ok(Ok(Ok(())))), "{outcome:?}");
+        (self.dir, self.root)
+    }
+}
+
+#[test]
+fn two_embedded_servers_share_no_fs_helpers_and_a_stopped_one_leaves_none() {
+    if !crate::common::fs::sandbox_available() {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let a = Embedded::start("a").await;
+        let b = Embedded::start("b").await;
+        assert_eq!(a.read().await, b"a");
+        assert_eq!(b.read().await, b"b");
+        assert_eq!(a.helpers(), 1, "server A keeps its helper warm");
+        assert_eq!(b.helpers(), 1, "server B keeps its helper warm");
+
+        // Stopping A closes A's helpers and nothing of B's.
+        let (_dir_a, root_a) = a.stop().await;
+        assert_eq!(helpers_in(&root_a).len(), 0, "A's helper outlived A");
+        assert_eq!(b.helpers(), 1, "B's helper went with A");
+        assert_eq!(b.read().await, b"b");
+
+        let (_dir_b, root_b) = b.stop().await;
+        assert_eq!(helpers_in(&root_b).len(), 0, "B's helper outlived B");
+        // No pool reaper, helper reaper or connection task is left.
+        let metrics = tokio::runtime::Handle::current().metrics();
+        assert_eq!(metrics.num_alive_tasks(), 0);
     });
 }
