@@ -44,6 +44,7 @@ use crate::metrics::rendezvous::{HandshakeFailure, RendezvousMetrics};
 use crate::net::http_server::{serve_one, Body, Upgraded};
 use crate::relay::registry_api::RegistryCall;
 use crate::server::transport::http;
+use crate::shutdown::{Shutdown, Watcher};
 use admission::{Admission, Slot};
 use hub::{HarnessId, Hub, HubLimits};
 use registry::{unix_now, Answer, RegistryState};
@@ -226,6 +227,9 @@ impl Rendezvous {
     }
 
     /// Serves until `shutdown` completes. SIGHUP reloads the token file.
+    /// Stopping closes every connection (a relay socket with 1001) and
+    /// returns once every task of the rendezvous has ended
+    /// ([`crate::shutdown`]).
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let Rendezvous {
             listener,
@@ -234,23 +238,28 @@ impl Rendezvous {
             published,
         } = self;
         let config = Arc::new(config);
-        let reload = tokio::spawn(reload_on_sighup(state.clone(), config.tokens_file.clone()));
-        let sweeper = tokio::spawn(sweep_periodically(state.hub.clone()));
+        let tasks = Shutdown::new();
+        tokio::spawn(reload_on_sighup(
+            state.clone(),
+            config.tokens_file.clone(),
+            tasks.watcher(),
+        ));
+        tokio::spawn(sweep_periodically(state.hub.clone(), tasks.watcher()));
         let admission = Admission::new(config.max_connections, config.max_pending_connections);
         let accept = async {
             loop {
                 let (stream, peer) = crate::accept::next_tcp(&listener).await;
                 let slot = admission.admit().await;
-                let (state, config) = (state.clone(), config.clone());
-                tokio::spawn(serve_connection(stream, peer, slot, state, config));
+                let (state, config, watcher) = (state.clone(), config.clone(), tasks.watcher());
+                tokio::spawn(serve_connection(stream, peer, slot, state, config, watcher));
             }
         };
         tokio::select! {
             _ = accept => {}
             _ = shutdown => {}
         }
-        reload.abort();
-        sweeper.abort();
+        drop(listener);
+        tasks.stop().await;
         drop(published);
     }
 }
@@ -277,24 +286,32 @@ fn publish_tokens(addr: SocketAddr) -> Result<(auth::TokenTable, Vec<Published>)
 
 /// Expires unused claims, idle harness sockets and environments without
 /// an executor ([`Hub::sweep`]).
-async fn sweep_periodically(hub: Arc<Hub>) {
+async fn sweep_periodically(hub: Arc<Hub>, mut watcher: Watcher) {
     let mut tick = tokio::time::interval(hub.limits().sweep_interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
-        tick.tick().await;
-        let resets = hub.sweep(std::time::Instant::now());
-        if !resets.is_empty() {
-            tokio::spawn(socket::deliver(resets));
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = watcher.stopped() => return,
         }
+        let resets = hub.sweep(std::time::Instant::now());
+        socket::spawn_delivery(resets, &watcher);
     }
 }
 
-async fn reload_on_sighup(state: Arc<RegistryState>, path: Option<PathBuf>) {
+async fn reload_on_sighup(state: Arc<RegistryState>, path: Option<PathBuf>, mut watcher: Watcher) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hangup) = signal(SignalKind::hangup()) else {
         return;
     };
-    while hangup.recv().await.is_some() {
+    loop {
+        let hung_up = tokio::select! {
+            hung_up = hangup.recv() => hung_up,
+            () = watcher.stopped() => return,
+        };
+        if hung_up.is_none() {
+            return;
+        }
         let Some(path) = &path else {
             continue;
         };
@@ -338,6 +355,7 @@ async fn serve_connection<S>(
     mut slot: Slot,
     state: Arc<RegistryState>,
     config: Arc<RendezvousConfig>,
+    mut watcher: Watcher,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -352,6 +370,7 @@ async fn serve_connection<S>(
             tracing::debug!(%peer, "closed a pending connection to make room for a newer one");
             return;
         }
+        () = watcher.stopped() => return,
         outcome = tokio::time::timeout(config.request_timeout + LATE_ANSWER_GRACE, request) => outcome,
     };
     match outcome {
@@ -359,7 +378,7 @@ async fn serve_connection<S>(
         Ok(None) => {}
         Ok(Some((upgraded, grant))) => {
             if slot.establish() {
-                relay(upgraded, grant, state, &config).await;
+                relay(upgraded, grant, state, &config, watcher).await;
             }
         }
     }
@@ -590,6 +609,7 @@ async fn relay(
     grant: RelayGrant,
     state: Arc<RegistryState>,
     config: &RendezvousConfig,
+    watcher: Watcher,
 ) {
     // Executor sockets carry every stream; harness sockets one or a few.
     let buffer = match grant.role {
@@ -608,6 +628,7 @@ async fn relay(
         grant.environment_id,
         grant.role,
         config.link,
+        watcher,
     )
     .await;
 }

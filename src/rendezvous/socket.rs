@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, Notify};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{Bytes, Message};
 use tokio_tungstenite::WebSocketStream;
 
@@ -17,6 +18,7 @@ use super::hub::{Action, Delivery, HarnessId, Hub, Link};
 use crate::link::{self, Incoming, Timing};
 use crate::metrics::rendezvous::Direction;
 use crate::relay::frame::FrameHeader;
+use crate::shutdown::Watcher;
 
 /// Messages queued per socket before senders wait.
 const OUTBOX: usize = 256;
@@ -31,6 +33,19 @@ pub enum SocketRole {
     Executor,
     /// A harness, as its URL names it.
     Harness(HarnessId),
+}
+
+/// Sends what the hub decided in a task of its own, which the rendezvous
+/// waits for when it stops (each delivery is bounded by [`FORWARD_TIMEOUT`]).
+pub fn spawn_delivery(deliveries: Vec<Delivery>, watcher: &Watcher) {
+    if deliveries.is_empty() {
+        return;
+    }
+    let watcher = watcher.watcher();
+    tokio::spawn(async move {
+        deliver(deliveries).await;
+        drop(watcher);
+    });
 }
 
 /// Sends what the hub decided, each with the forwarding deadline.
@@ -50,13 +65,15 @@ async fn forward(to: &Link, bytes: Bytes) {
     }
 }
 
-/// Serves one upgraded socket until it ends.
+/// Serves one upgraded socket until it ends or the rendezvous stops
+/// (then it is closed with 1001).
 pub async fn serve<S>(
     ws: WebSocketStream<S>,
     hub: Arc<Hub>,
     environment_id: String,
     role: SocketRole,
     timing: Timing,
+    mut watcher: Watcher,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -72,21 +89,27 @@ pub async fn serve<S>(
     match &role {
         SocketRole::Executor => {
             let resets = hub.executor_connected(&environment_id, link.clone());
-            tokio::spawn(deliver(resets));
+            spawn_delivery(resets, &watcher);
         }
         SocketRole::Harness(who) => {
             if !hub.harness_connected(&environment_id, link.clone(), who) {
                 tracing::info!(environment = %environment_id, "closing a harness socket: its token holds as many as it may");
                 writer.close(None);
+                writer.finished().await;
                 return;
             }
         }
     }
     tracing::info!(environment = %environment_id, socket = link.socket, role = role_name(&role), "relay socket connected");
     let mut malformed = 0u32;
+    let mut close = None;
     loop {
         let incoming = tokio::select! {
             _ = closer.notified() => break,
+            () = watcher.stopped() => {
+                close = Some(link::close_frame(CloseCode::Away, "the rendezvous is shutting down"));
+                break;
+            }
             incoming = reader.next() => incoming,
         };
         let bytes = match incoming {
@@ -129,8 +152,12 @@ pub async fn serve<S>(
             deliver(resets).await;
             if let Some(epoch) = held {
                 let (hub, env) = (hub.clone(), environment_id.clone());
+                let mut watcher = watcher.watcher();
                 tokio::spawn(async move {
-                    tokio::time::sleep(hub.limits().resume_hold).await;
+                    tokio::select! {
+                        () = tokio::time::sleep(hub.limits().resume_hold) => {}
+                        () = watcher.stopped() => return,
+                    }
                     deliver(hub.expire_executor_hold(&env, epoch)).await;
                 });
             }
@@ -140,15 +167,20 @@ pub async fn serve<S>(
             deliver(resets).await;
             for hold in holds {
                 let hub = hub.clone();
+                let mut watcher = watcher.watcher();
                 tokio::spawn(async move {
-                    tokio::time::sleep(hub.limits().resume_hold).await;
+                    tokio::select! {
+                        () = tokio::time::sleep(hub.limits().resume_hold) => {}
+                        () = watcher.stopped() => return,
+                    }
                     deliver(hub.expire_harness_hold(&hold)).await;
                 });
             }
         }
     }
     drop(link);
-    writer.close(None);
+    writer.close(close);
+    writer.finished().await;
 }
 
 /// Which way a frame from a socket of `role` goes.

@@ -5,6 +5,7 @@
 mod common;
 
 mod client;
+mod embedded;
 mod flaky;
 mod fleet;
 mod interop;
