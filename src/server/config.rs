@@ -95,7 +95,7 @@ impl ServerConfig {
     /// its id (found by a scan) and the connection stays open. Twice the
     /// JSON limit (256 MiB by default), so a client that overshoots by up to
     /// 2× is told why instead of being cut off, and never below
-    /// [`MIN_TRANSPORT_CAP`], so a small `--max-message-bytes` still answers
+    /// `MIN_TRANSPORT_CAP`, so a small `--max-message-bytes` still answers
     /// oversized messages.
     pub fn transport_cap(&self) -> usize {
         transport_cap(self.max_message_bytes)

@@ -5,7 +5,7 @@
 //! Each request either runs here, on a blocking thread, through
 //! [`crate::fs`], or — when its `sandbox` asks for a restricted profile
 //! without full-disk write — in a sandboxed fs-helper from
-//! [`super::fs_helper_pool`]. One-shot requests take any warm helper of
+//! `super::fs_helper_pool`. One-shot requests take any warm helper of
 //! their sandbox. A handle opened with such a sandbox (`fs/open`, read or
 //! write) lives in a helper of that sandbox leased by the connection, and
 //! its `fs/readBlock`, `fs/writeBlock` and `fs/close` go there; the limits

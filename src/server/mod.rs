@@ -6,29 +6,36 @@
 //! knows its address; [`Server::run`] serves until `shutdown` completes (or
 //! stdin ends, for stdio), then kills every managed process tree. [`run`]
 //! and [`run_main`] do both and print the bound URL (the CLI behaviour).
+//!
+//! Its modules are internal; the four marked hidden are public only for
+//! this crate's fuzz tests, which feed their parsers directly.
 
-pub mod applied_roots;
-pub mod cli;
-pub mod cloudflare_cookies;
-pub mod config;
-pub mod connection;
-pub mod drain;
-pub mod fs_helper_pool;
+pub(crate) mod applied_roots;
+pub(crate) mod cli;
+pub(crate) mod cloudflare_cookies;
+pub(crate) mod config;
+pub(crate) mod connection;
+pub(crate) mod drain;
+pub(crate) mod fs_helper_pool;
+#[doc(hidden)]
 pub mod fs_methods;
-pub mod handlers;
+pub(crate) mod handlers;
+#[doc(hidden)]
 pub mod http_request;
-pub mod listen;
-pub mod metrics_listener;
+pub(crate) mod listen;
+pub(crate) mod metrics_listener;
+#[doc(hidden)]
 pub mod network_proxy;
-pub mod peer_guard;
+pub(crate) mod peer_guard;
+#[doc(hidden)]
 pub mod process_sandbox;
 pub(crate) mod relay_executor;
-pub mod reply;
-pub mod router;
-pub mod sandbox_reuse;
-pub mod session;
-pub mod transport;
-pub mod wire_trace;
+pub(crate) mod reply;
+pub(crate) mod router;
+pub(crate) mod sandbox_reuse;
+pub(crate) mod session;
+pub(crate) mod transport;
+pub(crate) mod wire_trace;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -37,6 +44,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use config::ServerConfig;
+pub use drain::Stop;
 pub use listen::{ListenUrl, ListenUrlParseError, DEFAULT_LISTEN_URL};
 
 use crate::accept::ConnectionLimit;
@@ -226,7 +234,7 @@ impl Server {
 
     /// Serves until `shutdown` completes (or stdin ends, for stdio), then
     /// kills every managed process tree and removes the Unix socket. When
-    /// `shutdown` asks for [`drain::Stop::Drain`], no new connection is
+    /// `shutdown` asks for [`Stop::Drain`], no new connection is
     /// taken and running processes get the configured drain grace first.
     pub async fn run(
         self,

@@ -11,7 +11,7 @@
 //! server's environment, never from the request's `env`, and the places
 //! where earlier sandboxed commands could have planted a symlink (the
 //! request's workspace roots, the server's `$TMPDIR`, the writable roots of
-//! every sandbox it applied: [`super::applied_roots`]).
+//! every sandbox it applied: `super::applied_roots`).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
