@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::OnceCell;
 
 use super::destination::{shown, DnsName, HostError};
+use super::exchange::on_connection;
 use crate::sync::lock;
 
 /// The proxy's resolve endpoint (origin-form request on its HTTP listener).
@@ -209,21 +210,21 @@ pub async fn ask_proxy(proxy: SocketAddr, name: &str) -> Lookup {
     else {
         return Lookup::Failed;
     };
-    tokio::spawn(connection);
     let Ok(request) = http::Request::get(format!("{RESOLVE_PATH}?name={name}"))
         .header(http::header::HOST, "codexbox-proxy")
         .body(Empty::new())
     else {
         return Lookup::Failed;
     };
-    let Ok(response) = sender.send_request(request).await else {
+    let exchange = async {
+        let response = sender.send_request(request).await.ok()?;
+        let status = response.status();
+        let body = response.into_body().collect().await.ok()?;
+        Some((status, body.to_bytes()))
+    };
+    let Some((status, body)) = on_connection(connection, exchange).await else {
         return Lookup::Failed;
     };
-    let status = response.status();
-    let Ok(body) = response.into_body().collect().await else {
-        return Lookup::Failed;
-    };
-    let body = body.to_bytes();
     if status == http::StatusCode::OK {
         return match serde_json::from_slice::<ResolveAnswer>(&body) {
             Ok(answer) => Lookup::Addresses(answer.addresses),
@@ -304,26 +305,31 @@ pub async fn answer(query: &[u8], proxy: SocketAddr, answers: &Answers) -> Optio
     Some(build_response(query, &question, rcode, &addresses))
 }
 
+/// Queries answered at once; more wait to be read.
+const MAX_QUERIES_IN_FLIGHT: usize = 64;
+
 /// Serves the stub on `socket`, asking the proxy at `proxy`, until the
-/// process ends.
+/// process ends. The queries in flight are tasks of this one's set: they
+/// end when it is dropped.
 pub async fn serve(socket: tokio::net::UdpSocket, proxy: SocketAddr) {
-    let socket = std::sync::Arc::new(socket);
-    let limit = std::sync::Arc::new(tokio::sync::Semaphore::new(64));
+    let socket = Arc::new(socket);
     let answers = Arc::new(Answers::default());
+    let mut in_flight = tokio::task::JoinSet::new();
     let mut buf = vec![0u8; MAX_QUERY_BYTES];
     loop {
+        while in_flight.try_join_next().is_some() {}
+        if in_flight.len() >= MAX_QUERIES_IN_FLIGHT {
+            in_flight.join_next().await;
+            continue;
+        }
         let Ok((n, from)) = socket.recv_from(&mut buf).await else {
             continue;
         };
         let Some(query) = buf.get(..n).map(<[u8]>::to_vec) else {
             continue;
         };
-        let Ok(permit) = limit.clone().acquire_owned().await else {
-            return;
-        };
         let (socket, answers) = (socket.clone(), answers.clone());
-        tokio::spawn(async move {
-            let _permit = permit;
+        in_flight.spawn(async move {
             if let Some(response) = answer(&query, proxy, &answers).await {
                 let _ = socket.send_to(&response, from).await;
             }

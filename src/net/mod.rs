@@ -11,6 +11,8 @@
 //!   HTTP/1.1 serving every listener shares;
 //! - [`relay`]: tunnel bytes (`splice(2)`, no copies in the proxy);
 //! - [`upstream`]: chaining to an upstream HTTP proxy;
+//! - [`exchange`]: one request on a client connection driven in the
+//!   caller's task (an upstream CONNECT, the DNS stub's question);
 //! - [`client`], [`connector`]: codexbox's own outbound HTTP
 //!   client (`http/request`, registries) and connections (rendezvous
 //!   sockets too), through the process's proxy settings;
@@ -29,6 +31,7 @@ pub mod destination;
 pub mod dial;
 pub mod dns;
 pub mod env;
+pub(crate) mod exchange;
 pub mod http_proxy;
 pub mod http_server;
 pub mod managed;

@@ -15,6 +15,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 use super::dial::dial_unchecked;
+use super::exchange::on_connection;
 use crate::web_url::{host_port, WebUrl};
 
 /// Why a tunnel through the upstream could not be opened.
@@ -101,6 +102,8 @@ impl ProxyEndpoint {
 
     /// A CONNECT tunnel to `target` (`host:port`) through the upstream.
     /// Bytes the upstream sent after its `200` are returned with the stream.
+    /// The exchange runs in the caller's task: a refusal closes the
+    /// connection to the upstream when this returns.
     pub async fn tunnel(&self, target: &str) -> Result<(TcpStream, Bytes), UpstreamError> {
         let proxy = self.display();
         let http_error = |source| UpstreamError::Http {
@@ -111,7 +114,6 @@ impl ProxyEndpoint {
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .map_err(http_error)?;
-        let conn = tokio::spawn(conn.with_upgrades());
         let mut request = http::Request::builder()
             .method(http::Method::CONNECT)
             .uri(target)
@@ -126,16 +128,18 @@ impl ProxyEndpoint {
                 target: target.to_owned(),
                 status: 0,
             })?;
-        let response = sender.send_request(request).await.map_err(http_error)?;
-        if response.status() != http::StatusCode::OK {
-            conn.abort();
-            return Err(UpstreamError::Refused {
-                proxy,
-                target: target.to_owned(),
-                status: response.status().as_u16(),
-            });
-        }
-        let upgraded = hyper::upgrade::on(response).await.map_err(http_error)?;
+        let exchange = async {
+            let response = sender.send_request(request).await.map_err(http_error)?;
+            if response.status() != http::StatusCode::OK {
+                return Err(UpstreamError::Refused {
+                    proxy: proxy.clone(),
+                    target: target.to_owned(),
+                    status: response.status().as_u16(),
+                });
+            }
+            hyper::upgrade::on(response).await.map_err(http_error)
+        };
+        let upgraded = on_connection(conn.with_upgrades(), exchange).await?;
         let parts =
             upgraded
                 .downcast::<TokioIo<TcpStream>>()
@@ -364,6 +368,58 @@ fn in_network(ip: IpAddr, network: IpAddr, prefix: u8) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A CONNECT through an upstream on 127.0.0.1 that answers `answer`
+    /// and keeps the connection open; the upstream's task ends when the
+    /// tunnel's side closes it.
+    async fn tunnel_answered(
+        answer: &'static [u8],
+    ) -> (
+        Result<(TcpStream, Bytes), UpstreamError>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let served = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let (mut seen, mut buf) = (Vec::new(), [0u8; 512]);
+            while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = stream.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the request head came whole");
+                seen.extend_from_slice(&buf[..n]);
+            }
+            stream.write_all(answer).await.unwrap();
+            while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {}
+        });
+        let endpoint = ProxyEndpoint::parse(&format!("http://127.0.0.1:{port}")).unwrap();
+        let tunnel = tokio::time::timeout(WAIT, endpoint.tunnel("example.test:443")).await;
+        (tunnel.expect("the tunnel is answered in time"), served)
+    }
+
+    const WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+    #[tokio::test]
+    async fn a_refused_tunnel_closes_the_connection_to_the_upstream() {
+        let answer = b"HTTP/1.1 407 Proxy Authentication Required\r\ncontent-length: 4\r\n\r\nnope";
+        let (tunnel, served) = tunnel_answered(answer).await;
+        assert!(
+            matches!(tunnel, Err(UpstreamError::Refused { status: 407, .. })),
+            "{tunnel:?}"
+        );
+        let closed = tokio::time::timeout(WAIT, served).await;
+        assert!(matches!(closed, Ok(Ok(()))), "{closed:?}");
+    }
+
+    #[tokio::test]
+    async fn an_accepted_tunnel_hands_over_the_socket_and_early_bytes() {
+        let answer = b"HTTP/1.1 200 Connection Established\r\n\r\nearly";
+        let (tunnel, _served) = tunnel_answered(answer).await;
+        let Ok((_stream, early)) = tunnel else {
+            panic!("{tunnel:?}");
+        };
+        assert_eq!(&early[..], b"early");
+    }
 
     #[test]
     fn endpoints_parse_userinfo_ports_and_refuse_other_schemes() {
