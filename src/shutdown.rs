@@ -6,6 +6,8 @@
 //! ended. Nothing is aborted: each task closes what it owns (a close frame,
 //! a reset) on its own terms.
 
+use std::future::Future;
+
 use tokio::sync::{broadcast, mpsc};
 
 /// The stop signal of one server and the wait for its tasks.
@@ -70,6 +72,9 @@ impl Shutdown {
             mut done_rx,
         } = self;
         let _ = notify.send(());
+        // Closed too, so a watcher made after the send (a task starting
+        // one while it has not seen the stop yet) learns of it as well.
+        drop(notify);
         drop(done_tx);
         let _ = done_rx.recv().await;
     }
@@ -93,6 +98,22 @@ impl Watcher {
             stopped: self.stopped,
             _done: self._done.clone(),
         }
+    }
+
+    /// Runs `task` in a task of its own, watched like one this one starts:
+    /// when the server stops, `task` is dropped (closing what it owns) and
+    /// the stop waits for that.
+    pub fn spawn_until_stopped<F>(&self, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let mut watcher = self.watcher();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = task => {}
+                () = watcher.stopped() => {}
+            }
+        });
     }
 }
 
@@ -123,5 +144,34 @@ mod tests {
         shutdown.stop().await;
         assert_eq!(ended.load(std::sync::atomic::Ordering::SeqCst), 2);
         assert_eq!(start.elapsed(), Duration::from_secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watcher_made_after_the_stop_learns_of_it() {
+        let shutdown = Shutdown::new();
+        let watcher = shutdown.watcher();
+        tokio::spawn(async move {
+            // Busy while the stop is sent, then it starts a child task.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            watcher.spawn_until_stopped(std::future::pending());
+        });
+        let stopped = tokio::time::timeout(Duration::from_secs(60), shutdown.stop()).await;
+        assert!(stopped.is_ok(), "the late child never heard of the stop");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_spawned_task_ends_on_its_own_or_with_the_stop() {
+        let shutdown = Shutdown::new();
+        let watcher = shutdown.watcher();
+        let (done_tx, done) = tokio::sync::oneshot::channel();
+        watcher.spawn_until_stopped(async move {
+            let _ = done_tx.send(());
+        });
+        watcher.spawn_until_stopped(std::future::pending());
+        drop(watcher);
+        assert!(done.await.is_ok());
+        tokio::task::yield_now().await;
+        assert_eq!(shutdown.running(), 1, "the pending one still runs");
+        shutdown.stop().await;
     }
 }

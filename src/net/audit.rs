@@ -80,7 +80,8 @@ struct Blocked {
 pub struct AuditLog {
     subscribers: broadcast::Sender<Arc<Decision>>,
     blocked: Mutex<Blocked>,
-    sink: Option<mpsc::Sender<String>>,
+    /// The writer's queue, until [`AuditLog::close_sink`].
+    sink: Mutex<Option<mpsc::Sender<String>>>,
 }
 
 impl AuditLog {
@@ -121,7 +122,7 @@ impl AuditLog {
             Arc::new(Self {
                 subscribers,
                 blocked: Mutex::new(Blocked::default()),
-                sink: sink_tx,
+                sink: Mutex::new(sink_tx),
             }),
             writer,
         ))
@@ -155,12 +156,19 @@ impl AuditLog {
             }
         }
         let _ = self.subscribers.send(decision.clone());
-        if let Some(sink) = &self.sink {
+        let sink = lock(&self.sink).clone();
+        if let Some(sink) = sink {
             if let Ok(mut line) = serde_json::to_string(&*decision) {
                 line.push('\n');
                 let _ = sink.send(line).await;
             }
         }
+    }
+
+    /// Ends the log file: the writer task writes what is queued, flushes
+    /// and ends; later decisions still reach subscribers and the summary.
+    pub fn close_sink(&self) {
+        lock(&self.sink).take();
     }
 
     /// A new subscription to every later decision.

@@ -33,6 +33,7 @@ use super::dns::{ResolveAnswer, RESOLVE_PATH};
 use super::policy::Mode;
 use super::proxy::DNS_PORT;
 use super::proxy::{Admission, Destination, ProxyState};
+use crate::shutdown::Watcher;
 
 /// How long a client may take to send a request head.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -43,27 +44,47 @@ const UNIX_SOCKET_HEADER: &str = "x-unix-socket";
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
-/// Serves HTTP/1.1 proxy requests on one client connection.
-pub(crate) async fn serve_connection(stream: TcpStream, peer: SocketAddr, state: Arc<ProxyState>) {
+/// Serves HTTP/1.1 proxy requests on one client connection until it ends
+/// or the proxy stops (`watcher`: the connection is then closed). A tunnel
+/// or an upstream connection a request starts runs in a task of its own,
+/// watched too.
+pub(crate) async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    state: Arc<ProxyState>,
+    mut watcher: Watcher,
+) {
     let client = peer.to_string();
+    let requests = watcher.watcher();
     let service = hyper::service::service_fn(move |request| {
         let state = state.clone();
         let client = client.clone();
-        async move { Ok::<_, Infallible>(handle(request, &client, &state).await) }
+        let watcher = requests.watcher();
+        async move { Ok::<_, Infallible>(handle(request, &client, &state, &watcher).await) }
     });
     let connection = super::http_server::builder(HEADER_READ_TIMEOUT)
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades();
-    if let Err(err) = connection.await {
-        tracing::debug!(%peer, "proxy connection ended: {err}");
+    tokio::select! {
+        served = connection => {
+            if let Err(err) = served {
+                tracing::debug!(%peer, "proxy connection ended: {err}");
+            }
+        }
+        () = watcher.stopped() => {}
     }
 }
 
-async fn handle(request: Request<Incoming>, client: &str, state: &ProxyState) -> Response<Body> {
+async fn handle(
+    request: Request<Incoming>,
+    client: &str,
+    state: &ProxyState,
+    watcher: &Watcher,
+) -> Response<Body> {
     if request.method() == Method::CONNECT {
-        connect(request, client, state).await
+        connect(request, client, state, watcher).await
     } else {
-        forward(request, client, state).await
+        forward(request, client, state, watcher).await
     }
 }
 
@@ -133,7 +154,12 @@ fn target_of(
     Ok((Host::parse(host), port.unwrap_or(default_port)))
 }
 
-async fn connect(request: Request<Incoming>, client: &str, state: &ProxyState) -> Response<Body> {
+async fn connect(
+    request: Request<Incoming>,
+    client: &str,
+    state: &ProxyState,
+    watcher: &Watcher,
+) -> Response<Body> {
     let Some(authority) = request.uri().authority().cloned() else {
         return text(StatusCode::BAD_REQUEST, "missing authority");
     };
@@ -178,18 +204,12 @@ async fn connect(request: Request<Incoming>, client: &str, state: &ProxyState) -
         }
         (Admission::Upstream(_), Err(_)) => return blocked_text(DenyReason::NotAllowed),
     };
-    let mut closing = state.closing.clone();
-    tokio::spawn(async move {
-        let tunnel = async {
-            match hyper::upgrade::on(request).await {
-                Ok(upgraded) => splice(upgraded, target, prefix).await,
-                Err(err) => tracing::debug!("CONNECT upgrade failed: {err}"),
-            }
-        };
-        // The tunnel outlives this connection's task: end it with the proxy.
-        tokio::select! {
-            () = tunnel => {}
-            _ = closing.wait_for(|closed| *closed) => {}
+    // The tunnel outlives this connection's task; it is closed when the
+    // proxy stops.
+    watcher.spawn_until_stopped(async move {
+        match hyper::upgrade::on(request).await {
+            Ok(upgraded) => splice(upgraded, target, prefix).await,
+            Err(err) => tracing::debug!("CONNECT upgrade failed: {err}"),
         }
     });
     Response::new(full(Bytes::new()))
@@ -224,6 +244,7 @@ async fn forward(
     mut request: Request<Incoming>,
     client: &str,
     state: &ProxyState,
+    watcher: &Watcher,
 ) -> Response<Body> {
     let method = request.method().as_str().to_owned();
     let method_allowed = state.policy.mode.allows_method(&method);
@@ -321,7 +342,7 @@ async fn forward(
             return text(StatusCode::BAD_GATEWAY, "upstream failure");
         }
     };
-    match send(stream, request).await {
+    match send(stream, request, watcher).await {
         Ok(mut response) => {
             remove_hop_by_hop(response.headers_mut());
             response.map(|body| body.boxed())
@@ -360,14 +381,16 @@ async fn resolve_for_stub(uri: &Uri, client: &str, state: &ProxyState) -> Respon
 }
 
 /// Sends one request on a fresh connection and returns the response head;
-/// the body streams from the connection task.
+/// the body streams from the connection's task, which ends with the
+/// response or when the proxy stops.
 async fn send(
     stream: TcpStream,
     request: Request<Incoming>,
+    watcher: &Watcher,
 ) -> Result<Response<Incoming>, hyper::Error> {
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    tokio::spawn(async move {
+    watcher.spawn_until_stopped(async move {
         if let Err(err) = connection.await {
             tracing::debug!("upstream connection ended: {err}");
         }

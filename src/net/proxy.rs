@@ -2,18 +2,20 @@
 //! the exec-server's per-process `networkProxy`, `codexbox sandbox
 //! --allow-domain`): [`ProxyHandle::start`] with a [`ProxyConfig`], learn the
 //! bound addresses, [`ProxyHandle::subscribe`] to decisions, read the
-//! blocked summary, [`ProxyHandle::shutdown`]. Dropping the handle stops it
-//! too. Also owns the admission step every protocol shares: host policy,
-//! mode guard, resolution, upstream choice, one recorded decision, all on
-//! the one canonical host the request's text was parsed into
-//! (`net::destination`).
+//! blocked summary, [`ProxyHandle::shutdown`], which returns once every
+//! task of the proxy has ended (`crate::shutdown`: each listener,
+//! connection, tunnel and upstream connection holds a watcher). Dropping
+//! the handle stops it too, without waiting. Also owns the admission step
+//! every protocol shares: host policy, mode guard, resolution, upstream
+//! choice, one recorded decision, all on the one canonical host the
+//! request's text was parsed into (`net::destination`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio::sync::broadcast;
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinHandle;
 
 use super::address::is_non_public;
 use super::audit::{AuditLog, AuditSink, BlockedDestination};
@@ -24,12 +26,17 @@ use super::resolve::{Resolver, Targets};
 use super::upstream::{ProxyEndpoint, Upstream};
 use super::{http_proxy, socks5};
 use crate::accept::ConnectionLimit;
+use crate::shutdown::{Shutdown, Watcher};
 
 /// The port name lookups are recorded under.
 pub const DNS_PORT: u16 = 53;
 
 /// Connections one listener serves at once; more wait to be accepted.
 pub const MAX_CONNECTIONS: usize = 512;
+
+/// How long a stopping proxy waits for its audit log to be written out
+/// (stdout may be a pipe nobody reads).
+const AUDIT_FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Why a proxy could not start.
 #[derive(Debug, thiserror::Error)]
@@ -112,9 +119,6 @@ pub(crate) struct ProxyState {
     pub upstream: Upstream,
     pub audit: Arc<AuditLog>,
     pub socks5_udp: bool,
-    /// Becomes `true` when the proxy shuts down; tunnels (which outlive
-    /// their HTTP connection task) end on it.
-    pub closing: tokio::sync::watch::Receiver<bool>,
 }
 
 impl ProxyState {
@@ -229,10 +233,10 @@ pub struct ProxyHandle {
     http_addr: SocketAddr,
     socks5_addr: Option<SocketAddr>,
     audit: Arc<AuditLog>,
-    listeners: Vec<JoinHandle<()>>,
     audit_writer: Option<JoinHandle<()>>,
-    /// Tells running tunnels to end.
-    closing: tokio::sync::watch::Sender<bool>,
+    /// Stops every task of the proxy; dropped with the handle, it tells
+    /// them to stop without waiting.
+    tasks: Shutdown,
 }
 
 impl ProxyHandle {
@@ -256,24 +260,25 @@ impl ProxyHandle {
         let (audit, audit_writer) = AuditLog::open(audit_sink.as_ref())
             .await
             .map_err(ProxyError::AuditLog)?;
-        let (closing_tx, closing) = tokio::sync::watch::channel(false);
         let state = Arc::new(ProxyState {
             policy,
             resolver,
             upstream,
             audit: audit.clone(),
             socks5_udp,
-            closing,
         });
+        let tasks = Shutdown::new();
         let (http_listener, http_addr) = http;
-        let mut listeners = vec![tokio::spawn(accept_loop(
+        tokio::spawn(accept_loop(
             http_listener,
             state.clone(),
             Service::Http,
-        ))];
+            tasks.watcher(),
+        ));
         let socks5_addr = match socks {
             Some((listener, addr)) => {
-                listeners.push(tokio::spawn(accept_loop(listener, state, Service::Socks5)));
+                let watcher = tasks.watcher();
+                tokio::spawn(accept_loop(listener, state, Service::Socks5, watcher));
                 Some(addr)
             }
             None => None,
@@ -282,9 +287,8 @@ impl ProxyHandle {
             http_addr,
             socks5_addr,
             audit,
-            listeners,
             audit_writer,
-            closing: closing_tx,
+            tasks,
         })
     }
 
@@ -313,28 +317,30 @@ impl ProxyHandle {
         self.audit.clone()
     }
 
-    /// Stops the listeners and every connection, then flushes the audit log.
-    pub async fn shutdown(mut self) {
-        for listener in self.listeners.drain(..) {
-            listener.abort();
-            let _ = listener.await;
-        }
-        let writer = self.audit_writer.take();
-        // The audit hub (and its sender) goes with the last state reference.
-        drop(self);
-        if let Some(writer) = writer {
-            // Aborted connection tasks release their senders when the
-            // runtime drops them; bounded in case one is stuck.
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), writer).await;
-        }
-    }
-}
-
-impl Drop for ProxyHandle {
-    fn drop(&mut self) {
-        let _ = self.closing.send(true);
-        for listener in &self.listeners {
-            listener.abort();
+    /// Closes the listeners, every connection and tunnel (and the
+    /// upstream connections serving them), waits until each of their
+    /// tasks has ended, then writes out the audit log (within
+    /// [`AUDIT_FLUSH_TIMEOUT`]; a writer stuck on a full pipe is
+    /// cancelled), so no task of the proxy is left when this returns.
+    pub async fn shutdown(self) {
+        let Self {
+            audit,
+            audit_writer,
+            tasks,
+            ..
+        } = self;
+        tasks.stop().await;
+        // Nothing records any more: the writer ends with the queued lines.
+        audit.close_sink();
+        if let Some(mut writer) = audit_writer {
+            if tokio::time::timeout(AUDIT_FLUSH_TIMEOUT, &mut writer)
+                .await
+                .is_err()
+            {
+                tracing::warn!("the audit log was not written out in time");
+                writer.abort();
+                let _ = writer.await;
+            }
         }
     }
 }
@@ -358,26 +364,36 @@ enum Service {
     Socks5,
 }
 
-/// Accepts connections, at most [`MAX_CONNECTIONS`] at once. The
-/// connection tasks live in this task's `JoinSet`, so aborting it ends them.
-async fn accept_loop(listener: TcpListener, state: Arc<ProxyState>, service: Service) {
+/// Accepts connections, at most [`MAX_CONNECTIONS`] at once, until the
+/// proxy stops (the listener closes with this task). Each connection task
+/// holds a watcher and ends when the proxy stops.
+async fn accept_loop(
+    listener: TcpListener,
+    state: Arc<ProxyState>,
+    service: Service,
+    mut watcher: Watcher,
+) {
     let limit = ConnectionLimit::new(MAX_CONNECTIONS);
-    let mut connections = JoinSet::new();
     loop {
-        let permit = limit.admit().await;
-        let (stream, peer) = tokio::select! {
-            accepted = crate::accept::next_tcp(&listener) => accepted,
-            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        let next = async {
+            let permit = limit.admit().await;
+            let (stream, peer) = crate::accept::next_tcp(&listener).await;
+            (permit, stream, peer)
         };
-        let state = state.clone();
-        connections.spawn(async move {
+        let (permit, stream, peer) = tokio::select! {
+            next = next => next,
+            () = watcher.stopped() => return,
+        };
+        let (state, connection) = (state.clone(), watcher.watcher());
+        tokio::spawn(async move {
             let _permit = permit;
             match service {
-                Service::Http => http_proxy::serve_connection(stream, peer, state).await,
-                Service::Socks5 => socks5::serve_connection(stream, peer, state).await,
+                Service::Http => {
+                    http_proxy::serve_connection(stream, peer, state, connection).await
+                }
+                Service::Socks5 => socks5::serve_connection(stream, peer, state, connection).await,
             }
         });
-        while connections.try_join_next().is_some() {}
     }
 }
 

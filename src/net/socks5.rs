@@ -21,6 +21,7 @@ use super::destination::{Host, HostError};
 use super::dial::dial;
 use super::policy::Mode;
 use super::proxy::{Admission, Destination, ProxyState};
+use crate::shutdown::Watcher;
 
 /// How long a client may take to send its greeting and request.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -137,12 +138,22 @@ async fn reply(stream: &mut TcpStream, code: Reply, bound: SocketAddr) -> std::i
 
 const UNSPECIFIED: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
 
-/// Serves one SOCKS5 client connection.
+/// Serves one SOCKS5 client connection until it ends or the proxy stops
+/// (`watcher`: the connection, its tunnel or its UDP association, is then
+/// closed).
 pub(crate) async fn serve_connection(
-    mut stream: TcpStream,
+    stream: TcpStream,
     peer: SocketAddr,
     state: Arc<ProxyState>,
+    mut watcher: Watcher,
 ) {
+    tokio::select! {
+        () = serve(stream, peer, &state) => {}
+        () = watcher.stopped() => {}
+    }
+}
+
+async fn serve(mut stream: TcpStream, peer: SocketAddr, state: &ProxyState) {
     let request = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&mut stream))
         .await
         .unwrap_or(Err(SocksError::Timeout));
@@ -158,8 +169,8 @@ pub(crate) async fn serve_connection(
     };
     let client = peer.to_string();
     match command {
-        CMD_CONNECT => connect(stream, &client, &state, &address, port).await,
-        CMD_UDP_ASSOCIATE if state.socks5_udp => udp_associate(stream, peer, &state).await,
+        CMD_CONNECT => connect(stream, &client, state, &address, port).await,
+        CMD_UDP_ASSOCIATE if state.socks5_udp => udp_associate(stream, peer, state).await,
         _ => {
             let _ = reply(&mut stream, Reply::CommandNotSupported, UNSPECIFIED).await;
         }

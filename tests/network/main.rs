@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod embedded;
 mod exec_server;
 mod http_request;
 mod proxy;
