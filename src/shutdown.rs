@@ -7,8 +7,11 @@
 //! a reset) on its own terms.
 
 use std::future::Future;
+use std::sync::Mutex;
 
 use tokio::sync::{broadcast, mpsc};
+
+use crate::sync::lock;
 
 /// The stop signal of one server and the wait for its tasks.
 #[derive(Debug)]
@@ -80,6 +83,34 @@ impl Shutdown {
     }
 }
 
+/// A [`Shutdown`] that anything holding a shared reference can start
+/// watched tasks under, for tasks that belong to the server rather than
+/// to one connection (they outlive the connection that started them).
+#[derive(Debug)]
+pub struct SharedShutdown(Mutex<Option<Shutdown>>);
+
+impl Default for SharedShutdown {
+    fn default() -> Self {
+        Self(Mutex::new(Some(Shutdown::new())))
+    }
+}
+
+impl SharedShutdown {
+    /// A watcher for a new task, or `None` once [`Self::stop`] was called.
+    pub fn watcher(&self) -> Option<Watcher> {
+        lock(&self.0).as_ref().map(Shutdown::watcher)
+    }
+
+    /// Tells every task to stop and waits until all have ended; later
+    /// calls return at once.
+    pub async fn stop(&self) {
+        let shutdown = lock(&self.0).take();
+        if let Some(shutdown) = shutdown {
+            shutdown.stop().await;
+        }
+    }
+}
+
 impl Watcher {
     /// Completes once the server stops (at once if it already has).
     pub async fn stopped(&mut self) {
@@ -144,6 +175,22 @@ mod tests {
         shutdown.stop().await;
         assert_eq!(ended.load(std::sync::atomic::Ordering::SeqCst), 2);
         assert_eq!(start.elapsed(), Duration::from_secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shared_shutdown_waits_for_its_tasks_then_takes_no_more() {
+        let shared = SharedShutdown::default();
+        let mut watcher = shared.watcher().expect("not stopped yet");
+        let (ended_tx, ended) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            watcher.stopped().await;
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let _ = ended_tx.send(());
+        });
+        shared.stop().await;
+        assert!(ended.await.is_ok(), "stop returned before the task ended");
+        assert!(shared.watcher().is_none());
+        shared.stop().await;
     }
 
     #[tokio::test(start_paused = true)]

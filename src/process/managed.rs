@@ -21,6 +21,7 @@ use super::pty;
 use super::record::{EventRoute, Record};
 use super::spawn::{self, SpawnError};
 use crate::protocol::process::{PtySize, ReadResult, WriteStatus};
+use crate::shutdown::SharedShutdown;
 use crate::sync::lock;
 
 /// How many `writeId`s per process are remembered for de-duplication.
@@ -71,6 +72,10 @@ pub struct ProcessOptions {
     pub reaper_exe: Option<std::path::PathBuf>,
     /// Where a sandboxed process registers its supervisor while it lives.
     pub sandboxed_roots: SandboxedRoots,
+    /// The server's tasks for its processes: the process's own (stdin
+    /// writer, output pump, supervisor wait) run under it, so a stopping
+    /// server ends them and waits for them.
+    pub tasks: Arc<SharedShutdown>,
 }
 
 /// A managed process.
@@ -216,15 +221,19 @@ impl ManagedProcess {
             terminated: AtomicBool::new(false),
             _sandboxed_root: sandboxed_root,
         });
+        let tasks = &options.tasks;
         if let Some(writer) = writer {
-            tokio::spawn(writer.run());
+            spawn_watched(tasks, writer.run());
         }
         super::reaper::track();
         let reaped_by_pump = match spawned.supervisor {
             Some(mut supervisor) => {
-                tokio::spawn(async move {
+                // Released when the supervisor is reaped, or when the
+                // server stops waiting (after its own bounded wait).
+                let reaped = ReleaseOnDrop;
+                spawn_watched(tasks, async move {
                     let _ = supervisor.wait().await;
-                    super::reaper::release();
+                    drop(reaped);
                 });
                 false
             }
@@ -238,14 +247,17 @@ impl ManagedProcess {
             status: Some(status),
         };
         let closing = process.clone();
-        tokio::spawn(output::pump(
-            record,
-            streams,
-            route,
-            Box::new(move || closing.release_io()),
-            on_evict,
-            reaped_by_pump,
-        ));
+        spawn_watched(
+            tasks,
+            output::pump(
+                record,
+                streams,
+                route,
+                Box::new(move || closing.release_io()),
+                on_evict,
+                reaped_by_pump,
+            ),
+        );
         Ok(process)
     }
 
@@ -425,6 +437,29 @@ impl ManagedProcess {
             })
             .collect();
         kill::kill_trees(&trees);
+    }
+}
+
+/// Runs `task` under the server's process tasks: a stopping server drops
+/// it and waits for that; run plainly once the server has stopped.
+fn spawn_watched<F>(tasks: &SharedShutdown, task: F)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    match tasks.watcher() {
+        Some(watcher) => watcher.spawn_until_stopped(task),
+        None => {
+            tokio::spawn(task);
+        }
+    }
+}
+
+/// A supervisor counted as live ([`super::reaper::track`]) until dropped.
+struct ReleaseOnDrop;
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        super::reaper::release();
     }
 }
 

@@ -46,6 +46,10 @@ pub struct Shared {
     pub reuse: Arc<super::sandbox_reuse::Reuse>,
     /// The server's warm fs-helpers.
     pub fs_helpers: Arc<super::fs_helper_pool::HelperPool>,
+    /// Tasks the server runs for its processes (a process's network proxy
+    /// and its reporter), which outlive the connection that started the
+    /// process: stopped and waited for when the server stops.
+    pub process_tasks: Arc<crate::shutdown::SharedShutdown>,
     /// The server's live sandboxed processes, whose subtrees may not
     /// connect back ([`super::peer_guard`]).
     pub sandboxed_roots: SandboxedRoots,

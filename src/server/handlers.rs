@@ -178,6 +178,7 @@ pub async fn start(
         retained_bytes: conn.shared.config.retained_output_bytes,
         reaper_exe: Some(conn.shared.paths.codex_self_exe.clone()),
         sandboxed_roots: conn.shared.sandboxed_roots.clone(),
+        tasks: conn.shared.process_tasks.clone(),
     };
     let weak = Registry::weak_session(session);
     let evict_id = id.clone();
@@ -209,7 +210,13 @@ pub async fn start(
     );
     session.insert(process.clone(), info, proxy.as_ref().map(|p| p.log()));
     if let Some(proxy) = proxy {
-        super::network_proxy::attach(session, &process, proxy, conn.shared.metrics.clone());
+        super::network_proxy::attach(
+            session,
+            &process,
+            proxy,
+            conn.shared.metrics.clone(),
+            &conn.shared.process_tasks,
+        );
     }
     Ok(StartResult { process_id: id })
 }

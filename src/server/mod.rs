@@ -195,6 +195,7 @@ pub fn shared_state(
         reuse: Arc::new(reuse),
         fs_helpers: fs_helper_pool::HelperPool::from_env(),
         sandboxed_roots: Default::default(),
+        process_tasks: Default::default(),
     }
 }
 
@@ -205,6 +206,9 @@ pub async fn shutdown_cleanup(shared: &Shared) {
     let _ = tokio::task::spawn_blocking(move || registry.kill_everything_blocking()).await;
     shared.fs_helpers.close().await;
     reaper::wait_all(SHUTDOWN_REAP_TIMEOUT).await;
+    // The processes' own tasks (output pumps, stdin writers, network
+    // proxies) have mostly ended with them; the rest end now.
+    shared.process_tasks.stop().await;
     let _ = tokio::task::spawn_blocking(|| {
         crate::process::spawn::shutdown_zygote(SHUTDOWN_REAP_TIMEOUT)
     })

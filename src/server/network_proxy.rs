@@ -26,6 +26,7 @@ use crate::protocol::network::{
     NetworkMode, RemoteNetworkProxyLaunchConfig, UnixSocketPermission, NOTIFY_NETWORK_DENIED,
 };
 use crate::protocol::RpcError;
+use crate::shutdown::SharedShutdown;
 
 /// A proxy started for a process that is not spawned yet.
 #[derive(Debug)]
@@ -139,13 +140,20 @@ pub fn denials(log: &AuditLog) -> Vec<NetworkDenial> {
 }
 
 /// Ties `proxy` to `process`: decisions are counted in `metrics`, denials
-/// reported until the process is closed, then the proxy shuts down.
+/// reported until the process is closed or the server stops (`tasks`),
+/// then the proxy shuts down.
 pub fn attach(
     session: &Arc<Session>,
     process: &Arc<ManagedProcess>,
     proxy: LaunchedProxy,
     metrics: Arc<ExecMetrics>,
+    tasks: &SharedShutdown,
 ) {
+    // A server that is stopping kills the process anyway: the proxy goes
+    // with its handle.
+    let Some(mut watcher) = tasks.watcher() else {
+        return;
+    };
     let session = Arc::downgrade(session);
     let process = process.clone();
     tokio::spawn(async move {
@@ -167,6 +175,7 @@ pub fn attach(
                     Err(broadcast::error::RecvError::Closed) => break,
                 },
                 () = closed(&process) => break,
+                () = watcher.stopped() => break,
             }
         }
         handle.shutdown().await;

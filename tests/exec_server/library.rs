@@ -1,8 +1,8 @@
 //! The library surface of docs/library.md: a server embedded in this test process
 //! with `codexbox::server::bind` + `Server::run`, driven with `ExecServerClient`, using
 //! the `protocol` and `policy` types; stopping it closes its
-//! connections and leaves no task behind, and two embedded servers share
-//! no fs-helper.
+//! connections and leaves no task behind (its processes' network proxies
+//! included), and two embedded servers share no fs-helper.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -178,6 +178,69 @@ fn a_stopped_embedded_server_closes_its_connections_and_leaves_no_task_behind() 
             .unwrap()
             .expect("client thread");
         assert_eq!(code, Some(1001), "closed as going away");
+    });
+}
+
+/// A client on its own thread and runtime: starts `sleep` behind a
+/// network proxy (whose tasks run on the server's runtime), says so on
+/// `started`, then reads until the server closes.
+fn client_with_a_proxied_process(url: String, started: std::sync::mpsc::Sender<()>) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let mut raw = crate::common::client::Raw::connect(&url).await;
+        raw.handshake().await;
+        let proxy = serde_json::json!({
+            "proxy": {"enabled": true, "enableSocks5": true, "enableSocks5Udp": false,
+                "allowUpstreamProxy": false, "dangerouslyAllowAllUnixSockets": false,
+                "mode": "full", "domains": {"127.0.0.1": "allow"}, "unixSockets": null,
+                "allowLocalBinding": false},
+            "environmentId": "local", "executionId": "execution-1"
+        });
+        let started_process = raw
+            .call(
+                "process/start",
+                serde_json::json!({"processId": "p1", "argv": ["sleep", "60"], "cwd": "/",
+                    "env": {"PATH": "/usr/bin:/bin"}, "tty": false,
+                    "networkProxy": proxy, "enforceManagedNetwork": true}),
+            )
+            .await;
+        assert_eq!(started_process["processId"], "p1", "{started_process}");
+        let _ = started.send(());
+        raw.close_code().await;
+    });
+}
+
+#[test]
+fn a_stopped_embedded_server_stops_the_network_proxies_of_its_processes() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (url, stop, serving) = serve_default().await;
+        let (started_tx, started) = std::sync::mpsc::channel();
+        let client = std::thread::spawn(move || client_with_a_proxied_process(url, started_tx));
+        tokio::task::spawn_blocking(move || started.recv_timeout(WAIT))
+            .await
+            .unwrap()
+            .expect("the process started behind its proxy");
+        let _ = stop.send(());
+        let outcome = tokio::time::timeout(WAIT, serving).await;
+        assert!(matches!(outcome, Ok(Ok(Ok(())))), "{outcome:?}");
+        // The proxy's reporter and the proxy's own tasks ended with it.
+        assert_eq!(
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks(),
+            0
+        );
+        tokio::task::spawn_blocking(move || client.join())
+            .await
+            .unwrap()
+            .expect("client thread");
     });
 }
 
