@@ -7,11 +7,9 @@
 //! a reset) on its own terms.
 
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::{broadcast, mpsc};
-
-use crate::sync::lock;
 
 /// The stop signal of one server and the wait for its tasks.
 #[derive(Debug)]
@@ -96,15 +94,20 @@ impl Default for SharedShutdown {
 }
 
 impl SharedShutdown {
+    /// The slot (a panic elsewhere while holding it leaves it usable).
+    fn slot(&self) -> MutexGuard<'_, Option<Shutdown>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// A watcher for a new task, or `None` once [`Self::stop`] was called.
     pub fn watcher(&self) -> Option<Watcher> {
-        lock(&self.0).as_ref().map(Shutdown::watcher)
+        self.slot().as_ref().map(Shutdown::watcher)
     }
 
     /// Tells every task to stop and waits until all have ended; later
     /// calls return at once.
     pub async fn stop(&self) {
-        let shutdown = lock(&self.0).take();
+        let shutdown = self.slot().take();
         if let Some(shutdown) = shutdown {
             shutdown.stop().await;
         }

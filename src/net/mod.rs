@@ -11,7 +11,7 @@
 //!   HTTP/1.1 serving every listener shares;
 //! - [`relay`]: tunnel bytes (`splice(2)`, no copies in the proxy);
 //! - [`upstream`]: chaining to an upstream HTTP proxy;
-//! - [`exchange`]: one request on a client connection driven in the
+//! - `exchange`: one request on a client connection driven in the
 //!   caller's task (an upstream CONNECT, the DNS stub's question);
 //! - [`client`], [`connector`]: codexbox's own outbound HTTP
 //!   client (`http/request`, registries) and connections (rendezvous
