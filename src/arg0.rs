@@ -22,7 +22,7 @@ pub fn dispatch(argv: Vec<OsString>) -> i32 {
         .is_some_and(|a| a == crate::process::zygote::ZYGOTE_ARG1)
     {
         let helpers = crate::process::zygote::Helpers {
-            sandbox: crate::sandbox::cli::main,
+            sandbox: crate::sandbox::orchestrate::main,
             reuse: crate::sandbox::warm::entry,
             warm_up: crate::sandbox::warm::warm_up,
         };
@@ -91,7 +91,7 @@ fn mode_argv(mode: Mode, rest: &[OsString]) -> Vec<OsString> {
 fn run(mode: Mode, argv: Vec<OsString>) -> i32 {
     match mode {
         Mode::ExecServer => crate::server::cli::main(argv),
-        Mode::LinuxSandbox => crate::sandbox::cli::main(argv),
+        Mode::LinuxSandbox => crate::sandbox::orchestrate::main(argv),
         Mode::Bwrap => crate::bwrap::main(argv),
         Mode::FsHelper => crate::fs_helper::main(argv),
         Mode::Sandbox => crate::sandbox::debug::main(argv),

@@ -1,6 +1,7 @@
 //! The Linux sandbox: enforcing a policy (`crate::policy`) on one command.
 //!
-//! - the `linux-sandbox` mode: [`cli`] (its command line and what it runs),
+//! - the `linux-sandbox` mode: [`cli`] (its command line), [`orchestrate`]
+//!   (what one command line runs),
 //!   [`run`] (the outer stage: fork, wait, cleanup) and [`inner`] (the
 //!   stage inside the namespaces that confines and execs the command);
 //! - the bubblewrap backend: [`bwrap_args`] (the argv), [`launcher`] (which
@@ -25,6 +26,7 @@ pub mod glob;
 pub mod inner;
 pub mod landlock;
 pub mod launcher;
+pub mod orchestrate;
 pub mod probe;
 pub mod proxy_routing;
 pub mod read_only_links;

@@ -39,7 +39,8 @@ use crate::mode::FS_HELPER_ARG1;
 use crate::protocol::fs::method;
 use crate::protocol::RpcError;
 use crate::runtime_paths::ExecServerRuntimePaths;
-use crate::sandbox::cli::{helper_args, plantable_args, planted_link_warnings};
+use crate::sandbox::cli::{helper_args, plantable_args};
+use crate::sandbox::orchestrate::planted_link_warnings;
 
 /// Busy helpers per distinct sandbox.
 pub const MAX_HELPERS_PER_KEY: usize = 4;

@@ -21,7 +21,8 @@ use std::path::PathBuf;
 use super::plan::{self, fingerprint, named_host_paths};
 use super::request::{PrepareAnswer, PrepareRequest};
 use crate::bwrap::prepared::{self, PrepareOptions, PreparedNamespaces};
-use crate::sandbox::cli::{self, Args, PREFIX};
+use crate::sandbox::cli::{Args, PREFIX};
+use crate::sandbox::orchestrate;
 use crate::sandbox::read_only_links;
 use crate::sandbox::state::{self, Registration};
 use crate::sys::scm;
@@ -82,7 +83,7 @@ fn prepare(
         Err(failure) => Err(PrepareAnswer::Failed(failure.message)),
     };
     let failed = |what: String| PrepareAnswer::Failed(what);
-    if cli::is_wsl1() {
+    if orchestrate::is_wsl1() {
         return Err(PrepareAnswer::NotReusable(
             "WSL1 cannot create user namespaces".into(),
         ));

@@ -35,6 +35,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 
 use crate::process::launch::HelperKind;
 use crate::sandbox::cli::{self, Args, PREFIX};
+use crate::sandbox::orchestrate;
 use launch::{CommandSetup, Namespaces};
 use request::LaunchRequest;
 
@@ -134,7 +135,7 @@ fn launch_or_one_shot(argv: Vec<OsString>, data: &[u8], fds: Vec<OwnedFd>) -> i3
             .map(ToOwned::to_owned)
             .unwrap_or_else(|| plan.prepared.command_cwd.clone().into_os_string()),
         command_cwd: plan.prepared.command_cwd.clone(),
-        seccomp: cli::seccomp_mode(plan.prepared.network),
+        seccomp: orchestrate::seccomp_mode(plan.prepared.network),
         console,
     };
     let namespaces = Namespaces {
@@ -150,7 +151,7 @@ fn launch_or_one_shot(argv: Vec<OsString>, data: &[u8], fds: Vec<OwnedFd>) -> i3
 
 /// The one-shot run of the same command line.
 fn one_shot(args: Args) -> i32 {
-    match cli::run_args(args) {
+    match orchestrate::run_args(args) {
         Ok(code) => code,
         Err(failure) => {
             eprintln!("{PREFIX}: {}", failure.message);

@@ -1,5 +1,5 @@
 //! What a fresh sandbox would be for one helper command line, decided
-//! exactly as the bubblewrap backend decides it (`sandbox::cli`): the
+//! exactly as the bubblewrap backend decides it (`sandbox::orchestrate`): the
 //! policy resolved against the host as it is now, the deny globs
 //! expanded, the bwrap argv built. [`Plan::digest`] condenses the part that
 //! describes the sandbox (namespaces and mount tree, not the command or
@@ -23,7 +23,8 @@ use super::request::DenyMatches;
 use crate::sandbox::bwrap_args::{
     self, BwrapArg, BwrapCommand, BwrapInputs, InnerCommand, LauncherCaps,
 };
-use crate::sandbox::cli::{self, Args, Backend, Failure, Prepared};
+use crate::sandbox::cli::{Args, Backend, Failure};
+use crate::sandbox::orchestrate::{self, Prepared};
 use crate::sandbox::{read_only_links, state};
 
 /// Why a command line runs on a one-shot sandbox only.
@@ -74,7 +75,7 @@ pub fn decide(
     if let Err(why) = plain_run(args) {
         return Ok(Err(why));
     }
-    let prepared = cli::prepare(args)?;
+    let prepared = orchestrate::prepare(args)?;
     if prepared.resolved.full_write {
         return Ok(Err(NotReusable::NoFilesystemSandbox));
     }
@@ -97,7 +98,7 @@ pub fn decide(
             &kept.expansion
         }
         _ => {
-            scanned = cli::expand_globs(&prepared, &untrusted)?;
+            scanned = orchestrate::expand_globs(&prepared, &untrusted)?;
             &scanned
         }
     };
@@ -112,7 +113,7 @@ pub fn decide(
         mount_proc: true,
         caps: LauncherCaps::ALL,
         glob_matches: expansion.paths.clone(),
-        extra_deny: cli::extra_deny(&prepared.resolved, &state_dir),
+        extra_deny: orchestrate::extra_deny(&prepared.resolved, &state_dir),
         extra_read: vec![exe.to_path_buf()],
         managed_proxy: None,
         inner: InnerCommand {
@@ -128,8 +129,8 @@ pub fn decide(
     if let Some(path) = private_writable_mount(built.sandbox_args()) {
         return Ok(Err(NotReusable::PrivateWritable(path)));
     }
-    let mut warnings = cli::dropped_grant_warnings(&prepared.resolved);
-    warnings.extend(cli::skipped_globs_warning(expansion));
+    let mut warnings = orchestrate::dropped_grant_warnings(&prepared.resolved);
+    warnings.extend(orchestrate::skipped_globs_warning(expansion));
     let digest = digest(&built, console);
     Ok(Ok(Plan {
         prepared,
