@@ -21,15 +21,18 @@ mod types;
 
 use base64::Engine as _;
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::protocol::envelope::code::SESSION_ALREADY_ATTACHED;
+use crate::protocol::network::ClientCapabilities;
+use crate::protocol::sandbox::FileSystemSandboxContext;
 pub use crate::protocol::session::{ProcessState, ProcessSummary, SessionSummary};
 use crate::protocol::session::{SessionListResult, METHOD_LIST as METHOD_SESSION_LIST};
 use crate::protocol::{
-    environment, fs, process, InitializeResult, METHOD_INITIALIZE, NOTIFY_INITIALIZED,
+    environment, fs, process, InitializeParams, InitializeResult, PathError, WirePath,
+    METHOD_INITIALIZE, NOTIFY_INITIALIZED,
 };
 use connection::{Connection, Endpoint};
 pub use remote::RemoteExecServerClient;
@@ -80,6 +83,8 @@ pub enum ClientError {
     Closed,
     #[error("cannot encode a request: {0}")]
     Encode(#[source] serde_json::Error),
+    #[error("{0}")]
+    InvalidPath(#[source] PathError),
     #[error("unexpected result of {method}: {source}")]
     Decode {
         method: String,
@@ -270,13 +275,15 @@ impl ExecServerClient {
         client_name: &str,
         resume_session_id: Option<&str>,
     ) -> Result<String, ClientError> {
-        let mut params = json!({"clientName": client_name, "resumeSessionId": resume_session_id});
-        if let Some(grace) = self.options.session_grace {
-            params["sessionGraceSecs"] = json!(grace.as_secs());
-        }
-        let result: InitializeResult = self.call_as(METHOD_INITIALIZE, params).await?;
+        let params = InitializeParams {
+            client_name: client_name.to_owned(),
+            resume_session_id: resume_session_id.map(str::to_owned),
+            capabilities: ClientCapabilities::default(),
+            session_grace_secs: self.options.session_grace.map(|grace| grace.as_secs()),
+        };
+        let result: InitializeResult = self.request(METHOD_INITIALIZE, &params).await?;
         self.connection
-            .notify(NOTIFY_INITIALIZED, &json!({}))
+            .notify(NOTIFY_INITIALIZED, &Value::Object(Default::default()))
             .await?;
         self.client_name = client_name.to_owned();
         self.session_id = Some(result.session_id.clone());
@@ -399,15 +406,13 @@ impl ExecServerClient {
 
     /// `process/start`; returns the process id.
     pub async fn process_start(&self, params: &StartParams) -> Result<String, ClientError> {
-        let params = serde_json::to_value(params).map_err(ClientError::Encode)?;
-        let started: process::StartResult = self.call_as(process::METHOD_START, params).await?;
+        let started: process::StartResult = self.request(process::METHOD_START, params).await?;
         Ok(started.process_id)
     }
 
     /// `process/read`.
     pub async fn process_read(&self, params: &ReadParams) -> Result<ReadResult, ClientError> {
-        let params = serde_json::to_value(params).map_err(ClientError::Encode)?;
-        self.call_as(process::METHOD_READ, params).await
+        self.request(process::METHOD_READ, params).await
     }
 
     /// `process/write` of `data`, with an optional `writeId` (the reference
@@ -419,37 +424,41 @@ impl ExecServerClient {
         write_id: Option<&str>,
         close_stdin: bool,
     ) -> Result<WriteResult, ClientError> {
-        let mut params = json!({"processId": process_id, "chunk": types::b64().encode(data)});
-        if let Some(write_id) = write_id {
-            params["writeId"] = json!(write_id);
-        }
-        if close_stdin {
-            params["closeStdin"] = json!(true);
-        }
-        self.call_as(process::METHOD_WRITE, params).await
+        let params = process::WriteParams {
+            process_id: process_id.to_owned(),
+            chunk: data.to_vec(),
+            write_id: write_id.map(str::to_owned),
+            close_stdin,
+        };
+        self.request(process::METHOD_WRITE, &params).await
     }
 
     /// `process/signal` with a signal name (`interrupt`, `kill`, `SIGUSR1`…).
     pub async fn process_signal(&self, process_id: &str, signal: &str) -> Result<(), ClientError> {
-        self.call(
-            process::METHOD_SIGNAL,
-            json!({"processId": process_id, "signal": signal}),
-        )
-        .await
-        .map(drop)
+        let params = process::SignalParams {
+            process_id: process_id.to_owned(),
+            signal: signal.to_owned(),
+        };
+        self.request_unit(process::METHOD_SIGNAL, &params).await
     }
 
     /// `process/resize` of a PTY process.
     pub async fn process_resize(&self, process_id: &str, size: PtySize) -> Result<(), ClientError> {
-        let params = json!({"processId": process_id, "rows": size.rows, "cols": size.cols});
-        self.call(process::METHOD_RESIZE, params).await.map(drop)
+        let params = process::ResizeParams {
+            process_id: process_id.to_owned(),
+            rows: size.rows,
+            cols: size.cols,
+        };
+        self.request_unit(process::METHOD_RESIZE, &params).await
     }
 
     /// `process/terminate`; returns whether the process was still running.
     pub async fn process_terminate(&self, process_id: &str) -> Result<bool, ClientError> {
-        let result: process::TerminateResult = self
-            .call_as(process::METHOD_TERMINATE, json!({"processId": process_id}))
-            .await?;
+        let params = process::TerminateParams {
+            process_id: process_id.to_owned(),
+        };
+        let result: process::TerminateResult =
+            self.request(process::METHOD_TERMINATE, &params).await?;
         Ok(result.running)
     }
 
@@ -482,27 +491,23 @@ impl ExecServerClient {
 
     // ----- filesystem ------------------------------------------------------
     //
-    // Paths are absolute native paths or `file:` URIs; results carrying
-    // paths answer in the same dialect. `sandbox` is the optional
-    // FileSystemSandboxContext (`None` = no sandbox).
+    // Paths are absolute native paths or `file:` URIs (anything else is
+    // refused here, as the server would refuse it, with
+    // [`ClientError::InvalidPath`]); results carrying paths answer in the
+    // same dialect. `sandbox` is the optional FileSystemSandboxContext
+    // (`None` = no sandbox).
 
     /// `fs/readFile`: the file's bytes.
     pub async fn fs_read_file(
         &self,
         path: &str,
-        sandbox: Option<&Value>,
+        sandbox: Option<&FileSystemSandboxContext>,
     ) -> Result<Vec<u8>, ClientError> {
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Data {
-            data_base64: String,
-        }
-        let data: Data = self
-            .call_as(
-                fs::method::READ_FILE,
-                json!({"path": path, "sandbox": sandbox}),
-            )
-            .await?;
+        let params = fs::ReadFileParams {
+            path: wire_path(path)?,
+            sandbox: sandbox.cloned(),
+        };
+        let data: fs::ReadFileResponse = self.request(fs::method::READ_FILE, &params).await?;
         decode_base64(fs::method::READ_FILE, &data.data_base64)
     }
 
@@ -511,11 +516,14 @@ impl ExecServerClient {
         &self,
         path: &str,
         data: &[u8],
-        sandbox: Option<&Value>,
+        sandbox: Option<&FileSystemSandboxContext>,
     ) -> Result<(), ClientError> {
-        let params =
-            json!({"path": path, "dataBase64": types::b64().encode(data), "sandbox": sandbox});
-        self.call(fs::method::WRITE_FILE, params).await.map(drop)
+        let params = fs::WriteFileParams {
+            path: wire_path(path)?,
+            data_base64: types::b64().encode(data),
+            sandbox: sandbox.cloned(),
+        };
+        self.request_unit(fs::method::WRITE_FILE, &params).await
     }
 
     /// `fs/createDirectory` (`recursive` defaults to true on the server).
@@ -523,43 +531,42 @@ impl ExecServerClient {
         &self,
         path: &str,
         recursive: Option<bool>,
-        sandbox: Option<&Value>,
+        sandbox: Option<&FileSystemSandboxContext>,
     ) -> Result<(), ClientError> {
-        let params = json!({"path": path, "recursive": recursive, "sandbox": sandbox});
-        self.call(fs::method::CREATE_DIRECTORY, params)
+        let params = fs::CreateDirectoryParams {
+            path: wire_path(path)?,
+            recursive,
+            sandbox: sandbox.cloned(),
+        };
+        self.request_unit(fs::method::CREATE_DIRECTORY, &params)
             .await
-            .map(drop)
     }
 
     /// `fs/getMetadata`: `{isDirectory, isFile, isSymlink, size, createdAtMs, modifiedAtMs}`.
     pub async fn fs_get_metadata(
         &self,
         path: &str,
-        sandbox: Option<&Value>,
+        sandbox: Option<&FileSystemSandboxContext>,
     ) -> Result<Value, ClientError> {
-        self.call(
-            fs::method::GET_METADATA,
-            json!({"path": path, "sandbox": sandbox}),
-        )
-        .await
+        let params = entry_params(path, None, sandbox)?;
+        self.request(fs::method::GET_METADATA, &params).await
     }
 
     /// `fs/canonicalize`: the resolved path, in the request's dialect.
     pub async fn fs_canonicalize(
         &self,
         path: &str,
-        sandbox: Option<&Value>,
+        sandbox: Option<&FileSystemSandboxContext>,
     ) -> Result<String, ClientError> {
         #[derive(Deserialize)]
         struct Canonical {
             path: String,
         }
-        let result: Canonical = self
-            .call_as(
-                fs::method::CANONICALIZE,
-                json!({"path": path, "sandbox": sandbox}),
-            )
-            .await?;
+        let params = fs::CanonicalizeParams {
+            path: wire_path(path)?,
+            sandbox: sandbox.cloned(),
+        };
+        let result: Canonical = self.request(fs::method::CANONICALIZE, &params).await?;
         Ok(result.path)
     }
 
@@ -567,24 +574,25 @@ impl ExecServerClient {
     pub async fn fs_read_directory(
         &self,
         path: &str,
-        sandbox: Option<&Value>,
+        sandbox: Option<&FileSystemSandboxContext>,
     ) -> Result<Value, ClientError> {
-        self.call(
-            fs::method::READ_DIRECTORY,
-            json!({"path": path, "sandbox": sandbox}),
-        )
-        .await
+        let params = entry_params(path, None, sandbox)?;
+        self.request(fs::method::READ_DIRECTORY, &params).await
     }
 
-    /// `fs/walk` with the given `WalkOptions` object.
+    /// `fs/walk` with the given options.
     pub async fn fs_walk(
         &self,
         path: &str,
-        options: Value,
-        sandbox: Option<&Value>,
-    ) -> Result<Value, ClientError> {
-        let params = json!({"path": path, "options": options, "sandbox": sandbox});
-        self.call(fs::method::WALK, params).await
+        options: &fs::WalkOptions,
+        sandbox: Option<&FileSystemSandboxContext>,
+    ) -> Result<fs::WalkResponse, ClientError> {
+        let params = fs::WalkParams {
+            path: wire_path(path)?,
+            options: options.clone(),
+            sandbox: sandbox.cloned(),
+        };
+        self.request(fs::method::WALK, &params).await
     }
 
     /// `fs/remove` (`recursive` and `force` default to true on the server).
@@ -593,11 +601,15 @@ impl ExecServerClient {
         path: &str,
         recursive: Option<bool>,
         force: Option<bool>,
-        sandbox: Option<&Value>,
+        sandbox: Option<&FileSystemSandboxContext>,
     ) -> Result<(), ClientError> {
-        let params =
-            json!({"path": path, "recursive": recursive, "force": force, "sandbox": sandbox});
-        self.call(fs::method::REMOVE, params).await.map(drop)
+        let params = fs::RemoveParams {
+            path: wire_path(path)?,
+            recursive,
+            force,
+            sandbox: sandbox.cloned(),
+        };
+        self.request_unit(fs::method::REMOVE, &params).await
     }
 
     /// `fs/copy`.
@@ -606,15 +618,15 @@ impl ExecServerClient {
         source: &str,
         destination: &str,
         recursive: bool,
-        sandbox: Option<&Value>,
+        sandbox: Option<&FileSystemSandboxContext>,
     ) -> Result<(), ClientError> {
-        let params = json!({
-            "sourcePath": source,
-            "destinationPath": destination,
-            "recursive": recursive,
-            "sandbox": sandbox,
-        });
-        self.call(fs::method::COPY, params).await.map(drop)
+        let params = fs::CopyParams {
+            source_path: wire_path(source)?,
+            destination_path: wire_path(destination)?,
+            recursive,
+            sandbox: sandbox.cloned(),
+        };
+        self.request_unit(fs::method::COPY, &params).await
     }
 
     /// `fs/open`: opens a streaming read handle named `handle_id`.
@@ -622,10 +634,9 @@ impl ExecServerClient {
         &self,
         handle_id: &str,
         path: &str,
-        sandbox: Option<&Value>,
+        sandbox: Option<&FileSystemSandboxContext>,
     ) -> Result<(), ClientError> {
-        let params = json!({"handleId": handle_id, "path": path, "sandbox": sandbox});
-        self.call(fs::method::OPEN, params).await.map(drop)
+        self.open_handle(handle_id, path, None, sandbox).await
     }
 
     /// `fs/open` with an explicit mode: `Read` is [`Self::fs_open`];
@@ -635,11 +646,26 @@ impl ExecServerClient {
         &self,
         handle_id: &str,
         path: &str,
-        mode: crate::protocol::fs::OpenMode,
-        sandbox: Option<&Value>,
+        mode: fs::OpenMode,
+        sandbox: Option<&FileSystemSandboxContext>,
     ) -> Result<(), ClientError> {
-        let params = json!({"handleId": handle_id, "path": path, "mode": mode, "sandbox": sandbox});
-        self.call(fs::method::OPEN, params).await.map(drop)
+        self.open_handle(handle_id, path, Some(mode), sandbox).await
+    }
+
+    async fn open_handle(
+        &self,
+        handle_id: &str,
+        path: &str,
+        mode: Option<fs::OpenMode>,
+        sandbox: Option<&FileSystemSandboxContext>,
+    ) -> Result<(), ClientError> {
+        let params = fs::OpenParams {
+            handle_id: handle_id.to_owned(),
+            path: wire_path(path)?,
+            mode,
+            sandbox: sandbox.cloned(),
+        };
+        self.request_unit(fs::method::OPEN, &params).await
     }
 
     /// `fs/writeBlock`: writes `data` (at most 1 MiB) at `offset` of a
@@ -650,12 +676,12 @@ impl ExecServerClient {
         offset: u64,
         data: &[u8],
     ) -> Result<(), ClientError> {
-        let params = json!({
-            "handleId": handle_id,
-            "offset": offset,
-            "dataBase64": types::b64().encode(data),
-        });
-        self.call(fs::method::WRITE_BLOCK, params).await.map(drop)
+        let params = fs::WriteBlockParams {
+            handle_id: handle_id.to_owned(),
+            offset,
+            data_base64: types::b64().encode(data),
+        };
+        self.request_unit(fs::method::WRITE_BLOCK, &params).await
     }
 
     /// `fs/readBlock`: up to `len` bytes at `offset`, and whether EOF was hit.
@@ -665,13 +691,12 @@ impl ExecServerClient {
         offset: u64,
         len: usize,
     ) -> Result<(Vec<u8>, bool), ClientError> {
-        #[derive(Deserialize)]
-        struct Block {
-            chunk: String,
-            eof: bool,
-        }
-        let params = json!({"handleId": handle_id, "offset": offset, "len": len});
-        let block: Block = self.call_as(fs::method::READ_BLOCK, params).await?;
+        let params = fs::ReadBlockParams {
+            handle_id: handle_id.to_owned(),
+            offset,
+            len,
+        };
+        let block: fs::ReadBlockResponse = self.request(fs::method::READ_BLOCK, &params).await?;
         Ok((
             decode_base64(fs::method::READ_BLOCK, &block.chunk)?,
             block.eof,
@@ -684,10 +709,10 @@ impl ExecServerClient {
         &self,
         path: &str,
         follow_symlinks: bool,
-        sandbox: Option<&Value>,
+        sandbox: Option<&FileSystemSandboxContext>,
     ) -> Result<fs::GetMetadataResponse, ClientError> {
-        let params = json!({"path": path, "followSymlinks": follow_symlinks, "sandbox": sandbox});
-        self.call_as(fs::method::GET_METADATA, params).await
+        let params = entry_params(path, Some(follow_symlinks), sandbox)?;
+        self.request(fs::method::GET_METADATA, &params).await
     }
 
     /// `fs/readDirectory` decoded; with `follow_symlinks` false every entry
@@ -696,11 +721,11 @@ impl ExecServerClient {
         &self,
         path: &str,
         follow_symlinks: bool,
-        sandbox: Option<&Value>,
+        sandbox: Option<&FileSystemSandboxContext>,
     ) -> Result<Vec<fs::DirectoryEntry>, ClientError> {
-        let params = json!({"path": path, "followSymlinks": follow_symlinks, "sandbox": sandbox});
+        let params = entry_params(path, Some(follow_symlinks), sandbox)?;
         let listing: fs::ReadDirectoryResponse =
-            self.call_as(fs::method::READ_DIRECTORY, params).await?;
+            self.request(fs::method::READ_DIRECTORY, &params).await?;
         Ok(listing.entries)
     }
 
@@ -709,12 +734,15 @@ impl ExecServerClient {
         &self,
         path: &str,
         mode: u32,
-        sandbox: Option<&Value>,
+        sandbox: Option<&FileSystemSandboxContext>,
     ) -> Result<(), ClientError> {
-        let params = json!({"path": path, "mode": mode, "sandbox": sandbox});
-        self.call(fs::method::SET_PERMISSIONS, params)
+        let params = fs::SetPermissionsParams {
+            path: wire_path(path)?,
+            mode,
+            sandbox: sandbox.cloned(),
+        };
+        self.request_unit(fs::method::SET_PERMISSIONS, &params)
             .await
-            .map(drop)
     }
 
     /// `fs/createSymlink`: a new symlink at `path` holding `target`.
@@ -722,21 +750,58 @@ impl ExecServerClient {
         &self,
         path: &str,
         target: &str,
-        sandbox: Option<&Value>,
+        sandbox: Option<&FileSystemSandboxContext>,
     ) -> Result<(), ClientError> {
-        let params = json!({"path": path, "target": target, "sandbox": sandbox});
-        self.call(fs::method::CREATE_SYMLINK, params)
-            .await
-            .map(drop)
+        let params = fs::CreateSymlinkParams {
+            path: wire_path(path)?,
+            target: target.to_owned(),
+            sandbox: sandbox.cloned(),
+        };
+        self.request_unit(fs::method::CREATE_SYMLINK, &params).await
     }
 
     /// `fs/close`: a write handle is synced to disk first, and an error
     /// there is returned.
     pub async fn fs_close(&self, handle_id: &str) -> Result<(), ClientError> {
-        self.call(fs::method::CLOSE, json!({"handleId": handle_id}))
-            .await
-            .map(drop)
+        let params = fs::CloseParams {
+            handle_id: handle_id.to_owned(),
+        };
+        self.request_unit(fs::method::CLOSE, &params).await
     }
+
+    /// Sends `method` with typed `params` and decodes the result into `R`.
+    async fn request<R: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: &impl Serialize,
+    ) -> Result<R, ClientError> {
+        let params = serde_json::to_value(params).map_err(ClientError::Encode)?;
+        self.call_as(method, params).await
+    }
+
+    /// Sends `method` with typed `params`, ignoring what the result holds.
+    async fn request_unit(&self, method: &str, params: &impl Serialize) -> Result<(), ClientError> {
+        let params = serde_json::to_value(params).map_err(ClientError::Encode)?;
+        self.call(method, params).await.map(drop)
+    }
+}
+
+/// `path` as the wire carries it, or the reason the server would refuse it.
+fn wire_path(path: &str) -> Result<WirePath, ClientError> {
+    WirePath::parse(path).map_err(ClientError::InvalidPath)
+}
+
+/// The params of `fs/getMetadata` and `fs/readDirectory`.
+fn entry_params(
+    path: &str,
+    follow_symlinks: Option<bool>,
+    sandbox: Option<&FileSystemSandboxContext>,
+) -> Result<fs::EntryParams, ClientError> {
+    Ok(fs::EntryParams {
+        path: wire_path(path)?,
+        follow_symlinks,
+        sandbox: sandbox.cloned(),
+    })
 }
 
 fn decode_base64(method: &str, text: &str) -> Result<Vec<u8>, ClientError> {

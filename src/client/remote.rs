@@ -534,9 +534,7 @@ impl RemoteExecServerClient {
                     let this = self.clone();
                     let cleanup = id.clone();
                     tokio::spawn(async move {
-                        let _ = this
-                            .call(wire::METHOD_TERMINATE, json!({"processId": cleanup}))
-                            .await;
+                        let _ = this.process_terminate(&cleanup).await;
                     });
                 }
                 Err(err)
@@ -585,10 +583,19 @@ impl RemoteExecServerClient {
 
     /// `process/terminate` (not replayed).
     pub async fn process_terminate(&self, process_id: &str) -> Result<bool, ClientError> {
-        let result = self
-            .call(wire::METHOD_TERMINATE, json!({"processId": process_id}))
-            .await?;
-        Ok(result["running"].as_bool().unwrap_or(false))
+        let process_id = process_id.to_owned();
+        self.with_connection(wire::METHOD_TERMINATE, false, |inner| {
+            let process_id = process_id.clone();
+            async move {
+                inner
+                    .current
+                    .read()
+                    .await
+                    .process_terminate(&process_id)
+                    .await
+            }
+        })
+        .await
     }
 
     /// `process/signal` (not replayed: a signal may have been delivered).

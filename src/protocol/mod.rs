@@ -63,19 +63,24 @@ impl<'de> serde::Deserialize<'de> for NoParams {
 }
 
 /// `initialize` params.
-#[derive(Debug, Clone, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InitializeParams {
     pub client_name: String,
     #[serde(default)]
     pub resume_session_id: Option<String>,
     /// Opt-in extensions (`networkDenials`).
-    #[serde(default)]
+    #[serde(
+        default,
+        skip_serializing_if = "network::ClientCapabilities::is_default"
+    )]
+    #[schemars(extend("default" = {"networkDenials": false}))]
     pub capabilities: network::ClientCapabilities,
     /// How long the session should survive without a connection, in
     /// seconds (an extension: bounded by the server's maximum; absent, the
     /// session keeps the grace period it has, the server's by default).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = null))]
     pub session_grace_secs: Option<u64>,
 }
 
@@ -94,6 +99,27 @@ pub struct InitializeResult {
 #[cfg(test)]
 mod tests {
     use base64::Engine;
+
+    #[test]
+    fn initialize_params_leave_out_the_extensions_not_asked_for() {
+        let mut params = super::InitializeParams {
+            client_name: "c".into(),
+            resume_session_id: None,
+            capabilities: Default::default(),
+            session_grace_secs: None,
+        };
+        assert_eq!(
+            serde_json::to_value(&params).unwrap(),
+            serde_json::json!({"clientName": "c", "resumeSessionId": null})
+        );
+        params.session_grace_secs = Some(30);
+        params.capabilities.network_denials = true;
+        assert_eq!(
+            serde_json::to_value(&params).unwrap(),
+            serde_json::json!({"clientName": "c", "resumeSessionId": null,
+                "sessionGraceSecs": 30, "capabilities": {"networkDenials": true}})
+        );
+    }
 
     #[test]
     fn the_wire_engine_decodes_and_refuses_like_the_standard_one() {

@@ -135,6 +135,13 @@ pub struct ClientCapabilities {
     pub network_denials: bool,
 }
 
+impl ClientCapabilities {
+    /// Whether no extension is asked for (then the member is left out).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -182,17 +182,26 @@ pub struct ReadResult {
 }
 
 /// `process/write` params (both dialects).
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WriteParams {
     pub process_id: String,
     #[schemars(with = "Option<String>", extend("contentEncoding" = "base64"))]
-    #[serde(default, deserialize_with = "from_base64")]
+    #[serde(
+        default,
+        serialize_with = "as_base64",
+        deserialize_with = "from_base64"
+    )]
     pub chunk: Vec<u8>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = null))]
     pub write_id: Option<String>,
-    #[serde(default, deserialize_with = "null_as_default")]
-    #[schemars(with = "Option<bool>")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    #[schemars(with = "Option<bool>", extend("default" = false))]
     pub close_stdin: bool,
 }
 
@@ -213,7 +222,7 @@ pub struct WriteResult {
 }
 
 /// `process/signal` params.
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SignalParams {
     pub process_id: String,
@@ -221,7 +230,7 @@ pub struct SignalParams {
 }
 
 /// `process/resize` params.
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ResizeParams {
     pub process_id: String,
@@ -230,7 +239,7 @@ pub struct ResizeParams {
 }
 
 /// `process/terminate` params.
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TerminateParams {
     pub process_id: String,
@@ -326,6 +335,29 @@ fn null_as_default<'de, D: Deserializer<'de>, T: Default + Deserialize<'de>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn write_params_a_client_sends_read_back_as_sent() {
+        let bare = WriteParams {
+            process_id: "p".into(),
+            chunk: b"hi\n".to_vec(),
+            write_id: None,
+            close_stdin: false,
+        };
+        let wire = serde_json::to_value(&bare).unwrap();
+        assert_eq!(wire, serde_json::json!({"processId": "p", "chunk": "aGkK"}));
+        let full = WriteParams {
+            write_id: Some("7".into()),
+            close_stdin: true,
+            ..bare
+        };
+        let back: WriteParams =
+            serde_json::from_value(serde_json::to_value(&full).unwrap()).unwrap();
+        assert_eq!(
+            (back.chunk, back.write_id, back.close_stdin),
+            (b"hi\n".to_vec(), Some("7".to_owned()), true)
+        );
+    }
 
     #[test]
     fn simd_base64_matches_the_standard_engine_at_every_length() {

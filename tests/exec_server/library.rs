@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use codexbox::client::{ConnectOptions, ExecServerClient, ReadParams, StartParams};
 use codexbox::policy::{PermissionProfile, SandboxPolicy};
+use codexbox::protocol::sandbox::FileSystemSandboxContext;
 use codexbox::runtime_paths::ExecServerRuntimePaths;
 use codexbox::server::{bind, ListenUrl, ServerConfig};
 
@@ -289,7 +290,11 @@ impl Embedded {
     /// runs in a helper of this server's pool (kept warm afterwards).
     async fn read(&self) -> Vec<u8> {
         use crate::common::fs::{restricted, sandbox};
-        let ctx = sandbox(restricted(&[(&self.root, "read")], &[]), &self.root);
+        let ctx: FileSystemSandboxContext = serde_json::from_value(sandbox(
+            restricted(&[(&self.root, "read")], &[]),
+            &self.root,
+        ))
+        .unwrap();
         let file = self.root.join("f");
         let file = file.to_str().unwrap();
         self.client.fs_read_file(file, Some(&ctx)).await.unwrap()
