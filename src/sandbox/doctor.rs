@@ -19,6 +19,7 @@ use serde::Serialize;
 use crate::sandbox::glob;
 use crate::sandbox::launcher::{self, LauncherChoice};
 use crate::sandbox::probe::{self, Backend, HostProbe};
+use crate::sys::program;
 
 /// A trial sandbox that takes longer than this is reported as hung.
 const TRIAL_DEADLINE: Duration = Duration::from_secs(10);
@@ -175,7 +176,7 @@ pub fn collect() -> DoctorReport {
     let cache = crate::sandbox::state::state_dir().ok();
     let exe = std::env::current_exe().unwrap_or_default();
 
-    let system_bwrap = launcher::find_system_bwrap(&cwd).map(|path| {
+    let system_bwrap = program::find_on_path(launcher::SYSTEM_BWRAP, &cwd, &[]).map(|path| {
         let caps = launcher::probe(&path, cache.as_deref());
         BwrapReport {
             version: version_of(&path, &[]),

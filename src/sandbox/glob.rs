@@ -55,6 +55,9 @@ pub struct GlobExpansion {
     pub skipped: Vec<String>,
 }
 
+/// The name ripgrep is looked up by on `PATH`.
+pub const RIPGREP: &str = "rg";
+
 /// Which scanner to use.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Scanner {
@@ -67,8 +70,7 @@ impl Scanner {
     /// entries only, never one under `cwd` or `untrusted`: it runs outside
     /// the sandbox), else the built-in walker.
     pub fn detect(cwd: &Path, untrusted: &[PathBuf]) -> Scanner {
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        match crate::sandbox::launcher::find_trusted_in_search_path("rg", &path, cwd, untrusted) {
+        match crate::sys::program::find_on_path(RIPGREP, cwd, untrusted) {
             Some(real) => Scanner::Ripgrep(real),
             None => Scanner::BuiltIn,
         }

@@ -23,12 +23,17 @@ use std::process::{Command, Stdio};
 use sha2::{Digest, Sha256};
 
 use crate::sandbox::bwrap_args::LauncherCaps;
+use crate::sys::program::{self, is_executable_file, under_any};
 
 /// The digest of the bundled bwrap, fixed at build time.
 pub const BUNDLED_SHA256: Option<&str> = option_env!("CODEXBOX_BWRAP_SHA256");
 
 /// Environment variable forcing a launcher.
 pub const FORCE_ENV: &str = "CODEXBOX_BWRAP";
+
+/// The name the system bubblewrap is looked up by on `PATH`
+/// (`crate::sys::program::find_on_path`).
+pub const SYSTEM_BWRAP: &str = "bwrap";
 
 /// Errors selecting a launcher.
 #[derive(Debug, thiserror::Error)]
@@ -128,8 +133,7 @@ pub fn select_excluding(
         }
     }
     if want("system") {
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        match find_trusted_in_search_path("bwrap", &path, cwd, untrusted) {
+        match program::find_on_path(SYSTEM_BWRAP, cwd, untrusted) {
             Some(path) => match probe(&path, cache_dir) {
                 Some(caps) if caps.perms => {
                     return Ok(LauncherChoice {
@@ -221,74 +225,12 @@ pub fn select_excluding(
 }
 
 /// Is `path` (in either spelling) below one of `roots` (in either spelling)?
-fn under_any(path: &Path, roots: &[PathBuf]) -> bool {
-    let real = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-    roots.iter().any(|r| {
-        let r_real = r.canonicalize().unwrap_or_else(|_| r.clone());
-        [path, real.as_path()]
-            .iter()
-            .any(|p| p.starts_with(r) || p.starts_with(&r_real))
-    })
-}
-
 /// `resources/bwrap` next to the (resolved) executable.
 pub fn bundled_path(exe: &Path) -> PathBuf {
     exe.parent()
         .unwrap_or(Path::new("/"))
         .join("resources")
         .join("bwrap")
-}
-
-fn is_executable_file(p: &Path) -> bool {
-    std::fs::metadata(p)
-        .map(|m| m.is_file() && m.mode() & 0o111 != 0)
-        .unwrap_or(false)
-}
-
-/// The first `bwrap` on PATH that is a file and not under `cwd` (unless cwd is `/`).
-pub fn find_system_bwrap(cwd: &Path) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    find_in_search_path("bwrap", &path, cwd)
-}
-
-/// The lookup behind [`find_system_bwrap`], for a given PATH value.
-pub fn find_in_search_path(name: &str, search: &std::ffi::OsStr, cwd: &Path) -> Option<PathBuf> {
-    find_trusted_in_search_path(name, search, cwd, &[])
-}
-
-/// [`find_in_search_path`], also skipping candidates under `untrusted`
-/// (in either spelling), whatever the cwd.
-pub fn find_trusted_in_search_path(
-    name: &str,
-    search: &std::ffi::OsStr,
-    cwd: &Path,
-    untrusted: &[PathBuf],
-) -> Option<PathBuf> {
-    let cwd = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
-    for dir in std::env::split_paths(search) {
-        if dir.as_os_str().is_empty() || dir.is_relative() {
-            continue; // "" and relative entries mean the current directory
-        }
-        let candidate = dir.join(name);
-        // One stat rules out the usual miss before a component-by-component
-        // resolution.
-        if std::fs::metadata(&candidate).is_err() {
-            continue;
-        }
-        let Ok(real) = candidate.canonicalize() else {
-            continue;
-        };
-        if cwd != Path::new("/") && real.starts_with(&cwd) {
-            continue;
-        }
-        if under_any(&candidate, untrusted) {
-            continue;
-        }
-        if is_executable_file(&real) {
-            return Some(real);
-        }
-    }
-    None
 }
 
 /// The compiled-in digest: None when absent or all zeros.
@@ -396,7 +338,6 @@ pub fn probe(path: &Path, cache_dir: Option<&Path>) -> Option<LauncherCaps> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn caps_parse_from_help_text() {
@@ -422,40 +363,5 @@ mod tests {
         assert!(verify_with(&f, None).is_ok());
         let err = verify_with(&f, Some(&"1".repeat(64))).unwrap_err();
         assert!(err.to_string().contains("digest mismatch"), "{err}");
-    }
-
-    #[test]
-    fn skips_workspace_local_bwrap_in_search_path() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().canonicalize().unwrap();
-        let ws = root.join("ws/bin");
-        let sys = root.join("sys");
-        std::fs::create_dir_all(&ws).unwrap();
-        std::fs::create_dir_all(&sys).unwrap();
-        for d in [&ws, &sys] {
-            let f = d.join("bwrap");
-            std::fs::write(&f, "#!/bin/sh\n").unwrap();
-            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).unwrap();
-        }
-        let noexec = root.join("noexec");
-        std::fs::create_dir_all(&noexec).unwrap();
-        std::fs::write(noexec.join("bwrap"), "x").unwrap();
-        let search = std::env::join_paths([&noexec, &ws, &sys]).unwrap();
-        assert_eq!(
-            find_in_search_path("bwrap", &search, &root.join("ws")),
-            Some(sys.join("bwrap"))
-        );
-        assert_eq!(
-            find_in_search_path("bwrap", &search, Path::new("/")),
-            Some(ws.join("bwrap")),
-            "cwd / hides nothing"
-        );
-        assert_eq!(
-            find_trusted_in_search_path("bwrap", &search, Path::new("/"), &[root.join("ws")]),
-            Some(sys.join("bwrap")),
-            "a writable root is skipped whatever the cwd"
-        );
-        let rel = std::ffi::OsString::from(":.:bin");
-        assert_eq!(find_in_search_path("bwrap", &rel, &root.join("ws")), None);
     }
 }

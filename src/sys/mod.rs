@@ -2,7 +2,8 @@
 //! and the built-in bubblewrap ([`crate::bwrap`]): capabilities, securebits,
 //! no_new_privs and the session keyring ([`confine`]), raw file
 //! descriptors ([`fds`]) and passing them over sockets ([`scm`]), signal
-//! dispositions ([`signals`]), and network namespaces ([`netns`]).
+//! dispositions ([`signals`]), network namespaces ([`netns`]), and the
+//! one search for a program on `PATH` ([`program`]).
 //!
 //! This module depends on neither of its users: dependencies run one way,
 //! `sandbox → sys` and `bwrap → sys`. It holds system calls and their error
@@ -11,6 +12,7 @@
 pub mod confine;
 pub mod fds;
 pub mod netns;
+pub mod program;
 pub mod scm;
 pub mod signals;
 
