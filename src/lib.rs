@@ -17,9 +17,10 @@
 //! ([`server::run_main`], [`server::bind`]) with the paths it re-executes
 //! ([`runtime_paths`]), and the sandbox policy types in [`policy`]. The
 //! JSON Schema of every message ships in `resources/schema/`, generated
-//! from the protocol types by [`protocol::schema::files`]. The modules
-//! marked hidden below are internal: public only so the tests, benchmarks
-//! and examples of this crate can reach them, with no stability promise.
+//! from the protocol types by `protocol::schema::files` (built with the
+//! `schema` feature). The modules marked hidden below are internal: public
+//! only so the tests, benchmarks and examples of this crate can reach
+//! them, with no stability promise.
 //!
 //! Embedding the server and driving it:
 //!

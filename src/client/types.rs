@@ -9,10 +9,10 @@ use base64::Engine as _;
 use serde::Deserialize;
 
 use super::Notification;
+use crate::protocol::process::OutputNotification;
 use crate::protocol::process::{
     ClosedNotification, ExitedNotification, StreamKind, NOTIFY_CLOSED, NOTIFY_EXITED, NOTIFY_OUTPUT,
 };
-use crate::protocol::schema::OutputNotification;
 use crate::wire_path::WirePath;
 
 /// Standard padded base64, the encoding of every byte field on the wire.

@@ -17,7 +17,8 @@ fn is_false(b: &bool) -> bool {
 }
 
 /// The legacy policy (`--sandbox-policy JSON`, `sandboxPolicy` on the wire).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum SandboxPolicy {
     DangerFullAccess,
@@ -25,7 +26,7 @@ pub enum SandboxPolicy {
         #[serde(default, skip_serializing_if = "is_false")]
         network_access: bool,
         /// Historical read restriction (honoured, never dropped).
-        #[schemars(skip)]
+        #[cfg_attr(feature = "schema", schemars(skip))]
         #[serde(default, skip_serializing_if = "Option::is_none")]
         access: Option<LegacyReadAccess>,
     },
@@ -34,7 +35,7 @@ pub enum SandboxPolicy {
         network_access: NetworkSandboxPolicy,
     },
     WorkspaceWrite {
-        #[schemars(with = "Vec<crate::wire_path::WirePath>")]
+        #[cfg_attr(feature = "schema", schemars(with = "Vec<crate::wire_path::WirePath>"))]
         #[serde(default, with = "abs_path::vec")]
         writable_roots: Vec<PathBuf>,
         #[serde(default)]
@@ -44,7 +45,7 @@ pub enum SandboxPolicy {
         #[serde(default)]
         exclude_slash_tmp: bool,
         /// Historical read restriction (honoured, never dropped).
-        #[schemars(skip)]
+        #[cfg_attr(feature = "schema", schemars(skip))]
         #[serde(default, skip_serializing_if = "Option::is_none")]
         read_only_access: Option<LegacyReadAccess>,
     },

@@ -42,19 +42,8 @@ pub enum PolicyError {
 // Access modes, paths and entries
 
 /// What an entry grants. Ordered by strength for ties: `deny > write > read`.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Serialize,
-    Deserialize,
-    schemars::JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum FileSystemAccessMode {
     Read,
@@ -168,12 +157,13 @@ impl<'de> Deserialize<'de> for FileSystemSpecialPath {
 }
 
 /// Where an entry applies.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum FileSystemPath {
     /// An absolute path (native or `file:` URI on input), lexically normalised.
     Path {
-        #[schemars(with = "crate::wire_path::WirePath")]
+        #[cfg_attr(feature = "schema", schemars(with = "crate::wire_path::WirePath"))]
         #[serde(with = "abs_path")]
         path: PathBuf,
     },
@@ -196,7 +186,8 @@ impl FileSystemPath {
 }
 
 /// One rule of a filesystem policy.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FileSystemSandboxEntry {
     pub path: FileSystemPath,
     pub access: FileSystemAccessMode,
@@ -307,9 +298,8 @@ pub(crate) fn join_pattern(base: &Path, pattern: &str) -> String {
 }
 
 /// Whether the sandboxed command may use the network.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum NetworkSandboxPolicy {
     #[default]
@@ -324,9 +314,8 @@ impl NetworkSandboxPolicy {
 }
 
 /// Which kind of filesystem policy applies.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum FileSystemSandboxKind {
     #[default]

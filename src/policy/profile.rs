@@ -7,10 +7,8 @@
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 
-use schemars::JsonSchema as _;
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::{json, Value};
 
 use super::legacy::SandboxPolicy;
 use super::model::{
@@ -20,13 +18,18 @@ use super::model::{
 };
 use super::resolve::default_read_only_subpaths;
 use super::runtime::FileSystemSandboxPolicy;
-use crate::wire_path::WirePath;
 
 /// Adds the untagged shape older writers produced to the schema of
 /// [`PermissionProfile`], whose `Deserialize` takes it (an object
 /// without `type`: `network.enabled`, `file_system.entries`, `read`,
 /// `write`; a managed, restricted profile).
+#[cfg(feature = "schema")]
 fn add_legacy_profile_shape(schema: &mut schemars::Schema) {
+    use schemars::JsonSchema as _;
+    use serde_json::{json, Value};
+
+    use crate::wire_path::WirePath;
+
     let legacy = json!({
         "description": "The untagged shape of older writers (no `type`): a managed, restricted profile whose entries are `entries` plus `read` and `write` paths.",
         "type": "object",
@@ -53,7 +56,8 @@ fn add_legacy_profile_shape(schema: &mut schemars::Schema) {
 }
 
 /// The filesystem half of a managed profile.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ManagedFileSystemPermissions {
     Restricted {
@@ -67,9 +71,10 @@ pub enum ManagedFileSystemPermissions {
 
 /// The canonical permission profile the helper receives
 /// (`--permission-profile JSON`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
-#[schemars(transform = add_legacy_profile_shape)]
+#[cfg_attr(feature = "schema", schemars(transform = add_legacy_profile_shape))]
 pub enum PermissionProfile {
     /// codexbox enforces the filesystem and network rules.
     Managed {

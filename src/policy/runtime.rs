@@ -16,7 +16,8 @@ use super::planted::usable_place;
 use super::resolve::{default_read_only_subpaths, ResolveContext, ResolvedPolicy};
 
 /// The runtime filesystem policy (`--file-system-sandbox-policy JSON`).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FileSystemSandboxPolicy {
     pub kind: FileSystemSandboxKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]

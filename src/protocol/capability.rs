@@ -22,7 +22,8 @@ pub const PLUGIN_MANIFEST_PATHS: [&str; 3] = [
 ];
 
 /// `capabilityRoots/discoverV1` params.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct DiscoverParams {
     /// At most 128.
@@ -30,7 +31,8 @@ pub struct DiscoverParams {
 }
 
 /// One caller-selected root.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RootRequest {
     /// Opaque; returned unchanged.
@@ -42,14 +44,16 @@ pub struct RootRequest {
 
 /// `capabilityRoots/discoverV1` result: one discovery per root, in
 /// request order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct DiscoverResponse {
     pub roots: Vec<RootDiscovery>,
 }
 
 /// A recognised UTF-8 file and its contents.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TextFile {
     pub path: WirePath,
@@ -57,7 +61,8 @@ pub struct TextFile {
 }
 
 /// The plugin a root declares itself.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PluginFiles {
     pub manifest: TextFile,
@@ -69,7 +74,8 @@ pub struct PluginFiles {
 }
 
 /// A skill's instructions and its optional metadata.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SkillFiles {
     pub instructions: TextFile,
@@ -78,7 +84,8 @@ pub struct SkillFiles {
 
 /// What one root holds. Failures are per root: a broken root does not
 /// spoil its siblings.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RootDiscovery {
     pub id: String,

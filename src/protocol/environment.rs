@@ -9,7 +9,8 @@ pub const METHOD_INFO: &str = "environment/info";
 pub const METHOD_STATUS: &str = "environment/status";
 
 /// The user's default shell.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ShellInfo {
     /// `zsh`, `bash`, `sh`, … (the basename).
     pub name: String,
@@ -18,7 +19,8 @@ pub struct ShellInfo {
 }
 
 /// `environment/info` result.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct EnvironmentInfo {
     pub shell: ShellInfo,
     /// The server's working directory as a `file:` URI, `null` if unknown.
@@ -28,7 +30,8 @@ pub struct EnvironmentInfo {
 }
 
 /// `environment/status` result.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct EnvironmentStatus {
     pub status: &'static str,
 }

@@ -75,7 +75,8 @@ pub const WALK_RESPONSE_BUDGET: usize = 4 * 1024 * 1024;
 pub const WALK_ITEM_OVERHEAD: usize = 64;
 
 /// `fs/readFile` params.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ReadFileParams {
     pub path: WirePath,
@@ -84,26 +85,29 @@ pub struct ReadFileParams {
 }
 
 /// `fs/readFile` result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ReadFileResponse {
-    #[schemars(extend("contentEncoding" = "base64"))]
+    #[cfg_attr(feature = "schema", schemars(extend("contentEncoding" = "base64")))]
     pub data_base64: String,
 }
 
 /// `fs/writeFile` params.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct WriteFileParams {
     pub path: WirePath,
-    #[schemars(extend("contentEncoding" = "base64"))]
+    #[cfg_attr(feature = "schema", schemars(extend("contentEncoding" = "base64")))]
     pub data_base64: String,
     #[serde(default)]
     pub sandbox: Option<FileSystemSandboxContext>,
 }
 
 /// `fs/createDirectory` params (`recursive` defaults to true).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CreateDirectoryParams {
     pub path: WirePath,
@@ -114,7 +118,8 @@ pub struct CreateDirectoryParams {
 }
 
 /// Params of the methods that take only a path (`fs/canonicalize`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PathParams {
     pub path: WirePath,
@@ -127,7 +132,8 @@ pub type CanonicalizeParams = PathParams;
 /// Params of `fs/getMetadata` and `fs/readDirectory`: a path, and whether
 /// a symlink is described by what it points to (the default, the
 /// reference's behaviour) or as itself (`followSymlinks: false`, new).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct EntryParams {
     pub path: WirePath,
@@ -150,7 +156,8 @@ pub type ReadDirectoryParams = EntryParams;
 /// `fs/getMetadata` result: `isDirectory`/`isFile`/`size`/`mode` describe
 /// what a symlink points to unless `followSymlinks` is false, `isSymlink`
 /// the path itself; timestamps in ms since the epoch, 0 if unknown.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct GetMetadataResponse {
     pub is_directory: bool,
@@ -169,7 +176,8 @@ pub struct GetMetadataResponse {
 }
 
 /// `fs/canonicalize` result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CanonicalizeResponse {
     pub path: WirePath,
@@ -177,7 +185,8 @@ pub struct CanonicalizeResponse {
 
 /// One `fs/readDirectory` entry. The optional members are present only
 /// with `followSymlinks: false`, where the entry is described as itself.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct DirectoryEntry {
     pub file_name: String,
@@ -194,14 +203,16 @@ pub struct DirectoryEntry {
 }
 
 /// `fs/readDirectory` result (sorted by name).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ReadDirectoryResponse {
     pub entries: Vec<DirectoryEntry>,
 }
 
 /// `fs/walk` limits and switches.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct WalkOptions {
     pub max_depth: usize,
@@ -213,7 +224,8 @@ pub struct WalkOptions {
 }
 
 /// `fs/walk` params.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct WalkParams {
     pub path: WirePath,
@@ -223,7 +235,8 @@ pub struct WalkParams {
 }
 
 /// Kind of a walked entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum WalkEntryKind {
     Directory,
@@ -231,21 +244,24 @@ pub enum WalkEntryKind {
 }
 
 /// One walked entry.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct WalkEntry {
     pub path: WirePath,
     pub kind: WalkEntryKind,
 }
 
 /// A path the walk could not read, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct WalkError {
     pub path: WirePath,
     pub message: String,
 }
 
 /// `fs/walk` result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct WalkResponse {
     pub entries: Vec<WalkEntry>,
     pub errors: Vec<WalkError>,
@@ -253,7 +269,8 @@ pub struct WalkResponse {
 }
 
 /// `fs/remove` params (`recursive` and `force` default to true).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RemoveParams {
     pub path: WirePath,
@@ -266,7 +283,8 @@ pub struct RemoveParams {
 }
 
 /// `fs/copy` params.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CopyParams {
     pub source_path: WirePath,
@@ -282,7 +300,8 @@ pub const SETTABLE_MODE_BITS: u32 = 0o1777;
 
 /// `fs/setPermissions` params (new): `chmod` of `path`, which must not be a
 /// symlink, to `mode` (within [`SETTABLE_MODE_BITS`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SetPermissionsParams {
     pub path: WirePath,
@@ -293,7 +312,8 @@ pub struct SetPermissionsParams {
 
 /// `fs/createSymlink` params (new): a symlink at `path` (which must not
 /// exist) containing `target`, taken as it is (relative or absolute).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CreateSymlinkParams {
     pub path: WirePath,
@@ -303,9 +323,8 @@ pub struct CreateSymlinkParams {
 }
 
 /// How `fs/open` opens its file. Absent or `null` is `read`.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum OpenMode {
     /// An existing regular file, for `fs/readBlock`.
@@ -330,7 +349,8 @@ impl OpenMode {
 }
 
 /// `fs/open` params.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct OpenParams {
     pub handle_id: String,
@@ -349,14 +369,16 @@ impl OpenParams {
 }
 
 /// `fs/open` result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct OpenResponse {
     pub handle_id: String,
 }
 
 /// `fs/readBlock` params.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ReadBlockParams {
     pub handle_id: String,
@@ -365,10 +387,11 @@ pub struct ReadBlockParams {
 }
 
 /// `fs/readBlock` result: `eof` is true when fewer than `len` bytes were read.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ReadBlockResponse {
-    #[schemars(extend("contentEncoding" = "base64"))]
+    #[cfg_attr(feature = "schema", schemars(extend("contentEncoding" = "base64")))]
     pub chunk: String,
     pub eof: bool,
 }
@@ -376,17 +399,19 @@ pub struct ReadBlockResponse {
 /// `fs/writeBlock` params: writes `dataBase64` (at most 1 MiB decoded) at
 /// `offset` of a handle opened for writing; positional, any order. The
 /// result is `{}` once every byte is written.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct WriteBlockParams {
     pub handle_id: String,
     pub offset: u64,
-    #[schemars(extend("contentEncoding" = "base64"))]
+    #[cfg_attr(feature = "schema", schemars(extend("contentEncoding" = "base64")))]
     pub data_base64: String,
 }
 
 /// `fs/close` params.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CloseParams {
     pub handle_id: String,
@@ -394,9 +419,8 @@ pub struct CloseParams {
 
 /// The empty result `{}` of writeFile, createDirectory, remove, copy,
 /// writeBlock, close.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct EmptyResponse {}
 
 /// The wire-path fields a fs request can carry, decoded leniently so a bad

@@ -9,16 +9,16 @@ pub const METHOD_HTTP_REQUEST: &str = "http/request";
 pub const NOTIFY_BODY_DELTA: &str = "http/request/bodyDelta";
 
 /// One header, in order (repeats allowed).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct HttpHeader {
     pub name: String,
     pub value: String,
 }
 
 /// Whether redirects are followed.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum RedirectPolicy {
     /// Up to 10 hops.
@@ -29,7 +29,8 @@ pub enum RedirectPolicy {
 }
 
 /// `http/request` params.
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct HttpRequestParams {
     pub method: String,
@@ -38,7 +39,7 @@ pub struct HttpRequestParams {
     pub headers: Vec<HttpHeader>,
     /// Request body, base64; `null` = none.
     #[serde(default)]
-    #[schemars(extend("contentEncoding" = "base64"))]
+    #[cfg_attr(feature = "schema", schemars(extend("contentEncoding" = "base64")))]
     pub body_base64: Option<String>,
     /// Total deadline (connect, headers and body); absent or `null` = none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -53,26 +54,28 @@ pub struct HttpRequestParams {
 }
 
 /// `http/request` result.
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct HttpRequestResult {
     pub status: u16,
     /// Lowercase names; values that are not UTF-8 are dropped.
     pub headers: Vec<HttpHeader>,
     /// The whole body, base64; `""` when streamed.
-    #[schemars(extend("contentEncoding" = "base64"))]
+    #[cfg_attr(feature = "schema", schemars(extend("contentEncoding" = "base64")))]
     pub body_base64: String,
 }
 
 /// `http/request/bodyDelta` notification params.
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct BodyDeltaNotification {
     pub request_id: String,
     /// Starts at 1 for each request, +1 per notification.
     pub seq: u64,
     /// At most 1 MiB decoded; `""` in the final notification.
-    #[schemars(extend("contentEncoding" = "base64"))]
+    #[cfg_attr(feature = "schema", schemars(extend("contentEncoding" = "base64")))]
     pub delta_base64: String,
     #[serde(default)]
     pub done: bool,

@@ -2,8 +2,9 @@
 //! server decodes its params into and the type it writes its result from.
 //! The router and the fs operations decode through [`Method::Params`], and
 //! the shipped JSON Schemas are generated from the same table
-//! ([`super::schema::files`] through [`for_each_method!`]), so a schema
-//! cannot describe params the server does not decode that way. Schema
+//! (`protocol::schema::files`, with the `schema` feature, through
+//! [`for_each_method!`]), so a schema cannot describe params the server
+//! does not decode that way. Schema
 //! generation stays out of this module: the table names types, the
 //! `JsonSchema` bounds are asked only where schemas are made.
 

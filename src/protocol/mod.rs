@@ -1,5 +1,6 @@
 //! Wire types of the Codex JSON-RPC dialect: envelope, methods, params and
-//! results, and path URIs.
+//! results, and path URIs. With the `schema` feature the types also
+//! derive `JsonSchema` and `schema` renders the shipped JSON Schemas.
 
 pub mod capability;
 pub mod envelope;
@@ -10,6 +11,7 @@ pub mod method;
 pub mod network;
 pub mod process;
 pub mod sandbox;
+#[cfg(feature = "schema")]
 pub mod schema;
 pub mod session;
 
@@ -63,7 +65,8 @@ impl<'de> serde::Deserialize<'de> for NoParams {
 }
 
 /// `initialize` params.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct InitializeParams {
     pub client_name: String,
@@ -74,18 +77,19 @@ pub struct InitializeParams {
         default,
         skip_serializing_if = "network::ClientCapabilities::is_default"
     )]
-    #[schemars(extend("default" = {"networkDenials": false}))]
+    #[cfg_attr(feature = "schema", schemars(extend("default" = {"networkDenials": false})))]
     pub capabilities: network::ClientCapabilities,
     /// How long the session should survive without a connection, in
     /// seconds (an extension: bounded by the server's maximum; absent, the
     /// session keeps the grace period it has, the server's by default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = null))]
+    #[cfg_attr(feature = "schema", schemars(extend("default" = null)))]
     pub session_grace_secs: Option<u64>,
 }
 
 /// `initialize` result.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct InitializeResult {
     pub session_id: String,

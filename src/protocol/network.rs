@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 pub const NOTIFY_NETWORK_DENIED: &str = "process/networkDenied";
 
 /// `allow`, `deny` or `none` (never matched).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum DomainPermission {
     Allow,
@@ -20,7 +21,8 @@ pub enum DomainPermission {
 }
 
 /// `allow` or `deny` for a unix socket path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum UnixSocketPermission {
     Allow,
@@ -28,7 +30,8 @@ pub enum UnixSocketPermission {
 }
 
 /// `full` or `limited`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum NetworkMode {
     Limited,
@@ -37,7 +40,8 @@ pub enum NetworkMode {
 
 /// The proxy settings that cross the wire (`networkProxy.proxy`). Every
 /// non-optional key is required, as in the reference.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct NetworkProxySettings {
     pub enabled: bool,
@@ -54,7 +58,8 @@ pub struct NetworkProxySettings {
 }
 
 /// Who the process runs for; feeds audit records only.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AuditMetadata {
     #[serde(default)]
@@ -79,11 +84,12 @@ pub struct AuditMetadata {
 
 /// `networkProxy` of `process/start`: start a loopback proxy for this
 /// process, living until its `process/closed`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RemoteNetworkProxyLaunchConfig {
     /// Must be `enabled`: a launch of a disabled proxy is refused.
-    #[schemars(extend("allOf" = [{"properties": {"enabled": {"const": true}}}]))]
+    #[cfg_attr(feature = "schema", schemars(extend("allOf" = [{"properties": {"enabled": {"const": true}}}])))]
     pub proxy: NetworkProxySettings,
     #[serde(default)]
     pub audit_metadata: AuditMetadata,
@@ -94,7 +100,8 @@ pub struct RemoteNetworkProxyLaunchConfig {
 }
 
 /// `managedNetwork`: the loopback ports of a running proxy.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ManagedNetworkSandboxContext {
     #[serde(default)]
@@ -104,7 +111,8 @@ pub struct ManagedNetworkSandboxContext {
 }
 
 /// `process/networkDenied` notification params.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct NetworkDeniedNotification {
     pub process_id: String,
@@ -118,7 +126,8 @@ pub struct NetworkDeniedNotification {
 }
 
 /// A denial as `process/read` lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct NetworkDenial {
     pub host: String,
     pub port: u16,
@@ -127,7 +136,8 @@ pub struct NetworkDenial {
 }
 
 /// `initialize` capabilities a client may announce.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ClientCapabilities {
     /// Send `process/networkDenied` notifications to this client.

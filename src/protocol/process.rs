@@ -29,7 +29,8 @@ pub const NOTIFY_EXITED: &str = "process/exited";
 pub const NOTIFY_CLOSED: &str = "process/closed";
 
 /// Which stream a chunk came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum StreamKind {
     Stdout,
@@ -49,7 +50,8 @@ impl StreamKind {
 }
 
 /// Terminal size of a PTY process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct PtySize {
     pub rows: u16,
     pub cols: u16,
@@ -62,9 +64,8 @@ impl Default for PtySize {
 }
 
 /// Which variables of the server's environment a child inherits.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum EnvInherit {
     #[default]
@@ -74,7 +75,8 @@ pub enum EnvInherit {
 }
 
 /// `envPolicy` of `process/start` (reference `ExecEnvPolicy`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct EnvPolicy {
     #[serde(default)]
@@ -90,11 +92,12 @@ pub struct EnvPolicy {
 }
 
 /// `process/start` params.
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct StartParams {
     pub process_id: String,
-    #[schemars(length(min = 1))]
+    #[cfg_attr(feature = "schema", schemars(length(min = 1)))]
     pub argv: Vec<String>,
     pub cwd: WirePath,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -104,13 +107,16 @@ pub struct StartParams {
     #[serde(default)]
     pub tty: bool,
     #[serde(default, deserialize_with = "null_as_default")]
-    #[schemars(with = "Option<bool>")]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<bool>"))]
     pub pipe_stdin: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arg0: Option<String>,
     /// FileSystemSandboxContext, interpreted by `server::process_sandbox`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<super::sandbox::FileSystemSandboxContext>")]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(with = "Option<super::sandbox::FileSystemSandboxContext>")
+    )]
     pub sandbox: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<PtySize>,
@@ -120,7 +126,7 @@ pub struct StartParams {
         deserialize_with = "null_as_default",
         skip_serializing_if = "std::ops::Not::not"
     )]
-    #[schemars(with = "Option<bool>")]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<bool>"))]
     pub enforce_managed_network: bool,
     /// Loopback ports of an already running proxy (used by macOS sandboxes;
     /// replaced by the server's own when `networkProxy` is given).
@@ -132,14 +138,16 @@ pub struct StartParams {
 }
 
 /// `process/start` result.
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct StartResult {
     pub process_id: String,
 }
 
 /// `process/read` params.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ReadParams {
     pub process_id: String,
@@ -152,17 +160,19 @@ pub struct ReadParams {
 }
 
 /// One retained chunk in a `process/read` result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ReadChunk {
     pub seq: u64,
     pub stream: StreamKind,
-    #[schemars(with = "String", extend("contentEncoding" = "base64"))]
+    #[cfg_attr(feature = "schema", schemars(with = "String", extend("contentEncoding" = "base64")))]
     #[serde(serialize_with = "as_base64", deserialize_with = "from_base64")]
     pub chunk: Vec<u8>,
 }
 
 /// `process/read` result.
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ReadResult {
     pub chunks: Vec<ReadChunk>,
@@ -182,11 +192,12 @@ pub struct ReadResult {
 }
 
 /// `process/write` params (both dialects).
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct WriteParams {
     pub process_id: String,
-    #[schemars(with = "Option<String>", extend("contentEncoding" = "base64"))]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>", extend("contentEncoding" = "base64")))]
     #[serde(
         default,
         serialize_with = "as_base64",
@@ -194,19 +205,20 @@ pub struct WriteParams {
     )]
     pub chunk: Vec<u8>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = null))]
+    #[cfg_attr(feature = "schema", schemars(extend("default" = null)))]
     pub write_id: Option<String>,
     #[serde(
         default,
         deserialize_with = "null_as_default",
         skip_serializing_if = "std::ops::Not::not"
     )]
-    #[schemars(with = "Option<bool>", extend("default" = false))]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<bool>", extend("default" = false)))]
     pub close_stdin: bool,
 }
 
 /// `process/write` status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub enum WriteStatus {
     Accepted,
@@ -216,13 +228,15 @@ pub enum WriteStatus {
 }
 
 /// `process/write` result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct WriteResult {
     pub status: WriteStatus,
 }
 
 /// `process/signal` params.
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SignalParams {
     pub process_id: String,
@@ -230,7 +244,8 @@ pub struct SignalParams {
 }
 
 /// `process/resize` params.
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ResizeParams {
     pub process_id: String,
@@ -239,20 +254,39 @@ pub struct ResizeParams {
 }
 
 /// `process/terminate` params.
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TerminateParams {
     pub process_id: String,
 }
 
 /// `process/terminate` result.
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct TerminateResult {
     pub running: bool,
 }
 
+// The server writes these params by hand (`encode_output_notification`);
+// a unit test of `protocol::schema` keeps this type in step with it.
+/// `process/output` notification params: one chunk of output.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct OutputNotification {
+    pub process_id: String,
+    /// Per-process sequence number, starting at 1.
+    pub seq: u64,
+    pub stream: StreamKind,
+    /// Base64 (standard alphabet, padded).
+    #[cfg_attr(feature = "schema", schemars(extend("contentEncoding" = "base64")))]
+    pub chunk: String,
+}
+
 /// `process/exited` notification params.
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ExitedNotification<'a> {
     pub process_id: &'a str,
@@ -265,7 +299,8 @@ pub struct ExitedNotification<'a> {
 }
 
 /// `process/closed` notification params.
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ClosedNotification<'a> {
     pub process_id: &'a str,

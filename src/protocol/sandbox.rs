@@ -22,9 +22,8 @@ use crate::policy::{
 use crate::wire_path::WirePath;
 
 /// Windows sandbox level; accepted and ignored on Linux.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum WindowsSandboxLevel {
     #[default]
@@ -37,12 +36,13 @@ pub enum WindowsSandboxLevel {
 ///
 /// Either `permissions` (the current shape) or `sandboxPolicy` (the older
 /// shape, with `sandboxPolicyCwd`) must be present.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("anyOf" = [
+#[cfg_attr(feature = "schema", schemars(extend("anyOf" = [
     {"required": ["permissions"], "properties": {"permissions": {"type": "object"}}},
     {"required": ["sandboxPolicy"], "properties": {"sandboxPolicy": {"type": "object"}}}
-]))]
+])))]
 pub struct FileSystemSandboxContext {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permissions: Option<PermissionProfile>,

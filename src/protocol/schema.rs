@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use schemars::generate::SchemaSettings;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use super::envelope::RequestId;
@@ -66,21 +66,6 @@ pub struct ErrorObject {
 pub struct ErrorMessage {
     pub error: ErrorObject,
     pub id: RequestId,
-}
-
-// The server writes these params by hand (`encode_output_notification`);
-// a unit test below keeps this type in step with it.
-/// `process/output` notification params: one chunk of output.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct OutputNotification {
-    pub process_id: String,
-    /// Per-process sequence number, starting at 1.
-    pub seq: u64,
-    pub stream: proc::StreamKind,
-    /// Base64 (standard alphabet, padded).
-    #[schemars(extend("contentEncoding" = "base64"))]
-    pub chunk: String,
 }
 
 impl JsonSchema for super::NoParams {
@@ -304,7 +289,7 @@ pub fn files() -> BTreeMap<String, Value> {
     let requests: Vec<(&str, Value, Value)> = method::for_each_method!(request_schemas);
     let notifications: Vec<(&str, Value)> = vec![
         (super::NOTIFY_INITIALIZED, inbound::<IgnoredParams>()),
-        (proc::NOTIFY_OUTPUT, outbound::<OutputNotification>()),
+        (proc::NOTIFY_OUTPUT, outbound::<proc::OutputNotification>()),
         (proc::NOTIFY_EXITED, outbound::<proc::ExitedNotification>()),
         (proc::NOTIFY_CLOSED, outbound::<proc::ClosedNotification>()),
         (
@@ -396,7 +381,8 @@ mod tests {
         proc::encode_output_notification(&mut text, "p1", 2, proc::StreamKind::Pty, b"x");
         let message: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(message["method"], proc::NOTIFY_OUTPUT);
-        let params: OutputNotification = serde_json::from_value(message["params"].clone()).unwrap();
+        let params: proc::OutputNotification =
+            serde_json::from_value(message["params"].clone()).unwrap();
         assert_eq!((params.seq, params.chunk.as_str()), (2, "eA=="));
         // No key of the encoder is missing from the type.
         assert_eq!(serde_json::to_value(&params).unwrap(), message["params"]);

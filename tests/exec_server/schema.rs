@@ -47,7 +47,7 @@ fn shipped_schemas_match_the_rust_types() {
     assert!(
         stale.is_empty(),
         "resources/schema/ is out of date with the protocol types: {stale:?}\n\
-         refresh it with: CODEXBOX_BLESS_SCHEMAS=1 cargo test --test schema"
+         refresh it with: CODEXBOX_BLESS_SCHEMAS=1 cargo test --features schema --test exec_server schema::"
     );
 }
 
