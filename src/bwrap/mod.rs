@@ -2,7 +2,7 @@
 //! with no C, no setuid, and unprivileged user namespaces only.
 //!
 //! Two phases, as in bubblewrap: [`cli`] parses argv into a [`cli::Config`]
-//! holding a list of [`ops::SetupOp`] with every cross-option check done;
+//! holding a list of `ops::SetupOp` with every cross-option check done;
 //! then `launch` creates the namespaces and `child` walks the list. The
 //! order is the security argument:
 //! 1. no_new_privs first; with `--die-with-parent`, the launcher arms its
@@ -11,32 +11,32 @@
 //! 2. the child maps its own uid/gid (setgroups denied) in its new user
 //!    namespace — also for a root caller, so nothing reaches the host;
 //! 3. bind sources are resolved on the host, the mount tree is built on a
-//!    tmpfs and pivoted into, the host tree detached ([`setup`]);
+//!    tmpfs and pivoted into, the host tree detached (`setup`);
 //! 4. the command's own user namespace is nested in the first one (for
 //!    `--disable-userns`, the last one allowed, verified), so it never holds
 //!    a capability over the namespace that owns its mounts; its capability
-//!    sets are cut to bubblewrap's ([`caps`]);
-//! 5. a reaper stays as pid 1 ([`proc_pid1`]) unless `--as-pid-1`, holding
+//!    sets are cut to bubblewrap's (`caps`);
+//! 5. a reaper stays as pid 1 (`proc_pid1`) unless `--as-pid-1`, holding
 //!    the new session if `--new-session`;
-//! 6. in the command's process (`command`): seccomp ([`seccomp_fd`]) as
+//! 6. in the command's process (`command`): seccomp (`seccomp_fd`) as
 //!    the very last step, then execvp.
 //!
 //! The mode runs before any runtime is started, so the process is
 //! single-threaded and fork/clone followed by ordinary Rust code is sound.
 
-pub mod caps;
+pub(crate) mod caps;
 mod child;
 pub mod cli;
 mod command;
 pub mod log;
-pub mod namespaces;
-pub mod numbers;
-pub mod ops;
-pub mod prepared;
-pub mod proc_pid1;
-pub mod seccomp_fd;
-pub mod setup;
-pub mod status;
+pub(crate) mod namespaces;
+pub(crate) mod numbers;
+pub(crate) mod ops;
+pub(crate) mod prepared;
+pub(crate) mod proc_pid1;
+pub(crate) mod seccomp_fd;
+pub(crate) mod setup;
+pub(crate) mod status;
 
 use std::ffi::{CString, OsString};
 use std::io;

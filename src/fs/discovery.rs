@@ -1,7 +1,7 @@
 //! `capabilityRoots/discoverV1`: the capability bundle below each root in
 //! one request, with the reference's rules, limits and messages.
 //!
-//! Per root: a bounded walk ([`super::walk`]: depth 6, 2,000 directories,
+//! Per root: a bounded walk (`super::walk`: depth 6, 2,000 directories,
 //! 20,000 entries, directory symlinks followed, hidden directories
 //! descended) finds every `SKILL.md` and every plugin manifest
 //! (`.codex-plugin/plugin.json` before `.claude-plugin/…` before

@@ -66,6 +66,7 @@ impl Retention {
     }
 
     /// Retained bytes.
+    #[cfg(test)]
     pub fn bytes(&self) -> usize {
         self.bytes
     }

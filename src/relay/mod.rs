@@ -5,17 +5,17 @@
 //! - [`frame`]: the protobuf `RelayMessageFrame` and its validation;
 //! - [`noise`]: identities, the prologue, the hybrid IK handshake and the
 //!   record ciphers;
-//! - [`framing`] and [`reorder`]: length-prefixed messages inside records
+//! - [`framing`] and `reorder`: length-prefixed messages inside records
 //!   (and how large each stream lets them be), and the receive window that
 //!   releases records in nonce order;
 //! - [`channel`]: one stream's protocol state (both dialects, including the
 //!   reliable layer's acknowledgements, retransmission and resume), with no
 //!   I/O, so every rule is unit-tested;
-//! - [`stream`]: the task that runs one stream over a [`channel`].
+//! - `stream`: the task that runs one stream over a [`channel`].
 //!
 //! The registry: [`registry_api`] (its JSON bodies and error shapes),
 //! [`registry_client`] (calls of executors and harnesses, over the one
-//! HTTP client, `crate::net::client`) and [`credentials`] (where an
+//! HTTP client, `crate::net::client`) and `credentials` (where an
 //! executor's credentials come from).
 //!
 //! The two ends dial the rendezvous with [`socket`]: the executor
@@ -24,16 +24,16 @@
 //! executor). The rendezvous server is `crate::rendezvous`.
 
 pub mod channel;
-pub mod credentials;
+pub(crate) mod credentials;
 pub mod frame;
 pub mod framing;
 pub mod harness;
 pub mod noise;
 pub mod registry_api;
 pub mod registry_client;
-pub mod reorder;
+pub(crate) mod reorder;
 pub mod socket;
-pub mod stream;
+pub(crate) mod stream;
 
 /// Which rules a stream follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

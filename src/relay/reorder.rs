@@ -79,6 +79,7 @@ impl<T> ReorderWindow<T> {
     }
 
     /// Bytes waiting.
+    #[cfg(test)]
     pub fn pending_bytes(&self) -> usize {
         self.pending_bytes
     }

@@ -94,6 +94,7 @@ impl Admission {
     }
 
     /// Slots held now: (open, pending).
+    #[cfg(test)]
     pub fn counts(&self) -> (usize, usize) {
         let state = lock(&self.state);
         (state.open, state.pending.len())

@@ -334,6 +334,7 @@ impl Hub {
     }
 
     /// Whether an executor socket is connected for the environment.
+    #[cfg(test)]
     pub fn is_online(&self, environment_id: &str) -> bool {
         lock(&self.environments)
             .get(environment_id)
@@ -466,7 +467,12 @@ impl Hub {
     }
 
     /// A frame from the executor socket `socket`.
-    pub fn from_executor(&self, environment_id: &str, socket: u64, frame: &FrameHeader) -> Action {
+    pub fn on_executor_frame(
+        &self,
+        environment_id: &str,
+        socket: u64,
+        frame: &FrameHeader,
+    ) -> Action {
         let mut environments = lock(&self.environments);
         let Some(env) = environments.get_mut(environment_id) else {
             return Action::Drop;
@@ -507,7 +513,7 @@ impl Hub {
     }
 
     /// A frame from harness socket `link`, whose URL names `who`.
-    pub fn from_harness(
+    pub fn on_harness_frame(
         &self,
         environment_id: &str,
         link: &Link,
@@ -800,22 +806,22 @@ mod tests {
         let (exec, _) = link(&hub);
         let (harn, _) = link(&hub);
         hub.executor_connected("e", exec.clone());
-        let a = hub.from_harness(
+        let a = hub.on_harness_frame(
             "e",
             &harn,
             &who("k"),
             &h(RelayMessageFrame::resume("s1", 0)),
         );
         assert_eq!(socket_of(&a), Some(exec.socket));
-        let back = hub.from_executor("e", exec.socket, &h(RelayMessageFrame::heartbeat("s1")));
+        let back = hub.on_executor_frame("e", exec.socket, &h(RelayMessageFrame::heartbeat("s1")));
         assert_eq!(socket_of(&back), Some(harn.socket));
         // Unknown streams from the executor are dropped.
-        let none = hub.from_executor("e", exec.socket, &h(RelayMessageFrame::heartbeat("zz")));
+        let none = hub.on_executor_frame("e", exec.socket, &h(RelayMessageFrame::heartbeat("zz")));
         assert!(matches!(none, Action::Drop));
         // Data for a stream nobody claimed is refused.
         let data = RelayMessageFrame::data("s9", 0, 0, 1, vec![1]);
         assert_eq!(
-            reply_reason(&hub.from_harness("e", &harn, &who("k"), &h(data))).as_deref(),
+            reply_reason(&hub.on_harness_frame("e", &harn, &who("k"), &h(data))).as_deref(),
             Some(RESET_UNKNOWN_STREAM)
         );
     }
@@ -827,13 +833,13 @@ mod tests {
         let (first, _) = link(&hub);
         let (second, _) = link(&hub);
         hub.executor_connected("e", exec);
-        hub.from_harness(
+        hub.on_harness_frame(
             "e",
             &first,
             &who("k"),
             &h(RelayMessageFrame::resume("s1", 0)),
         );
-        let stolen = hub.from_harness(
+        let stolen = hub.on_harness_frame(
             "e",
             &second,
             &who("k"),
@@ -846,7 +852,7 @@ mod tests {
     fn offline_environment_and_limits_answer_with_resets() {
         let hub = hub();
         let (harn, _) = link(&hub);
-        let offline = hub.from_harness(
+        let offline = hub.on_harness_frame(
             "e",
             &harn,
             &who("k"),
@@ -856,7 +862,7 @@ mod tests {
         let (exec, _) = link(&hub);
         hub.executor_connected("e", exec);
         for s in ["a", "b"] {
-            assert!(socket_of(&hub.from_harness(
+            assert!(socket_of(&hub.on_harness_frame(
                 "e",
                 &harn,
                 &who("k"),
@@ -864,7 +870,8 @@ mod tests {
             ))
             .is_some());
         }
-        let third = hub.from_harness("e", &harn, &who("k"), &h(RelayMessageFrame::resume("c", 0)));
+        let third =
+            hub.on_harness_frame("e", &harn, &who("k"), &h(RelayMessageFrame::resume("c", 0)));
         assert_eq!(reply_reason(&third).as_deref(), Some(RESET_STREAM_LIMIT));
     }
 
@@ -875,13 +882,13 @@ mod tests {
         let (harn, _) = link(&hub);
         hub.executor_connected("e", exec.clone());
         // s-ref: plain handshake; s-rel: offered and accepted.
-        hub.from_harness(
+        hub.on_harness_frame(
             "e",
             &harn,
             &who("k"),
             &h(RelayMessageFrame::handshake("s-ref", vec![1], 0)),
         );
-        hub.from_harness(
+        hub.on_harness_frame(
             "e",
             &harn,
             &who("k"),
@@ -891,7 +898,7 @@ mod tests {
                 FEATURE_RELIABLE,
             )),
         );
-        hub.from_executor(
+        hub.on_executor_frame(
             "e",
             exec.socket,
             &h(RelayMessageFrame::handshake(
@@ -906,7 +913,7 @@ mod tests {
         assert_eq!(holds.len(), 1);
         // The harness comes back with the same key on a new socket.
         let (again, _) = link(&hub);
-        let wrong_key = hub.from_harness(
+        let wrong_key = hub.on_harness_frame(
             "e",
             &again,
             &who("other"),
@@ -916,7 +923,7 @@ mod tests {
             reply_reason(&wrong_key).as_deref(),
             Some(RESET_STREAM_IN_USE)
         );
-        let resumed = hub.from_harness(
+        let resumed = hub.on_harness_frame(
             "e",
             &again,
             &who("k"),
@@ -960,16 +967,16 @@ mod tests {
         );
         assert!(hub.harness_connected("e", c.clone(), &other));
         for s in ["s1", "s2"] {
-            let claim = hub.from_harness("e", &a, &greedy, &h(RelayMessageFrame::resume(s, 0)));
+            let claim = hub.on_harness_frame("e", &a, &greedy, &h(RelayMessageFrame::resume(s, 0)));
             assert_eq!(socket_of(&claim), Some(exec.socket));
         }
-        let third = hub.from_harness("e", &b, &greedy, &h(RelayMessageFrame::resume("s3", 0)));
+        let third = hub.on_harness_frame("e", &b, &greedy, &h(RelayMessageFrame::resume("s3", 0)));
         assert_eq!(reply_reason(&third).as_deref(), Some(RESET_STREAM_LIMIT));
-        let others = hub.from_harness("e", &c, &other, &h(RelayMessageFrame::resume("o1", 0)));
+        let others = hub.on_harness_frame("e", &c, &other, &h(RelayMessageFrame::resume("o1", 0)));
         assert_eq!(socket_of(&others), Some(exec.socket));
 
         // s1's handshake is answered: the claim was used. s2 and o1 expire.
-        hub.from_executor(
+        hub.on_executor_frame(
             "e",
             exec.socket,
             &h(RelayMessageFrame::handshake("s1", vec![2], 0)),
@@ -1002,7 +1009,7 @@ mod tests {
         assert!(hub.harness_connected("e", bad.clone(), &who("k2")));
         for i in 0..MAX_FAILED_HANDSHAKES {
             let stream = format!("bad-{i}");
-            let sent = hub.from_harness(
+            let sent = hub.on_harness_frame(
                 "e",
                 &bad,
                 &who("k2"),
@@ -1010,7 +1017,7 @@ mod tests {
             );
             assert_eq!(socket_of(&sent), Some(exec.socket));
             assert!(bad.closer.notified().now_or_never().is_none());
-            let refused = hub.from_executor(
+            let refused = hub.on_executor_frame(
                 "e",
                 exec.socket,
                 &h(RelayMessageFrame::reset(
@@ -1021,7 +1028,7 @@ mod tests {
             assert_eq!(socket_of(&refused), Some(bad.socket));
         }
         assert!(bad.closer.notified().now_or_never().is_some());
-        let more = hub.from_harness(
+        let more = hub.on_harness_frame(
             "e",
             &bad,
             &who("k2"),
@@ -1035,10 +1042,10 @@ mod tests {
         for i in 0..MAX_FAILED_HANDSHAKES {
             let stream = format!("ok-{i}");
             let handshake = |body| h(RelayMessageFrame::handshake(&stream, body, 0));
-            hub.from_harness("e", &good, &who("k"), &handshake(vec![1]));
-            hub.from_executor("e", exec.socket, &handshake(vec![2]));
+            hub.on_harness_frame("e", &good, &who("k"), &handshake(vec![1]));
+            hub.on_executor_frame("e", exec.socket, &handshake(vec![2]));
             let reset = RelayMessageFrame::reset(&stream, "noise_relay_protocol_error");
-            hub.from_executor("e", exec.socket, &h(reset));
+            hub.on_executor_frame("e", exec.socket, &h(reset));
         }
         assert!(good.closer.notified().now_or_never().is_none());
         assert!(hub.is_online("e"));
@@ -1086,9 +1093,9 @@ mod tests {
         hub.executor_connected("e", exec.clone());
         assert!(hub.admits_harnesses("e"));
         let offer = RelayMessageFrame::handshake("s", vec![1], FEATURE_RELIABLE);
-        hub.from_harness("e", &harn, &who("k"), &h(offer));
+        hub.on_harness_frame("e", &harn, &who("k"), &h(offer));
         let accept = RelayMessageFrame::handshake("s", vec![2], FEATURE_RELIABLE);
-        hub.from_executor("e", exec.socket, &h(accept));
+        hub.on_executor_frame("e", exec.socket, &h(accept));
 
         // Both sockets are cut; the stream is held for both.
         let (_, held) = hub.executor_gone("e", exec.socket);
@@ -1120,28 +1127,28 @@ mod tests {
         let (old, _) = link(&hub);
         for (stream, features) in [("rel", FEATURE_RELIABLE), ("ref", 0)] {
             let offer = RelayMessageFrame::handshake(stream, vec![1], features);
-            hub.from_harness("e", &old, &who("k"), &h(offer));
+            hub.on_harness_frame("e", &old, &who("k"), &h(offer));
             let accept = RelayMessageFrame::handshake(stream, vec![2], features);
-            hub.from_executor("e", exec.socket, &h(accept));
+            hub.on_executor_frame("e", exec.socket, &h(accept));
         }
         // The old socket is dead but its close was not seen yet; the
         // harness resumes on a new one.
         let (new, _) = link(&hub);
         let resume = |stream| h(RelayMessageFrame::resume(stream, 4));
-        let stranger = hub.from_harness("e", &new, &who("other"), &resume("rel"));
+        let stranger = hub.on_harness_frame("e", &new, &who("other"), &resume("rel"));
         assert_eq!(
             reply_reason(&stranger).as_deref(),
             Some(RESET_STREAM_IN_USE)
         );
-        let reference = hub.from_harness("e", &new, &who("k"), &resume("ref"));
+        let reference = hub.on_harness_frame("e", &new, &who("k"), &resume("ref"));
         assert_eq!(
             reply_reason(&reference).as_deref(),
             Some(RESET_STREAM_IN_USE)
         );
-        let back = hub.from_harness("e", &new, &who("k"), &resume("rel"));
+        let back = hub.on_harness_frame("e", &new, &who("k"), &resume("rel"));
         assert_eq!(socket_of(&back), Some(exec.socket));
         let to_harness =
-            hub.from_executor("e", exec.socket, &h(RelayMessageFrame::heartbeat("rel")));
+            hub.on_executor_frame("e", exec.socket, &h(RelayMessageFrame::heartbeat("rel")));
         assert_eq!(socket_of(&to_harness), Some(new.socket));
         // The old socket's close, seen late, leaves the stream alone.
         let (resets, holds) = hub.harness_gone("e", old.socket);
@@ -1155,12 +1162,13 @@ mod tests {
         let hub = hub();
         let (exec, _) = link(&hub);
         hub.executor_connected("e", exec.clone());
-        let resume = hub.from_executor("e", exec.socket, &h(RelayMessageFrame::resume("old", 9)));
+        let resume =
+            hub.on_executor_frame("e", exec.socket, &h(RelayMessageFrame::resume("old", 9)));
         assert_eq!(reply_reason(&resume).as_deref(), Some(RESET_UNKNOWN_STREAM));
         // Other frames of unknown streams are still dropped silently.
         let data = RelayMessageFrame::data("old", 9, 0, 1, vec![1]);
         assert!(matches!(
-            hub.from_executor("e", exec.socket, &h(data)),
+            hub.on_executor_frame("e", exec.socket, &h(data)),
             Action::Drop
         ));
     }

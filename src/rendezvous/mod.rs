@@ -1,26 +1,26 @@
 //! `codexbox rendezvous`: a self-hostable registry and rendezvous for remote
 //! mode (docs/remote.md). One HTTP port serves the registry API
-//! ([`registry`]), `GET /readyz`, `GET /metrics` (Prometheus text, behind
+//! (`registry`), `GET /readyz`, `GET /metrics` (Prometheus text, behind
 //! a `metrics` token when there is a token file), and the relay WebSocket at `/relay`
-//! ([`socket`], routing in [`hub`]); URLs and harness key authorizations are
-//! signed ([`signing`]); callers are authorized by the token file
+//! (`socket`, routing in `hub`); URLs and harness key authorizations are
+//! signed (`signing`); callers are authorized by the token file
 //! ([`auth`]), or else by an executor and a harness token generated at
 //! start and published for the user's own codexbox peers
 //! ([`crate::listener_token`]); connection slots are shared out by
-//! [`admission`], and every request must arrive whole within the request
+//! `admission`, and every request must arrive whole within the request
 //! deadline. All state is in memory: a restart forgets registrations and
 //! streams, and both executors (401 on their next upgrade → register again)
 //! and harnesses (409 `environment_offline` until then → retry) recover.
 //! It routes ciphertext by `stream_id` and never sees plaintext.
 
-pub mod admission;
+pub(crate) mod admission;
 pub mod auth;
-pub mod cli;
-pub mod hub;
-pub mod rate;
-pub mod registry;
-pub mod signing;
-pub mod socket;
+pub(crate) mod cli;
+pub(crate) mod hub;
+pub(crate) mod rate;
+pub(crate) mod registry;
+pub(crate) mod signing;
+pub(crate) mod socket;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -73,7 +73,7 @@ pub struct RendezvousConfig {
     /// TCP connections served at once (HTTP and WebSocket).
     pub max_connections: usize,
     /// Of those, connections whose request is not yet read and authorized
-    /// (see [`admission`]).
+    /// (see `admission`).
     pub max_pending_connections: usize,
     /// Time a client has to send its whole request, head and body.
     pub request_timeout: Duration,

@@ -133,8 +133,8 @@ pub async fn serve<S>(
             }
         };
         let action = match &role {
-            SocketRole::Executor => hub.from_executor(&environment_id, link.socket, &frame),
-            SocketRole::Harness(who) => hub.from_harness(&environment_id, &link, who, &frame),
+            SocketRole::Executor => hub.on_executor_frame(&environment_id, link.socket, &frame),
+            SocketRole::Harness(who) => hub.on_harness_frame(&environment_id, &link, who, &frame),
         };
         match action {
             Action::Forward(to) => {

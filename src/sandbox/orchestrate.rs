@@ -69,7 +69,6 @@ pub struct Prepared {
     pub network: NetworkSandboxPolicy,
     pub policy_cwd: PathBuf,
     pub command_cwd: PathBuf,
-    pub fs: FileSystemSandboxPolicy,
     pub resolved: ResolvedPolicy,
 }
 
@@ -145,7 +144,6 @@ pub(crate) fn prepare(args: &Args) -> Result<Prepared, Failure> {
         network,
         policy_cwd,
         command_cwd,
-        fs,
         resolved,
     })
 }

@@ -5,7 +5,7 @@
 //! Read-only: nothing here changes the calling process. The user-namespace
 //! test runs in a forked child that exits without exec'ing. Which launcher
 //! and backend to use is decided elsewhere (`sandbox::launcher`, the CLI);
-//! the doctor ([`crate::sandbox::doctor`]) prints these facts.
+//! the doctor (`crate::sandbox::doctor`) prints these facts.
 
 use std::io;
 use std::os::unix::process::CommandExt;

@@ -5,7 +5,7 @@
 //! namespace exists, so a bad command line never gets as far as `clone`.
 //! Options are read in bubblewrap 0.11's order with its messages, warnings
 //! (`Only the last --uid option will take effect`) and number syntax
-//! ([`numbers`]); every refusal is a [`CliError`], never a panic. Nothing
+//! (`numbers`); every refusal is a [`CliError`], never a panic. Nothing
 //! here touches the system except reading the fds given to `--args` and
 //! `--add-seccomp-fd`, which bubblewrap reads while parsing too.
 

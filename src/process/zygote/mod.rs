@@ -13,7 +13,7 @@
 //! Jobs travel over a `SOCK_SEQPACKET` socket: one message with the encoded
 //! launch and four descriptors (stdin, stdout, stderr, status pipe) as
 //! `SCM_RIGHTS`, then those of a sandbox helper's reuse request
-//! ([`crate::process::launch::HelperJob`]). Any failure to reach the zygote
+//! (`crate::process::launch::HelperJob`). Any failure to reach the zygote
 //! makes the caller fall back to forking the server directly.
 
 mod helper;

@@ -17,7 +17,6 @@
 
 use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 use crate::policy::{normalize, ResolvedPolicy, PROTECTED_METADATA_NAMES};
@@ -53,8 +52,6 @@ impl ProxyMounts {
 pub enum BwrapArgsError {
     #[error("cannot enforce sandbox path {}: symlinks nest too deeply", .0.display())]
     SymlinkLoop(PathBuf),
-    #[error("path {} is not valid for bubblewrap (contains a NUL byte)", .0.display())]
-    Nul(PathBuf),
 }
 
 /// What the launcher supports (probed once, see `sandbox::launcher`).
@@ -258,11 +255,6 @@ pub fn build(inputs: &BwrapInputs<'_>) -> Result<BwrapCommand, BwrapArgsError> {
     out.synthetic_targets.sort();
     out.synthetic_targets.dedup();
     Ok(out)
-}
-
-/// Device and inode of a path, for cleanup bookkeeping.
-pub fn dev_ino(p: &Path) -> Option<(u64, u64)> {
-    p.symlink_metadata().ok().map(|m| (m.dev(), m.ino()))
 }
 
 mod fs;

@@ -48,7 +48,7 @@ pub mod proxy_url;
 
 pub use host::{warn_no_stub, HostRouting, NO_STUB_WARNING};
 pub use inside::activate_inside;
-pub use proxy_url::{parse_endpoint, plan_routes, process_env, rewrite_proxy_url, PlannedRoute};
+pub use proxy_url::{plan_routes, process_env};
 
 /// Errors of managed routing (one stderr line each, exit 1).
 #[derive(Debug, thiserror::Error)]

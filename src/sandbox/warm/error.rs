@@ -36,8 +36,6 @@ pub enum LaunchError {
         #[source]
         source: io::Error,
     },
-    #[error("creation of new user namespaces was not disabled as requested")]
-    UsernsStillAllowed,
     /// What the inner stage of a one-shot sandbox says (confinement,
     /// seccomp, exec), with its words.
     #[error(transparent)]
