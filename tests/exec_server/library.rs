@@ -150,36 +150,45 @@ fn client_until_closed(url: String, connected: std::sync::mpsc::Sender<()>) -> O
     })
 }
 
-#[test]
-fn a_stopped_embedded_server_closes_its_connections_and_leaves_no_task_behind() {
+/// Serves an embedded server on a runtime of its own, runs `client` on a
+/// thread against it until the client says it is ready, checks `serving`
+/// with `busy`, stops the server and asserts that no task is left on the
+/// runtime; returns what the client returned.
+fn stop_with_a_client<T: Send + 'static>(
+    client: fn(String, std::sync::mpsc::Sender<()>) -> T,
+    busy: fn(usize) -> bool,
+) -> T {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    runtime.block_on(async {
+    runtime.block_on(async move {
         let (url, stop, serving) = serve_default().await;
-        let (connected_tx, connected) = std::sync::mpsc::channel();
-        let client = std::thread::spawn(move || client_until_closed(url, connected_tx));
-        tokio::task::spawn_blocking(move || connected.recv_timeout(WAIT))
+        let (ready_tx, ready) = std::sync::mpsc::channel();
+        let client = std::thread::spawn(move || client(url, ready_tx));
+        tokio::task::spawn_blocking(move || ready.recv_timeout(WAIT))
             .await
             .unwrap()
-            .expect("the client connected");
+            .expect("the client is ready");
         let metrics = tokio::runtime::Handle::current().metrics();
-        assert!(
-            metrics.num_alive_tasks() > 1,
-            "a connection is being served"
-        );
+        assert!(busy(metrics.num_alive_tasks()), "the server is busy");
         let _ = stop.send(());
         let outcome = tokio::time::timeout(WAIT, serving).await;
         assert!(matches!(outcome, Ok(Ok(Ok(())))), "{outcome:?}");
         // Every connection task, and every task they started, has ended.
         assert_eq!(metrics.num_alive_tasks(), 0);
-        let code = tokio::task::spawn_blocking(move || client.join())
+        tokio::task::spawn_blocking(move || client.join())
             .await
             .unwrap()
-            .expect("client thread");
-        assert_eq!(code, Some(1001), "closed as going away");
-    });
+            .expect("client thread")
+    })
+}
+
+#[test]
+fn a_stopped_embedded_server_closes_its_connections_and_leaves_no_task_behind() {
+    // More than the server's own task: a connection is being served.
+    let code = stop_with_a_client(client_until_closed, |alive| alive > 1);
+    assert_eq!(code, Some(1001), "closed as going away");
 }
 
 /// A client on its own thread and runtime: starts `sleep` behind a
@@ -216,33 +225,8 @@ fn client_with_a_proxied_process(url: String, started: std::sync::mpsc::Sender<(
 
 #[test]
 fn a_stopped_embedded_server_stops_the_network_proxies_of_its_processes() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let (url, stop, serving) = serve_default().await;
-        let (started_tx, started) = std::sync::mpsc::channel();
-        let client = std::thread::spawn(move || client_with_a_proxied_process(url, started_tx));
-        tokio::task::spawn_blocking(move || started.recv_timeout(WAIT))
-            .await
-            .unwrap()
-            .expect("the process started behind its proxy");
-        let _ = stop.send(());
-        let outcome = tokio::time::timeout(WAIT, serving).await;
-        assert!(matches!(outcome, Ok(Ok(Ok(())))), "{outcome:?}");
-        // The proxy's reporter and the proxy's own tasks ended with it.
-        assert_eq!(
-            tokio::runtime::Handle::current()
-                .metrics()
-                .num_alive_tasks(),
-            0
-        );
-        tokio::task::spawn_blocking(move || client.join())
-            .await
-            .unwrap()
-            .expect("client thread");
-    });
+    // The process's pump and the proxy's reporter and listeners run here.
+    stop_with_a_client(client_with_a_proxied_process, |alive| alive > 3);
 }
 
 /// Pids of the fs-helper sandboxes under this process whose policy cwd is
