@@ -381,29 +381,51 @@ fn close_helper(helper: Helper) {
 
 impl Drop for Helper {
     /// Closes stdin (the helper exits at EOF, and the sandbox then removes
-    /// what it mounted) and reaps the process in the background; a helper
-    /// that does not exit within a second is killed. Never SIGKILLs first,
-    /// so the sandbox gets to clean up.
+    /// what it mounted) and reaps the process in the background (see
+    /// [`end_gracefully`]). Never SIGKILLs first, so the sandbox gets to
+    /// clean up: without a runtime to wait on, it only asks with SIGTERM.
     fn drop(&mut self) {
         drop(self.stdin.take());
-        let Some(mut child) = self.child.take() else {
+        let Some(child) = self.child.take() else {
             return;
         };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(end_gracefully(child));
             }
-            Err(_) => {
-                let _ = child.start_kill();
-            }
+            Err(_) => ask_to_end(&child),
         }
     }
 }
 
-/// Waits a second for a helper whose stdin is closed to exit, then kills
-/// it; either way it is reaped.
+/// How long a helper whose stdin is closed gets to exit, then again after
+/// SIGTERM, before it is killed.
+const HELPER_EXIT_GRACE: Duration = Duration::from_secs(1);
+const HELPER_TERM_GRACE: Duration = Duration::from_secs(5);
+
+/// SIGTERM to the helper's wrapper, which passes it on to its sandbox,
+/// waits for it and removes the mount points it made on the host (a
+/// SIGKILL leaves them behind).
+fn ask_to_end(child: &Child) {
+    if let Some(pid) = child.id().and_then(|pid| libc::pid_t::try_from(pid).ok()) {
+        // SAFETY: kill takes a pid and a signal number; the child is not
+        // reaped yet, so the pid is still ours.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    }
+}
+
+/// Waits for a helper whose stdin is closed to exit, asks it with SIGTERM
+/// when it is slow (a loaded machine), and kills it only when that is not
+/// heeded either; either way it is reaped.
 async fn end_gracefully(mut child: Child) {
-    if tokio::time::timeout(Duration::from_secs(1), child.wait())
+    if tokio::time::timeout(HELPER_EXIT_GRACE, child.wait())
+        .await
+        .is_ok()
+    {
+        return;
+    }
+    ask_to_end(&child);
+    if tokio::time::timeout(HELPER_TERM_GRACE, child.wait())
         .await
         .is_err()
     {
