@@ -15,52 +15,11 @@ use serde_json::{json, Value};
 
 use crate::common::client::{sleepers, unb64, Raw, Server};
 use crate::common::fs::eventually;
+use crate::common::redteam::request::{ctx, managed, path_entry, read_only, special, workspace};
 use crate::common::redteam::{available, reused_and_one_shot, Launcher, Reuse, Tree};
 
 fn ready() -> bool {
     available(Launcher::Builtin)
-}
-
-fn special(kind: &str, access: &str) -> Value {
-    json!({"path": {"type": "special", "value": {"kind": kind}}, "access": access})
-}
-
-fn meta(sub: &str) -> Value {
-    json!({"path": {"type": "special", "value": {"kind": "project_roots", "subpath": sub}}, "access": "read"})
-}
-
-fn path_entry(path: &Path, access: &str) -> Value {
-    json!({"path": {"type": "path", "path": path.to_string_lossy()}, "access": access})
-}
-
-fn managed(entries: Vec<Value>) -> Value {
-    json!({"type": "managed", "file_system": {"type": "restricted", "entries": entries}, "network": "restricted"})
-}
-
-/// Read everything, write the workspace (metadata protected), plus `extra`.
-fn workspace(extra: Vec<Value>) -> Value {
-    let mut entries = vec![
-        special("root", "read"),
-        special("project_roots", "write"),
-        meta(".git"),
-        meta(".agents"),
-        meta(".codex"),
-    ];
-    entries.extend(extra);
-    managed(entries)
-}
-
-fn read_only() -> Value {
-    managed(vec![special("root", "read")])
-}
-
-fn ctx(permissions: Value, ws: &Path) -> Value {
-    json!({
-        "permissions": permissions,
-        "cwd": ws.to_string_lossy(),
-        "workspaceRoots": [ws.to_string_lossy()],
-        "windowsSandboxLevel": "disabled",
-    })
 }
 
 /// A server and one session on it.

@@ -8,42 +8,9 @@
 use std::path::Path;
 
 use crate::common::fs::{b64, unb64, Client, RpcErr, Server};
+use crate::common::redteam::request::{ctx, path_entry as entry, special, workspace};
 use crate::common::redteam::{available, reused_and_one_shot, Launcher, Reuse, Tree};
 use serde_json::{json, Value};
-
-fn entry(path: &Path, access: &str) -> Value {
-    json!({"path": {"type": "path", "path": path.to_string_lossy()}, "access": access})
-}
-
-fn special(kind: &str, access: &str) -> Value {
-    json!({"path": {"type": "special", "value": {"kind": kind}}, "access": access})
-}
-
-fn meta(sub: &str) -> Value {
-    json!({"path": {"type": "special", "value": {"kind": "project_roots", "subpath": sub}}, "access": "read"})
-}
-
-/// Read everything, write the workspace (metadata protected), plus `extra`.
-fn workspace(extra: Vec<Value>) -> Value {
-    let mut entries = vec![
-        special("root", "read"),
-        special("project_roots", "write"),
-        meta(".git"),
-        meta(".agents"),
-        meta(".codex"),
-    ];
-    entries.extend(extra);
-    json!({"type": "managed", "file_system": {"type": "restricted", "entries": entries}, "network": "restricted"})
-}
-
-fn ctx(permissions: Value, ws: &Path) -> Value {
-    json!({
-        "permissions": permissions,
-        "cwd": ws.to_string_lossy(),
-        "workspaceRoots": [ws.to_string_lossy()],
-        "windowsSandboxLevel": "disabled",
-    })
-}
 
 fn p(path: &Path) -> String {
     path.to_string_lossy().into_owned()

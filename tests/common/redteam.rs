@@ -397,3 +397,55 @@ macro_rules! reused_and_one_shot {
 }
 #[allow(unused_imports)] // not every test binary parametrises server cases
 pub(crate) use reused_and_one_shot;
+
+/// The same profiles as JSON values, and the `sandbox` context of an
+/// exec-server request, for the attacks made through the server.
+pub mod request {
+    use std::path::Path;
+
+    use serde_json::{json, Value};
+
+    pub fn special(kind: &str, access: &str) -> Value {
+        json!({"path": {"type": "special", "value": {"kind": kind}}, "access": access})
+    }
+
+    pub fn meta(sub: &str) -> Value {
+        json!({"path": {"type": "special", "value": {"kind": "project_roots", "subpath": sub}}, "access": "read"})
+    }
+
+    pub fn path_entry(path: &Path, access: &str) -> Value {
+        json!({"path": {"type": "path", "path": path.to_string_lossy()}, "access": access})
+    }
+
+    pub fn managed(entries: Vec<Value>) -> Value {
+        json!({"type": "managed", "file_system": {"type": "restricted", "entries": entries}, "network": "restricted"})
+    }
+
+    /// Read everything, write the workspace (metadata protected), plus `extra`.
+    pub fn workspace(extra: Vec<Value>) -> Value {
+        let mut entries = vec![
+            special("root", "read"),
+            special("project_roots", "write"),
+            meta(".git"),
+            meta(".agents"),
+            meta(".codex"),
+        ];
+        entries.extend(extra);
+        managed(entries)
+    }
+
+    pub fn read_only() -> Value {
+        managed(vec![special("root", "read")])
+    }
+
+    /// The `sandbox` field of a request: `permissions` with `ws` as cwd
+    /// and workspace root.
+    pub fn ctx(permissions: Value, ws: &Path) -> Value {
+        json!({
+            "permissions": permissions,
+            "cwd": ws.to_string_lossy(),
+            "workspaceRoots": [ws.to_string_lossy()],
+            "windowsSandboxLevel": "disabled",
+        })
+    }
+}

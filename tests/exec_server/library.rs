@@ -134,15 +134,20 @@ async fn serve_default() -> (String, tokio::sync::oneshot::Sender<()>, Serving) 
     (url, stop, serving)
 }
 
+/// Runs `work` to completion on a current-thread runtime of its own.
+fn on_own_runtime<F: std::future::Future>(work: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(work)
+}
+
 /// A client on its own thread and runtime: connects, handshakes, says so
 /// on `connected`, then reads (answering pings) until the server closes;
 /// returns the close code.
 fn client_until_closed(url: String, connected: std::sync::mpsc::Sender<()>) -> Option<u16> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async move {
+    on_own_runtime(async move {
         let mut raw = crate::common::client::Raw::connect(&url).await;
         raw.handshake().await;
         let _ = connected.send(());
@@ -158,11 +163,7 @@ fn stop_with_a_client<T: Send + 'static>(
     client: fn(String, std::sync::mpsc::Sender<()>) -> T,
     busy: fn(usize) -> bool,
 ) -> T {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async move {
+    on_own_runtime(async move {
         let (url, stop, serving) = serve_default().await;
         let (ready_tx, ready) = std::sync::mpsc::channel();
         let client = std::thread::spawn(move || client(url, ready_tx));
@@ -195,11 +196,7 @@ fn a_stopped_embedded_server_closes_its_connections_and_leaves_no_task_behind() 
 /// network proxy (whose tasks run on the server's runtime), says so on
 /// `started`, then reads until the server closes.
 fn client_with_a_proxied_process(url: String, started: std::sync::mpsc::Sender<()>) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async move {
+    on_own_runtime(async move {
         let mut raw = crate::common::client::Raw::connect(&url).await;
         raw.handshake().await;
         let proxy = serde_json::json!({
@@ -304,11 +301,7 @@ fn two_embedded_servers_share_no_fs_helpers_and_a_stopped_one_leaves_none() {
     if !crate::common::fs::sandbox_available() {
         return;
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    on_own_runtime(async {
         let a = Embedded::start("a").await;
         let b = Embedded::start("b").await;
         assert_eq!(a.read().await, b"a");
