@@ -21,7 +21,7 @@ use super::pty;
 use super::record::{EventRoute, Record};
 use super::spawn::{self, SpawnError};
 use crate::protocol::process::{PtySize, ReadResult, WriteStatus};
-use crate::shutdown::SharedShutdown;
+use crate::shutdown::{SharedShutdown, Watcher};
 use crate::sync::lock;
 
 /// How many `writeId`s per process are remembered for de-duplication.
@@ -221,7 +221,9 @@ impl ManagedProcess {
             terminated: AtomicBool::new(false),
             _sandboxed_root: sandboxed_root,
         });
-        let tasks = &options.tasks;
+        // One watcher for the process; each of its tasks gets a child.
+        let tasks = options.tasks.watcher();
+        let tasks = tasks.as_ref();
         if let Some(writer) = writer {
             spawn_watched(tasks, writer.run());
         }
@@ -440,13 +442,14 @@ impl ManagedProcess {
     }
 }
 
-/// Runs `task` under the server's process tasks: a stopping server drops
-/// it and waits for that; run plainly once the server has stopped.
-fn spawn_watched<F>(tasks: &SharedShutdown, task: F)
+/// Runs `task` under the server's process tasks (`tasks`): a stopping
+/// server drops it and waits for that; run plainly once the server has
+/// stopped (`None`).
+fn spawn_watched<F>(tasks: Option<&Watcher>, task: F)
 where
     F: std::future::Future<Output = ()> + Send + 'static,
 {
-    match tasks.watcher() {
+    match tasks {
         Some(watcher) => watcher.spawn_until_stopped(task),
         None => {
             tokio::spawn(task);
