@@ -17,11 +17,13 @@ impl Builder<'_> {
     fn symlink_inside_writable(&self, p: &Path) -> Option<PathBuf> {
         prefixes(p)
             .into_iter()
-            .find(|q| self.inside_writable(q) && is_symlink(q))
+            .find(|q| self.inside_writable(q) && self.file_type(q).is_some_and(|t| t.is_symlink()))
     }
 
-    fn first_missing(p: &Path) -> Option<PathBuf> {
-        prefixes(p).into_iter().find(|q| !exists(q))
+    fn first_missing(&self, p: &Path) -> Option<PathBuf> {
+        prefixes(p)
+            .into_iter()
+            .find(|q| self.file_type(q).is_none())
     }
 
     /// Rewrites `p` below a symlinked writable root to its real location.
@@ -237,7 +239,7 @@ impl Builder<'_> {
             };
             return self.read_only(&real, hops + 1);
         }
-        if let Some(missing) = Self::first_missing(p) {
+        if let Some(missing) = self.first_missing(p) {
             if !self.inside_writable(&missing) {
                 return Ok(());
             }
@@ -283,10 +285,10 @@ impl Builder<'_> {
             }
             return Ok(());
         }
-        let meta = match u.symlink_metadata() {
-            Ok(m) => m,
-            Err(_) => {
-                if let Some(missing) = Self::first_missing(u) {
+        let meta = match self.file_type(u) {
+            Some(file_type) => file_type,
+            None => {
+                if let Some(missing) = self.first_missing(u) {
                     if self.inside_writable(&missing) {
                         self.out.texts(&["--perms", "000", "--ro-bind-data"]);
                         self.out.args.push(BwrapArg::EmptyFileFd);
@@ -300,7 +302,7 @@ impl Builder<'_> {
                 return Ok(());
             }
         };
-        if meta.file_type().is_symlink() {
+        if meta.is_symlink() {
             // A symlink outside writable paths: hide what it points to.
             if let Ok(real) = u.canonicalize() {
                 return self.mask(&real, hops + 1);

@@ -193,12 +193,6 @@ fn exists(p: &Path) -> bool {
     p.symlink_metadata().is_ok()
 }
 
-fn is_symlink(p: &Path) -> bool {
-    p.symlink_metadata()
-        .map(|m| m.file_type().is_symlink())
-        .unwrap_or(false)
-}
-
 /// Canonical form if `p` exists, `p` otherwise.
 fn canonical_or_self(p: &Path) -> PathBuf {
     p.canonicalize().unwrap_or_else(|_| p.to_path_buf())
@@ -230,6 +224,23 @@ struct Builder<'a> {
     writable_paths: Vec<PathBuf>,
     /// Every writable root (in policy order) with its canonical form.
     remaps: Vec<(PathBuf, PathBuf)>,
+    /// What `lstat` said of the paths the masks looked at (`None`: absent),
+    /// asked once per build: deny globs with many matches share most
+    /// prefixes.
+    file_types: std::cell::RefCell<std::collections::HashMap<PathBuf, Option<std::fs::FileType>>>,
+}
+
+impl Builder<'_> {
+    /// The type of the entry at `p`, not followed (`None`: absent), looked
+    /// at once per build.
+    fn file_type(&self, p: &Path) -> Option<std::fs::FileType> {
+        if let Some(known) = self.file_types.borrow().get(p) {
+            return *known;
+        }
+        let found = p.symlink_metadata().ok().map(|m| m.file_type());
+        self.file_types.borrow_mut().insert(p.to_path_buf(), found);
+        found
+    }
 }
 
 /// Builds the bwrap argv for a restricted policy.
@@ -240,6 +251,7 @@ pub fn build(inputs: &BwrapInputs<'_>) -> Result<BwrapCommand, BwrapArgsError> {
         writable_mounts: Vec::new(),
         writable_paths: Vec::new(),
         remaps: Vec::new(),
+        file_types: Default::default(),
     };
     b.out.texts(&["--new-session", "--die-with-parent"]);
     if inputs.policy.full_write && inputs.glob_matches.is_empty() {
