@@ -11,6 +11,7 @@
 //! symlink). The sandbox hides it, so a sandboxed command can neither read
 //! nor plant anything there.
 
+use std::ffi::OsString;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -93,19 +94,37 @@ fn euid() -> u32 {
     nix::unistd::geteuid().as_raw()
 }
 
+/// The environment that chooses the private directory: `$XDG_RUNTIME_DIR`
+/// and `$HOME`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PrivateDirEnv {
+    pub xdg_runtime_dir: Option<OsString>,
+    pub home: Option<OsString>,
+}
+
+impl PrivateDirEnv {
+    /// This process's.
+    pub fn of_process() -> PrivateDirEnv {
+        PrivateDirEnv {
+            xdg_runtime_dir: std::env::var_os("XDG_RUNTIME_DIR"),
+            home: std::env::var_os("HOME"),
+        }
+    }
+}
+
 /// Candidate locations, best first.
-fn candidates() -> Vec<PathBuf> {
+fn candidates(env: &PrivateDirEnv) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let uid = euid();
     if uid == 0 {
         out.push(PathBuf::from("/run/codexbox"));
     }
-    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+    if let Some(x) = env.xdg_runtime_dir.as_ref().map(PathBuf::from) {
         if x.is_absolute() {
             out.push(x.join("codexbox"));
         }
     }
-    if let Some(h) = std::env::var_os("HOME").map(PathBuf::from) {
+    if let Some(h) = env.home.as_ref().map(PathBuf::from) {
         if h.is_absolute() {
             out.push(h.join(".cache").join("codexbox"));
         }
@@ -124,8 +143,13 @@ pub(crate) fn is_private_dir(dir: &Path) -> bool {
 
 /// The private runtime directory, created on first use.
 pub fn private_dir() -> Result<PathBuf, NoPrivateDir> {
+    private_dir_in(&PrivateDirEnv::of_process())
+}
+
+/// The private runtime directory of a process whose environment is `env`.
+pub fn private_dir_in(env: &PrivateDirEnv) -> Result<PathBuf, NoPrivateDir> {
     let mut tried = Vec::new();
-    for dir in candidates() {
+    for dir in candidates(env) {
         if let Some(parent) = dir.parent() {
             if !parent.is_dir() {
                 let _ = std::fs::DirBuilder::new()

@@ -167,9 +167,18 @@ impl FileSystemSandboxPolicy {
     /// earlier sandboxed commands could write) count as places where a
     /// symlink may have been planted, beside the cwd (the project root).
     pub fn resolve(&self, cwd: &Path, plantable: &[PathBuf]) -> ResolvedPolicy {
-        let tmpdir = std::env::var_os("TMPDIR")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from);
+        self.resolve_with_tmpdir(cwd, plantable, std::env::var_os("TMPDIR").as_deref())
+    }
+
+    /// [`Self::resolve`] with `tmpdir` as the helper's `$TMPDIR` (the
+    /// exec-server decides for a helper whose environment is not its own).
+    pub fn resolve_with_tmpdir(
+        &self,
+        cwd: &Path,
+        plantable: &[PathBuf],
+        tmpdir: Option<&std::ffi::OsStr>,
+    ) -> ResolvedPolicy {
+        let tmpdir = tmpdir.filter(|v| !v.is_empty()).map(PathBuf::from);
         let mut places = vec![PathBuf::from("/tmp")];
         places.extend(tmpdir.iter().map(|t| cwd.join(t)));
         places.extend_from_slice(plantable);

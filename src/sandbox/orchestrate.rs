@@ -17,7 +17,7 @@
 //! `ProxyRouted` seccomp mode. It needs the bubblewrap backend; the Landlock
 //! backend refuses it (it cannot route), never running with more network.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use crate::policy::{
@@ -77,8 +77,9 @@ fn resolve_for_run(
     fs: &FileSystemSandboxPolicy,
     policy_cwd: &Path,
     plantable: &[PathBuf],
+    tmpdir: Option<&OsStr>,
 ) -> ResolvedPolicy {
-    let mut resolved = fs.resolve(policy_cwd, plantable);
+    let mut resolved = fs.resolve_with_tmpdir(policy_cwd, plantable, tmpdir);
     // The helper and its bundled launcher run outside the sandbox next
     // time: never writable from inside it.
     if let Ok(exe) = crate::runtime_paths::self_exe() {
@@ -112,10 +113,24 @@ pub fn planted_link_warnings(
     if fs.has_full_disk_write_access() {
         return Vec::new();
     }
-    dropped_grant_warnings(&resolve_for_run(&fs, policy_cwd, plantable))
+    let tmpdir = std::env::var_os("TMPDIR");
+    dropped_grant_warnings(&resolve_for_run(
+        &fs,
+        policy_cwd,
+        plantable,
+        tmpdir.as_deref(),
+    ))
 }
 
 pub(crate) fn prepare(args: &Args) -> Result<Prepared, Failure> {
+    prepare_with_tmpdir(args, std::env::var_os("TMPDIR").as_deref())
+}
+
+/// [`prepare`] for a helper whose `$TMPDIR` is `tmpdir`.
+pub(crate) fn prepare_with_tmpdir(
+    args: &Args,
+    tmpdir: Option<&OsStr>,
+) -> Result<Prepared, Failure> {
     let Some(cwd) = &args.sandbox_policy_cwd else {
         return Err(usage(
             "the following required argument was not provided: --sandbox-policy-cwd <DIR>",
@@ -138,7 +153,7 @@ pub(crate) fn prepare(args: &Args) -> Result<Prepared, Failure> {
         };
     }
     let (fs, network) = profile.to_runtime();
-    let resolved = resolve_for_run(&fs, &policy_cwd, &args.plantable_roots);
+    let resolved = resolve_for_run(&fs, &policy_cwd, &args.plantable_roots, tmpdir);
     Ok(Prepared {
         profile,
         network,

@@ -46,7 +46,12 @@ pub enum StateError {
 /// private (a directory of ours, mode 0700) is refused, never replaced by
 /// another place: the sandbox hides this one directory.
 pub fn state_dir() -> Result<PathBuf, StateError> {
-    let dir = runtime_paths::private_dir()?;
+    state_dir_in(&runtime_paths::PrivateDirEnv::of_process())
+}
+
+/// [`state_dir`] of a process whose environment is `env`.
+pub fn state_dir_in(env: &runtime_paths::PrivateDirEnv) -> Result<PathBuf, StateError> {
+    let dir = runtime_paths::private_dir_in(env)?;
     let mounts = dir.join("mounts");
     let _ = std::fs::DirBuilder::new().mode(0o700).create(&mounts);
     if runtime_paths::is_private_dir(&mounts) {

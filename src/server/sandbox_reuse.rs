@@ -6,8 +6,10 @@
 //! helper's flags but the command and its directory, the environment the
 //! helper's decision reads, and whether the command runs on a terminal).
 //! The first command of a shape waits while a keeper prepares it (about
-//! the cost of a one-shot sandbox); later ones run in it, each after its
-//! helper checked that a one-shot run would build the same sandbox now.
+//! the cost of a one-shot sandbox); later ones run in it, each after the
+//! server checked, just before the launch, that a one-shot run of its
+//! helper would build the same sandbox now (`sandbox::warm::decide_ahead`;
+//! the helper checks itself when the server cannot decide for it).
 //!
 //! It is dropped (its keeper then removes what it left on the host and
 //! exits, its namespaces vanish with the last descriptor): when a helper
@@ -40,7 +42,10 @@ use crate::process::fd::register;
 use crate::process::launch::{HelperJob, HelperKind, LaunchSpec};
 use crate::sandbox::deny_index::DenyIndex;
 use crate::sandbox::glob::GlobExpansion;
-use crate::sandbox::warm::request::{DenyMatches, LaunchRequest, PrepareAnswer, PrepareRequest};
+use crate::sandbox::warm::request::{
+    Decided, DenyMatches, LaunchRequest, PrepareAnswer, PrepareRequest,
+};
+use crate::sandbox::warm::{self, plan::DecisionEnv, Verdict};
 use crate::sync::lock;
 
 /// Prepared sandboxes one session keeps.
@@ -57,8 +62,6 @@ const PREPARE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest deny-glob match list sent with a command (larger: the helper
 /// scans, as a one-shot run does).
 const MAX_EXPANSION_BYTES: usize = 64 * 1024;
-/// The environment the helper's decision reads.
-const DECISION_ENV: [&str; 4] = ["TMPDIR", "HOME", "XDG_RUNTIME_DIR", "CODEXBOX_BWRAP"];
 
 /// Whether and how the server reuses sandboxes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,16 +105,7 @@ pub struct Key {
 
 impl Key {
     fn of(request: &SandboxRequest, spec: &LaunchSpec) -> Key {
-        let env = DECISION_ENV
-            .iter()
-            .map(|name| {
-                spec.env
-                    .iter()
-                    .rev()
-                    .find(|(key, _)| key == name)
-                    .map(|(_, value)| value.clone())
-            })
-            .collect();
+        let env = DecisionEnv::of_pairs(&spec.env).values().to_vec();
         Key {
             profile_json: request.profile_json.clone(),
             policy_cwd: request.policy_cwd.clone(),
@@ -174,8 +168,27 @@ impl Reuse {
             match prepared {
                 Outcome::Ready(sandbox) if sandbox.usable(generation) => {
                     slot.touch();
-                    spec.helper = Some(sandbox.launch_job(expansion));
-                    return;
+                    let Some(matches) = expansion else {
+                        // The helper scans and decides.
+                        spec.helper = Some(sandbox.launch_job(None, None));
+                        return;
+                    };
+                    match decide_ahead(spec, sandbox.digest, matches.clone(), key.console).await {
+                        Verdict::Launch(decided) => {
+                            spec.helper = Some(sandbox.launch_job(None, Some(decided)));
+                            return;
+                        }
+                        Verdict::HelperDecides => {
+                            tracing::debug!("the helper decides");
+                            spec.helper = Some(sandbox.launch_job(Some(matches), None));
+                            return;
+                        }
+                        // Replaced by a sandbox prepared for the host as it is now.
+                        Verdict::Outdated => {
+                            tracing::debug!("prepared sandbox outdated");
+                            session.remove(&key, &slot);
+                        }
+                    }
                 }
                 Outcome::Unavailable { since } if since.elapsed() < RETRY_AFTER => return,
                 _ => session.remove(&key, &slot),
@@ -277,6 +290,24 @@ impl Reuse {
             PrepareAnswer::Failed(why) => Err(why),
         }
     }
+}
+
+/// [`warm::decide_ahead`] for the helper launch `spec`, off the runtime's
+/// threads (it reads the host: a few hundred system calls, more with many
+/// deny-glob matches).
+async fn decide_ahead(
+    spec: &LaunchSpec,
+    expected: [u8; 32],
+    matches: DenyMatches,
+    console: bool,
+) -> Verdict {
+    let argv = spec.argv.clone();
+    let env = spec.env.clone();
+    tokio::task::spawn_blocking(move || {
+        warm::decide_ahead(&argv, &env, expected, &matches, console)
+    })
+    .await
+    .unwrap_or(Verdict::HelperDecides)
 }
 
 /// Logs what a keeper says on stderr (bubblewrap's setup errors).
@@ -561,11 +592,13 @@ impl PreparedSandbox {
         usable
     }
 
-    /// The job that runs a command in it.
-    fn launch_job(&self, expansion: Option<DenyMatches>) -> HelperJob {
+    /// The job that runs a command in it, decided by the server or left to
+    /// the helper to decide.
+    fn launch_job(&self, expansion: Option<DenyMatches>, decided: Option<Decided>) -> HelperJob {
         let request = LaunchRequest {
             expected: self.digest,
             expansion,
+            decided,
         };
         let mut fds = vec![
             self.stale_write.clone(),

@@ -50,13 +50,19 @@ impl Session {
 
     /// Starts `script` in `sandbox` (cwd: the sandbox's); returns its id.
     async fn start_script(&mut self, sandbox: &Value, script: &str) -> String {
+        self.start_script_with(sandbox, script, json!({"PATH": "/usr/bin:/bin"}))
+            .await
+    }
+
+    /// [`Self::start_script`] with the environment `env`.
+    async fn start_script_with(&mut self, sandbox: &Value, script: &str, env: Value) -> String {
         let id = self.id();
         let cwd = sandbox["cwd"].clone();
         self.raw
             .call(
                 "process/start",
                 json!({"processId": id, "argv": ["sh", "-c", script], "cwd": cwd,
-                       "env": {"PATH": "/usr/bin:/bin"}, "tty": false, "sandbox": sandbox}),
+                       "env": env, "tty": false, "sandbox": sandbox}),
             )
             .await;
         id
@@ -85,16 +91,23 @@ impl Session {
     /// two of them alive at once share its network namespace (two one-shot
     /// sandboxes alive at once never do). Returns that namespace.
     async fn assert_reused(&mut self, sandbox: &Value) -> String {
+        self.assert_reused_with(sandbox, json!({"PATH": "/usr/bin:/bin"}))
+            .await
+    }
+
+    /// [`Self::assert_reused`] for commands with the environment `env`.
+    async fn assert_reused_with(&mut self, sandbox: &Value, env: Value) -> String {
         let holder = self.id();
         self.raw
             .call(
                 "process/start",
                 json!({"processId": holder, "argv": ["sh", "-c", format!("{NETNS}read line")],
-                       "cwd": sandbox["cwd"], "env": {"PATH": "/usr/bin:/bin"}, "tty": false,
+                       "cwd": sandbox["cwd"], "env": env, "tty": false,
                        "pipeStdin": true, "sandbox": sandbox}),
             )
             .await;
-        let (_, second) = self.run(sandbox, NETNS).await;
+        let id = self.start_script_with(sandbox, NETNS, env).await;
+        let (_, second) = self.finish(&id).await;
         self.raw
             .call(
                 "process/write",
@@ -424,6 +437,55 @@ async fn workspaces_and_profiles_in_sequence_keep_their_own_grants() {
     };
     assert_eq!(written(&one), ["a0", "a1"]);
     assert_eq!(written(&two), ["b0", "b1"]);
+}
+
+/// The sandbox is decided with the command's environment, not the
+/// server's: a grant through a link inside the command's own `$TMPDIR` (a
+/// place where an earlier command could have planted it) is dropped, and
+/// honoured when `$TMPDIR` is elsewhere; either way in a reused sandbox.
+#[tokio::test]
+async fn the_commands_own_tmpdir_decides_which_links_count_as_planted() {
+    if !ready() {
+        return;
+    }
+    let t = Tree::new();
+    let planted_in = t.root.join("tmp-one");
+    let elsewhere = t.root.join("tmp-two");
+    for dir in [&planted_in, &elsewhere] {
+        std::fs::create_dir_all(dir).expect("mkdir tmpdir");
+    }
+    let link = planted_in.join("link");
+    std::os::unix::fs::symlink(&t.outside, &link).expect("symlink");
+    let sandbox = ctx(workspace(vec![path_entry(&link, "write")]), &t.ws);
+    let mut s = Session::start(&[]).await;
+    let mut namespaces = Vec::new();
+    for (round, tmpdir) in [&planted_in, &planted_in, &elsewhere, &elsewhere]
+        .into_iter()
+        .enumerate()
+    {
+        let name = format!("r{round}");
+        let script = format!("echo x > {}/{name} && echo wrote", link.display());
+        let env = json!({"PATH": "/usr/bin:/bin", "TMPDIR": tmpdir.to_string_lossy()});
+        let id = s.start_script_with(&sandbox, &script, env.clone()).await;
+        let (_, out) = s.finish(&id).await;
+        if tmpdir == &planted_in {
+            assert!(!out.contains("wrote"), "round {round}: {out}");
+            assert!(out.contains("warning"), "round {round}: {out}");
+        } else {
+            assert!(out.contains("wrote"), "round {round}: {out}");
+        }
+        namespaces.push(s.assert_reused_with(&sandbox, env).await);
+    }
+    let written: Vec<String> = t
+        .names("outside")
+        .into_iter()
+        .filter(|n| ![".git", ".codex", ".agents"].contains(&n.as_str()))
+        .collect();
+    assert_eq!(written, ["r2", "r3"]);
+    // One prepared sandbox per `$TMPDIR`, kept while the other is used.
+    assert_eq!(namespaces[0], namespaces[1], "{namespaces:?}");
+    assert_eq!(namespaces[2], namespaces[3], "{namespaces:?}");
+    assert_ne!(namespaces[1], namespaces[2], "{namespaces:?}");
 }
 
 /// A tmpfs the host mounts after the sandbox was prepared is not writable

@@ -77,7 +77,8 @@ fn prepare(
     if let Ok(dir) = state::state_dir() {
         state::tidy(&dir);
     }
-    let decide = || match plan::decide(args, request.expansion.as_ref(), request.console) {
+    let env = plan::DecisionEnv::of_process();
+    let decide = || match plan::decide(args, &env, request.expansion.as_ref(), request.console) {
         Ok(Ok(plan)) => Ok(plan),
         Ok(Err(why)) => Err(PrepareAnswer::NotReusable(why.to_string())),
         Err(failure) => Err(PrepareAnswer::Failed(failure.message)),

@@ -52,7 +52,7 @@ pub struct Namespaces {
 }
 
 /// What the command runs with.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommandSetup {
     pub command: Vec<OsString>,
     /// The `argv[0]` the command sees (`--command-arg0`).

@@ -9,13 +9,16 @@
 //! and `/dev/pts`, a nested user namespace without capabilities, a fresh
 //! session keyring, no_new_privs and the seccomp filter.
 //!
-//! Reuse never changes what a command can do: before each command its
-//! helper decides the sandbox exactly as a one-shot run would
-//! ([`plan::decide`]), from the host as it is at that moment, and uses the
-//! prepared one only when the decision and every host path it names are
-//! the same as when the sandbox was prepared ([`plan::Plan::digest`]).
-//! Otherwise it runs the command on a one-shot sandbox and tells the
-//! server, which prepares a new one. The server also drops every prepared
+//! Reuse never changes what a command can do: before each command the
+//! sandbox is decided exactly as a one-shot run would decide it
+//! ([`plan::decide`]), from the host as it is at that moment, and the
+//! prepared one is used only when the decision and every host path it
+//! names are the same as when the sandbox was prepared
+//! ([`plan::Plan::digest`]). The exec-server decides just before the
+//! launch ([`decide_ahead`]) and the helper only launches; when the server
+//! cannot decide for it, the helper decides, and on a difference runs the
+//! command on a one-shot sandbox and tells the server, which prepares a
+//! new one. The server also drops every prepared
 //! sandbox when its own mount table changes. `docs/sandbox.md` (Reused
 //! sandboxes) has the argument in full.
 //!
@@ -36,8 +39,10 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use crate::process::launch::HelperKind;
 use crate::sandbox::cli::{self, Args, PREFIX};
 use crate::sandbox::orchestrate;
+use crate::sandbox::seccomp::SeccompMode;
 use launch::{CommandSetup, Namespaces};
-use request::LaunchRequest;
+use plan::DecisionEnv;
+use request::{Decided, DenyMatches, LaunchRequest};
 
 /// What the spawn zygote does once, so that every helper forked from it
 /// finds it done: this executable's path, the last capability number, the
@@ -74,19 +79,13 @@ pub fn entry(argv: Vec<OsString>, kind: HelperKind, data: Vec<u8>, fds: Vec<Owne
     }
 }
 
-/// One command: in the prepared sandbox when a one-shot run would build
-/// the same, else on a one-shot sandbox (and the server is told). The
-/// in-use marker stays open until this process exits: the keeper removes
-/// the mount points it made on the host only once no command of its
-/// sandbox is left (removing one would unmount the command's mask).
+/// One command: in the prepared sandbox when the server or this helper
+/// found that a one-shot run would build the same, else on a one-shot
+/// sandbox (and the server is told). The in-use marker stays open until
+/// this process exits: the keeper removes the mount points it made on the
+/// host only once no command of its sandbox is left (removing one would
+/// unmount the command's mask).
 fn launch_or_one_shot(argv: Vec<OsString>, data: &[u8], fds: Vec<OwnedFd>) -> i32 {
-    let parsed = cli::parse_server_args(&argv)
-        .map(Ok)
-        .unwrap_or_else(|| crate::cli::parse::<Args>(&argv, PREFIX));
-    let args = match parsed {
-        Ok(args) => args,
-        Err(exit) => return exit.report(),
-    };
     let mut fds = fds.into_iter();
     let (
         Some(request),
@@ -106,27 +105,101 @@ fn launch_or_one_shot(argv: Vec<OsString>, data: &[u8], fds: Vec<OwnedFd>) -> i3
         fds.next(),
     )
     else {
-        return one_shot(args);
+        return one_shot(&argv);
     };
     let net = fds.next();
-    let console = nix::unistd::isatty(std::io::stdout()).unwrap_or(false);
-    let plan = match plan::decide(&args, request.expansion.as_ref(), console) {
-        Ok(Ok(plan)) if plan.digest == request.expected => plan,
-        Ok(_) => {
-            // The prepared sandbox is not what a one-shot run would build
-            // now: the server replaces it.
-            let _ = crate::sys::fds::write_all(stale.as_raw_fd(), &[1]);
-            return one_shot(args);
+    let (setup, warnings) = match request.decided {
+        Some(Decided { setup, warnings }) => (setup, warnings),
+        None => {
+            let args = match parse(&argv) {
+                Ok(args) => args,
+                Err(exit) => return exit.report(),
+            };
+            let console = nix::unistd::isatty(std::io::stdout()).unwrap_or(false);
+            let env = DecisionEnv::of_process();
+            match plan::decide(&args, &env, request.expansion.as_ref(), console) {
+                Ok(Ok(plan)) if plan.digest == request.expected => {
+                    (command_setup(&args, &plan, console), plan.warnings)
+                }
+                Ok(_) => {
+                    // The prepared sandbox is not what a one-shot run would
+                    // build now: the server replaces it.
+                    let _ = crate::sys::fds::write_all(stale.as_raw_fd(), &[1]);
+                    return run_one_shot(args);
+                }
+                // The one-shot run fails the same way and says so.
+                Err(_) => return run_one_shot(args),
+            }
         }
-        // The one-shot run fails the same way and says so.
-        Err(_) => return one_shot(args),
     };
     drop(stale);
-    for line in &plan.warnings {
+    for line in &warnings {
         eprintln!("{line}");
     }
-    let network_enabled = plan.prepared.network.is_enabled();
-    let setup = CommandSetup {
+    let network_enabled = setup.seccomp == SeccompMode::NetworkEnabled;
+    let namespaces = Namespaces {
+        user,
+        mnt,
+        net: if network_enabled { None } else { net },
+    };
+    if !network_enabled && namespaces.net.is_none() {
+        return one_shot(&argv);
+    }
+    launch::run(namespaces, &setup, launch::Report { status, gate })
+}
+
+/// What the exec-server found, deciding a command's sandbox just before
+/// its launch ([`decide_ahead`]).
+#[derive(Debug)]
+pub enum Verdict {
+    /// A one-shot run would build the prepared sandbox: launch in it.
+    Launch(Decided),
+    /// It would build another: the prepared sandbox is outdated.
+    Outdated,
+    /// The helper decides (a command line or environment the server does
+    /// not decide for, or a run that fails and says why).
+    HelperDecides,
+}
+
+/// Decides, in the exec-server and right before the launch, the sandbox a
+/// one-shot run of the helper command line `argv` would build in the
+/// environment `env` (the helper's), and compares it with the prepared
+/// one (`expected`). The decision is [`plan::decide`], the one the helper
+/// makes otherwise: the server shares the helper's host view (mount
+/// namespace, credentials), is given the helper's environment, and decides
+/// only when every path the command line names is absolute (the helper's
+/// directory is not the server's). Made in a warm process, it costs a
+/// fraction of what it costs in a freshly forked helper.
+pub fn decide_ahead(
+    argv: &[OsString],
+    env: &[(OsString, OsString)],
+    expected: [u8; 32],
+    expansion: &DenyMatches,
+    console: bool,
+) -> Verdict {
+    let Some(args) = cli::parse_server_args(argv) else {
+        return Verdict::HelperDecides;
+    };
+    let absolute = |path: &std::path::Path| path.is_absolute();
+    let all_absolute = args.sandbox_policy_cwd.as_deref().is_some_and(absolute)
+        && args.command_cwd.as_deref().is_none_or(absolute)
+        && args.plantable_roots.iter().all(|root| absolute(root));
+    if !all_absolute {
+        return Verdict::HelperDecides;
+    }
+    match plan::decide(&args, &DecisionEnv::of_pairs(env), Some(expansion), console) {
+        Ok(Ok(plan)) if plan.digest == expected => Verdict::Launch(Decided {
+            setup: command_setup(&args, &plan, console),
+            warnings: plan.warnings,
+        }),
+        Ok(_) => Verdict::Outdated,
+        Err(_) => Verdict::HelperDecides,
+    }
+}
+
+/// What the command of `args` runs with in the sandbox `plan` decided.
+fn command_setup(args: &Args, plan: &plan::Plan, console: bool) -> CommandSetup {
+    CommandSetup {
         command: args.command.clone(),
         arg0: args.command_arg0.clone(),
         chdir: plan
@@ -137,20 +210,26 @@ fn launch_or_one_shot(argv: Vec<OsString>, data: &[u8], fds: Vec<OwnedFd>) -> i3
         command_cwd: plan.prepared.command_cwd.clone(),
         seccomp: orchestrate::seccomp_mode(plan.prepared.network),
         console,
-    };
-    let namespaces = Namespaces {
-        user,
-        mnt,
-        net: if network_enabled { None } else { net },
-    };
-    if !network_enabled && namespaces.net.is_none() {
-        return one_shot(args);
     }
-    launch::run(namespaces, &setup, launch::Report { status, gate })
+}
+
+/// The helper's command line, as the server writes it or in full.
+fn parse(argv: &[OsString]) -> Result<Args, crate::cli::ParseExit> {
+    cli::parse_server_args(argv)
+        .map(Ok)
+        .unwrap_or_else(|| crate::cli::parse::<Args>(argv, PREFIX))
+}
+
+/// The one-shot run of the command line `argv`.
+fn one_shot(argv: &[OsString]) -> i32 {
+    match parse(argv) {
+        Ok(args) => run_one_shot(args),
+        Err(exit) => exit.report(),
+    }
 }
 
 /// The one-shot run of the same command line.
-fn one_shot(args: Args) -> i32 {
+fn run_one_shot(args: Args) -> i32 {
     match orchestrate::run_args(args) {
         Ok(code) => code,
         Err(failure) => {

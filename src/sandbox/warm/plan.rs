@@ -12,7 +12,7 @@
 //! are `/dev`'s `shm` and `pts` (each command gets fresh ones).
 
 use std::collections::BTreeSet;
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -20,12 +20,13 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::request::DenyMatches;
+use crate::runtime_paths::PrivateDirEnv;
 use crate::sandbox::bwrap_args::{
     self, BwrapArg, BwrapCommand, BwrapInputs, InnerCommand, LauncherCaps,
 };
 use crate::sandbox::cli::{Args, Backend, Failure};
 use crate::sandbox::orchestrate::{self, Prepared};
-use crate::sandbox::{read_only_links, state};
+use crate::sandbox::{launcher, read_only_links, state};
 
 /// Why a command line runs on a one-shot sandbox only.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -42,6 +43,60 @@ pub enum NotReusable {
     LauncherChosen,
     #[error("the sandbox has a writable mount of its own at {}", .0.display())]
     PrivateWritable(PathBuf),
+}
+
+/// The helper's environment as far as its decision reads it: `$TMPDIR`
+/// (a place where links may be planted, and writable where the profile
+/// says so), `$XDG_RUNTIME_DIR` and `$HOME` (the private state directory
+/// the sandbox hides) and [`launcher::FORCE_ENV`] (a chosen launcher).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DecisionEnv {
+    pub tmpdir: Option<OsString>,
+    pub private_dir: PrivateDirEnv,
+    pub launcher: Option<OsString>,
+}
+
+impl DecisionEnv {
+    /// The variables it holds, in the order [`DecisionEnv::values`] gives them.
+    pub const NAMES: [&'static str; 4] = ["TMPDIR", "XDG_RUNTIME_DIR", "HOME", launcher::FORCE_ENV];
+
+    /// This process's.
+    pub fn of_process() -> DecisionEnv {
+        Self::from_lookup(|name| std::env::var_os(name))
+    }
+
+    /// That of a process started with `env` (the last of repeated names
+    /// counts, as when they are set in order).
+    pub fn of_pairs(env: &[(OsString, OsString)]) -> DecisionEnv {
+        Self::from_lookup(|name| {
+            env.iter()
+                .rev()
+                .find(|(key, _)| key == name)
+                .map(|(_, value)| value.clone())
+        })
+    }
+
+    fn from_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> DecisionEnv {
+        let [tmpdir, xdg_runtime_dir, home, launcher] = Self::NAMES.map(lookup);
+        DecisionEnv {
+            tmpdir,
+            private_dir: PrivateDirEnv {
+                xdg_runtime_dir,
+                home,
+            },
+            launcher,
+        }
+    }
+
+    /// The values of [`DecisionEnv::NAMES`].
+    pub fn values(&self) -> [Option<OsString>; 4] {
+        [
+            self.tmpdir.clone(),
+            self.private_dir.xdg_runtime_dir.clone(),
+            self.private_dir.home.clone(),
+            self.launcher.clone(),
+        ]
+    }
 }
 
 /// The decision for one command line.
@@ -69,17 +124,18 @@ pub struct Plan {
 /// fails the same way.
 pub fn decide(
     args: &Args,
+    env: &DecisionEnv,
     expansion: Option<&DenyMatches>,
     console: bool,
 ) -> Result<Result<Plan, NotReusable>, Failure> {
-    if let Err(why) = plain_run(args) {
+    if let Err(why) = plain_run(args, env) {
         return Ok(Err(why));
     }
-    let prepared = orchestrate::prepare(args)?;
+    let prepared = orchestrate::prepare_with_tmpdir(args, env.tmpdir.as_deref())?;
     if prepared.resolved.full_write {
         return Ok(Err(NotReusable::NoFilesystemSandbox));
     }
-    let state_dir = state::state_dir().map_err(|e| Failure {
+    let state_dir = state::state_dir_in(&env.private_dir).map_err(|e| Failure {
         code: 1,
         message: e.to_string(),
     })?;
@@ -144,7 +200,7 @@ pub fn decide(
 /// The command lines the server builds for a sandboxed start, and nothing
 /// else: no explain, no inner stage, no Landlock, no managed routing, a
 /// fresh `/proc`, the launcher left to the helper (or the built-in one).
-fn plain_run(args: &Args) -> Result<(), NotReusable> {
+fn plain_run(args: &Args, env: &DecisionEnv) -> Result<(), NotReusable> {
     if args.explain
         || args.apply_seccomp_then_exec
         || args.proxy_route_spec.is_some()
@@ -160,7 +216,7 @@ fn plain_run(args: &Args) -> Result<(), NotReusable> {
     if args.no_proc {
         return Err(NotReusable::NoProc);
     }
-    match std::env::var_os(crate::sandbox::launcher::FORCE_ENV) {
+    match &env.launcher {
         Some(choice) if !choice.is_empty() && choice != "builtin" => {
             Err(NotReusable::LauncherChosen)
         }

@@ -8,7 +8,9 @@ use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
 
+use super::launch::CommandSetup;
 use crate::sandbox::glob::GlobExpansion;
+use crate::sandbox::seccomp::SeccompMode;
 use crate::wire::{Reader, Writer};
 
 /// Run one command in a prepared sandbox. Descriptors: the prepared
@@ -21,6 +23,18 @@ pub struct LaunchRequest {
     pub expected: [u8; 32],
     /// The deny-glob matches now (`None`: the helper scans).
     pub expansion: Option<DenyMatches>,
+    /// What the server decided just before (`None`: the helper decides).
+    pub decided: Option<Decided>,
+}
+
+/// A command the exec-server already found a one-shot run would sandbox
+/// exactly as the prepared sandbox is (`super::decide_ahead`): the helper
+/// only launches it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decided {
+    pub setup: CommandSetup,
+    /// What a one-shot run prints before the command starts.
+    pub warnings: Vec<String>,
 }
 
 /// The deny-glob matches the server keeps current, with the patterns and
@@ -112,11 +126,84 @@ fn read_strings(r: &mut Reader) -> Option<Vec<String>> {
     Some(out)
 }
 
+fn write_os_string(w: &mut Writer, value: Option<&std::ffi::OsStr>) {
+    match value {
+        Some(value) => {
+            w.byte(1);
+            w.bytes(value.as_bytes());
+        }
+        None => w.byte(0),
+    }
+}
+
+fn read_os_string(r: &mut Reader) -> Option<Option<OsString>> {
+    match r.byte()? {
+        0 => Some(None),
+        1 => Some(Some(OsString::from_vec(r.bytes()?))),
+        _ => None,
+    }
+}
+
+fn write_decided(w: &mut Writer, decided: Option<&Decided>) {
+    let Some(Decided { setup, warnings }) = decided else {
+        w.byte(0);
+        return;
+    };
+    w.byte(1);
+    w.count(setup.command.len());
+    for word in &setup.command {
+        w.bytes(word.as_bytes());
+    }
+    write_os_string(w, setup.arg0.as_deref());
+    w.bytes(setup.chdir.as_bytes());
+    w.bytes(setup.command_cwd.as_os_str().as_bytes());
+    w.byte(match setup.seccomp {
+        SeccompMode::Restricted => 0,
+        SeccompMode::ProxyRouted => 1,
+        SeccompMode::NetworkEnabled => 2,
+    });
+    w.byte(u8::from(setup.console));
+    write_strings(w, warnings);
+}
+
+fn read_decided(r: &mut Reader) -> Option<Option<Decided>> {
+    if r.byte()? == 0 {
+        return Some(None);
+    }
+    let mut command = Vec::new();
+    for _ in 0..r.count()? {
+        command.push(OsString::from_vec(r.bytes()?));
+    }
+    let arg0 = read_os_string(r)?;
+    let chdir = OsString::from_vec(r.bytes()?);
+    let command_cwd = PathBuf::from(OsString::from_vec(r.bytes()?));
+    let seccomp = match r.byte()? {
+        0 => SeccompMode::Restricted,
+        1 => SeccompMode::ProxyRouted,
+        2 => SeccompMode::NetworkEnabled,
+        _ => return None,
+    };
+    let console = r.byte()? == 1;
+    let warnings = read_strings(r)?;
+    Some(Some(Decided {
+        setup: CommandSetup {
+            command,
+            arg0,
+            chdir,
+            command_cwd,
+            seccomp,
+            console,
+        },
+        warnings,
+    }))
+}
+
 impl LaunchRequest {
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::default();
         w.0.extend_from_slice(&self.expected);
         write_matches(&mut w, self.expansion.as_ref());
+        write_decided(&mut w, self.decided.as_ref());
         w.0
     }
 
@@ -124,10 +211,12 @@ impl LaunchRequest {
         let mut r = Reader(bytes);
         let expected = r.array::<32>()?;
         let expansion = read_matches(&mut r)?;
+        let decided = read_decided(&mut r)?;
         r.end()?;
         Some(LaunchRequest {
             expected,
             expansion,
+            decided,
         })
     }
 }
@@ -204,11 +293,38 @@ mod tests {
                 max_depth: Some(3),
                 expansion,
             }),
+            decided: None,
         };
         assert_eq!(
             LaunchRequest::decode(&launch.encode()),
             Some(launch.clone())
         );
+        let decided = LaunchRequest {
+            expected: [3; 32],
+            expansion: None,
+            decided: Some(Decided {
+                setup: CommandSetup {
+                    command: vec!["sh".into(), OsString::from_vec(b"-c\xff".to_vec())],
+                    arg0: Some("bash".into()),
+                    chdir: "/w".into(),
+                    command_cwd: "/w/sub".into(),
+                    seccomp: SeccompMode::NetworkEnabled,
+                    console: true,
+                },
+                warnings: vec!["codex-linux-sandbox: warning: x".into()],
+            }),
+        };
+        assert_eq!(
+            LaunchRequest::decode(&decided.encode()),
+            Some(decided.clone())
+        );
+        let mut bad_mode = decided.encode();
+        // The seccomp mode: before the console byte and the warnings (a
+        // count, then one length and its text).
+        let warnings = 4 + 4 + "codex-linux-sandbox: warning: x".len();
+        let at = bad_mode.len() - warnings - 2;
+        bad_mode[at] = 9;
+        assert_eq!(LaunchRequest::decode(&bad_mode), None);
         let mut longer = launch.encode();
         longer.push(0);
         assert_eq!(LaunchRequest::decode(&longer), None);
