@@ -138,6 +138,8 @@ pub struct DenyIndex {
     /// The answer when not watching (a watcher keeps its own).
     expansion: GlobExpansion,
     generation: u64,
+    /// Refreshes that saw anything at all happen (see [`DenyIndex::disturbances`]).
+    disturbances: u64,
 }
 
 #[derive(Debug)]
@@ -176,6 +178,7 @@ impl DenyIndex {
                 skipped,
             },
             generation: 0,
+            disturbances: 0,
         };
         if groups.is_empty() {
             return Ok(index);
@@ -197,7 +200,12 @@ impl DenyIndex {
     /// starts with a full rescan.
     pub fn refresh(&mut self) -> Result<&GlobExpansion, GlobError> {
         if let State::Watching(watcher) = &mut self.state {
-            match watcher.refresh() {
+            watcher.disturbed = false;
+            let outcome = watcher.refresh();
+            if watcher.disturbed || outcome.is_err() {
+                self.disturbances += 1;
+            }
+            match outcome {
                 Ok(()) => {
                     if std::mem::take(&mut watcher.answer.changed) {
                         self.generation += 1;
@@ -231,6 +239,34 @@ impl DenyIndex {
     /// came and went between two refreshes (never the other way round).
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// While watching: a number that grows with every refresh that saw
+    /// anything at all happen under the watched tree (an event of any kind
+    /// in a watched directory, a mount change, a root or a matched link
+    /// moved or re-pointed, a rescan, a failure). Two refreshes that
+    /// return the same number saw no entry of a watched directory made,
+    /// removed, renamed or changed in its attributes between them, so
+    /// what `lstat` (and a file handle) said then of a name in a watched
+    /// directory ([`DenyIndex::watches_dir`]) still holds at the second.
+    /// `None` when not watching: nothing is vouched for.
+    pub fn disturbances(&self) -> Option<u64> {
+        match self.state {
+            State::Watching(_) => Some(self.disturbances),
+            State::Fixed | State::Rescanning(_) => None,
+        }
+    }
+
+    /// Whether `dir` (spelled from a search root down) is a directory
+    /// this index watches now.
+    pub fn watches_dir(&self, dir: &Path) -> bool {
+        let State::Watching(watcher) = &self.state else {
+            return false;
+        };
+        watcher.roots.iter().any(|root| {
+            dir.strip_prefix(&root.root)
+                .is_ok_and(|rel| root.dirs.contains_key(rel))
+        })
     }
 
     /// Why every refresh is a full scan, if it is.
@@ -466,6 +502,10 @@ struct Watcher {
     /// The last refresh failed: the next one starts from scratch.
     needs_full_rescan: bool,
     full_rescans: u64,
+    /// Something happened under the watched tree since the last refresh
+    /// began: an event, a mount change, a root moved or re-pointed, a
+    /// matched link re-pointed, a rescan.
+    disturbed: bool,
 }
 
 fn watch_mask(follow: bool) -> AddWatchFlags {
@@ -537,6 +577,7 @@ impl Watcher {
             },
             needs_full_rescan: false,
             full_rescans: 0,
+            disturbed: false,
         };
         watcher.rescan_all()?;
         watcher.full_rescans = 0;
@@ -563,6 +604,7 @@ impl Watcher {
     /// Starts over: a fresh inotify instance (dropping every watch and every
     /// queued event) and a scan of every root.
     fn rescan_all(&mut self) -> Result<(), Fatal> {
+        self.disturbed = true;
         self.needs_full_rescan = true;
         self.full_rescans += 1;
         // Unchanged since last returned, `before` is what the caller has.
@@ -603,6 +645,7 @@ impl Watcher {
     fn catch_up(&mut self) -> Result<(), Stop> {
         self.drain_events()?;
         if self.mounts_changed() {
+            self.disturbed = true;
             let table = read_mount_table().map_err(ScanStop::Untrusted)?;
             for i in 0..self.roots.len() {
                 let Some(root) = self.roots.get(i) else { break };
@@ -634,6 +677,7 @@ impl Watcher {
                 Err(Errno::EINTR) => continue,
                 Err(_) => return Err(Stop::Replay),
             };
+            self.disturbed = true;
             for event in events {
                 replayed += 1;
                 if replayed > self.limits.max_events_per_refresh {
@@ -756,6 +800,7 @@ impl Watcher {
 
     /// Forgets the root's state and scans it again.
     fn rescan_root(&mut self, i: usize, table: &[Mount]) -> Result<(), ScanStop> {
+        self.disturbed = true;
         self.forget(i, Path::new(""), true);
         let Some(root) = self.roots.get_mut(i) else {
             return Ok(());
@@ -980,13 +1025,19 @@ impl Watcher {
     /// Recomputes each root's canonical path and each matched symlink's
     /// target: they can change without an event in the watched tree.
     fn update_targets(&mut self) {
-        let Self { roots, answer, .. } = self;
+        let Self {
+            roots,
+            answer,
+            disturbed,
+            ..
+        } = self;
         for root in roots.iter_mut() {
             let canonical = match root.identity {
                 Some(_) => root.root.canonicalize().ok(),
                 None => None,
             };
             if canonical != root.canonical {
+                *disturbed = true;
                 // Every match that is no symlink moves with the root.
                 let plain: Vec<PathBuf> = root
                     .matches
@@ -1009,6 +1060,7 @@ impl Watcher {
             for rel in links {
                 let now = root.path_of(&rel).canonicalize().ok();
                 if root.symlinks.get(&rel) != Some(&now) {
+                    *disturbed = true;
                     answer.count(root, &rel, false);
                     root.symlinks.insert(rel.clone(), now);
                     answer.count(root, &rel, true);
@@ -1168,6 +1220,59 @@ mod tests {
             vec![5, 3]
         );
         assert!(relevant_mounts(&table, None).is_empty());
+    }
+
+    #[test]
+    fn any_change_in_a_watched_directory_is_a_disturbance() {
+        let (_dir, root) = tree();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::create_dir_all(root.join("a/secret.env")).unwrap();
+        std::fs::write(root.join("a/b/x.env"), "").unwrap();
+        std::fs::write(root.join("a/b/plain"), "").unwrap();
+        let patterns = vec![format!("{}/**/*.env", root.display())];
+        let mut index = DenyIndex::build(&patterns, None).unwrap();
+        index.refresh().unwrap();
+        let quiet = index.disturbances().expect("watching");
+        index.refresh().unwrap();
+        assert_eq!(index.disturbances(), Some(quiet), "nothing happened");
+        assert!(index.watches_dir(&root));
+        assert!(index.watches_dir(&root.join("a/b")));
+        assert!(!index.watches_dir(&root.join("a/secret.env")), "matched");
+        assert!(!index.watches_dir(root.parent().unwrap()));
+        assert!(!index.watches_dir(&root.join("a/b/plain")));
+        // Changes that leave the matches as they were still count: a
+        // replaced match, a name made and removed, a chmod, a directory on
+        // the way swapped for a link.
+        let mut last = quiet;
+        let changes: Vec<Box<dyn Fn()>> = vec![
+            Box::new(|| {
+                std::fs::remove_file(root.join("a/b/x.env")).unwrap();
+                std::fs::write(root.join("a/b/x.env"), "").unwrap();
+            }),
+            Box::new(|| {
+                std::fs::write(root.join("a/b/tmp"), "").unwrap();
+                std::fs::remove_file(root.join("a/b/tmp")).unwrap();
+            }),
+            Box::new(|| {
+                use std::os::unix::fs::PermissionsExt;
+                let mode = std::fs::Permissions::from_mode(0o600);
+                std::fs::set_permissions(root.join("a/b/plain"), mode).unwrap();
+            }),
+            Box::new(|| {
+                std::fs::rename(root.join("a/b"), root.join("a/c")).unwrap();
+                std::os::unix::fs::symlink(root.join("a/c"), root.join("a/b")).unwrap();
+            }),
+        ];
+        for (i, change) in changes.iter().enumerate() {
+            change();
+            let expansion = index.refresh().unwrap().clone();
+            assert_eq!(expansion, cold(&patterns, None), "change {i}");
+            let now = index.disturbances().expect("watching");
+            assert!(now > last, "change {i} went unnoticed");
+            index.refresh().unwrap();
+            assert_eq!(index.disturbances(), Some(now), "after change {i}");
+            last = now;
+        }
     }
 
     #[test]
