@@ -25,7 +25,10 @@
 //! changed, with a full rescan whenever events were lost) and sent with
 //! every command, so a file made under a deny glob (by an earlier command
 //! or the host) is masked for the next one, at a cost that does not grow
-//! with the workspace.
+//! with the workspace. What a decision found of names in the directories
+//! the index watches is kept for the next one while the index saw nothing
+//! happen there (`DenyIndex::disturbances`), so the per-command decision
+//! does not ask the kernel again about every matched path.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -40,12 +43,14 @@ use tokio::io::unix::AsyncFd;
 use crate::policy::{PermissionProfile, ResolveContext};
 use crate::process::fd::register;
 use crate::process::launch::{HelperJob, HelperKind, LaunchSpec};
+use crate::sandbox::bwrap_args::FileTypes;
 use crate::sandbox::deny_index::DenyIndex;
 use crate::sandbox::glob::GlobExpansion;
+use crate::sandbox::warm::plan::{DecisionEnv, KnownHost};
 use crate::sandbox::warm::request::{
     Decided, DenyMatches, LaunchRequest, PrepareAnswer, PrepareRequest,
 };
-use crate::sandbox::warm::{self, plan::DecisionEnv, Verdict};
+use crate::sandbox::warm::{self, Verdict};
 use crate::sync::lock;
 
 /// Prepared sandboxes one session keeps.
@@ -160,7 +165,7 @@ impl Reuse {
         let generation = self.mounts.generation();
         for _ in 0..2 {
             let slot = session.slot(&key, self.config.idle);
-            let expansion = slot.expansion(request).await;
+            let (expansion, vouched) = slot.expansion(request).await;
             let prepared = slot
                 .cell
                 .get_or_init(|| self.prepare(spec, key.console, expansion.clone(), generation))
@@ -173,9 +178,15 @@ impl Reuse {
                         spec.helper = Some(sandbox.launch_job(None, None));
                         return;
                     };
-                    match decide_ahead(spec, sandbox.digest, matches.clone(), key.console).await {
-                        Verdict::Launch(decided) => {
-                            spec.helper = Some(sandbox.launch_job(None, Some(decided)));
+                    let index = slot.deny_index.clone();
+                    let ahead = Ahead {
+                        expected: sandbox.digest,
+                        matches: matches.clone(),
+                        console: key.console,
+                    };
+                    match decide_ahead(spec, ahead, index, vouched).await {
+                        Verdict::Launch(decided, _) => {
+                            spec.helper = Some(sandbox.launch_job(None, Some(*decided)));
                             return;
                         }
                         Verdict::HelperDecides => {
@@ -292,19 +303,45 @@ impl Reuse {
     }
 }
 
-/// [`warm::decide_ahead`] for the helper launch `spec`, off the runtime's
-/// threads (it reads the host: a few hundred system calls, more with many
-/// deny-glob matches).
-async fn decide_ahead(
-    spec: &LaunchSpec,
+/// What a command's sandbox is checked against.
+struct Ahead {
+    /// The prepared sandbox's digest.
     expected: [u8; 32],
     matches: DenyMatches,
     console: bool,
+}
+
+/// [`warm::decide_ahead`] for the helper launch `spec`, off the runtime's
+/// threads (it reads the host: a few hundred system calls, more with many
+/// deny-glob matches). With `vouched` facts it takes them as the host's;
+/// without, it leaves what it found of paths in directories the shape's
+/// deny-glob index watches for the next command, valid until the index
+/// sees anything happen.
+async fn decide_ahead(
+    spec: &LaunchSpec,
+    ahead: Ahead,
+    index: Arc<Mutex<Option<ShapeIndex>>>,
+    vouched: Vouched,
 ) -> Verdict {
     let argv = spec.argv.clone();
     let env = spec.env.clone();
     tokio::task::spawn_blocking(move || {
-        warm::decide_ahead(&argv, &env, expected, &matches, console)
+        let known = vouched.known.as_deref();
+        let verdict = warm::decide_ahead(
+            &argv,
+            &env,
+            ahead.expected,
+            &ahead.matches,
+            ahead.console,
+            known,
+        );
+        if let (Verdict::Launch(_, looked_at), None, Some(token)) = (&verdict, known, vouched.token)
+        {
+            if let Some(shape) = lock(&index).as_mut() {
+                shape.remember(token, looked_at);
+            }
+        }
+        verdict
     })
     .await
     .unwrap_or(Verdict::HelperDecides)
@@ -382,11 +419,64 @@ struct Slot {
     cell: tokio::sync::OnceCell<Outcome>,
     last_used: Mutex<Instant>,
     /// The shape's deny globs (and depth) and their index.
-    deny_index: Arc<Mutex<Option<DenyGlobIndex>>>,
+    deny_index: Arc<Mutex<Option<ShapeIndex>>>,
 }
 
-/// An index and the patterns and depth it was built for.
-type DenyGlobIndex = ((Vec<String>, Option<usize>), DenyIndex);
+/// A shape's deny-glob index, the patterns and depth it was built for,
+/// and what the last decision found of the paths in the directories it
+/// watches.
+#[derive(Debug)]
+struct ShapeIndex {
+    built_for: (Vec<String>, Option<usize>),
+    index: DenyIndex,
+    /// Valid while the index's disturbances are this number.
+    known: Option<(u64, Arc<KnownHost>)>,
+}
+
+impl ShapeIndex {
+    /// Keeps what a decision made after the refresh that returned `token`
+    /// found of names in watched directories, if the index still says
+    /// `token`. Types of entries in any case; identities only of what
+    /// exists and is no symlink (a link's target may be anywhere).
+    fn remember(&mut self, token: u64, looked_at: &KnownHost) {
+        if self.index.disturbances() != Some(token) {
+            return;
+        }
+        let index = &self.index;
+        let watched =
+            |path: &std::path::Path| path.parent().is_some_and(|dir| index.watches_dir(dir));
+        let file_types: FileTypes = looked_at
+            .file_types
+            .iter()
+            .filter(|(path, _)| watched(path))
+            .map(|(path, kind)| (path.clone(), *kind))
+            .collect();
+        let identities = looked_at
+            .identities
+            .iter()
+            .filter(
+                |(path, _)| matches!(file_types.get(*path), Some(Some(kind)) if !kind.is_symlink()),
+            )
+            .map(|(path, identity)| (path.clone(), identity.clone()))
+            .collect();
+        self.known = Some((
+            token,
+            Arc::new(KnownHost {
+                file_types,
+                identities,
+            }),
+        ));
+    }
+}
+
+/// What the shape's index vouches for, for one command: the index's
+/// disturbances at its refresh (`None`: no index watching), and what the
+/// last decision found then, if nothing happened since.
+#[derive(Debug, Default)]
+struct Vouched {
+    token: Option<u64>,
+    known: Option<Arc<KnownHost>>,
+}
 
 impl Slot {
     fn touch(&self) {
@@ -398,46 +488,65 @@ impl Slot {
     }
 
     /// The deny-glob matches now, from the shape's index (`None`: none to
-    /// send, the helper scans). The index is built (one full scan) for the
-    /// first command of the shape; later ones only replay what changed.
-    async fn expansion(&self, request: &SandboxRequest) -> Option<DenyMatches> {
+    /// send, the helper scans), and what the index vouches for. The index
+    /// is built (one full scan) for the first command of the shape; later
+    /// ones only replay what changed.
+    async fn expansion(&self, request: &SandboxRequest) -> (Option<DenyMatches>, Vouched) {
         let (patterns, max_depth) = deny_globs(request);
         if patterns.is_empty() {
-            return Some(DenyMatches {
+            let none = DenyMatches {
                 patterns,
                 max_depth,
                 expansion: GlobExpansion::default(),
-            });
+            };
+            return (Some(none), Vouched::default());
         }
         let index = self.deny_index.clone();
-        let expansion = tokio::task::spawn_blocking(move || {
+        let refreshed = tokio::task::spawn_blocking(move || {
             let mut index = lock(&index);
-            let stale = index
+            let built_for = (patterns.clone(), max_depth);
+            if index
                 .as_ref()
-                .is_some_and(|(built_for, _)| *built_for != (patterns.clone(), max_depth));
-            if stale || index.is_none() {
+                .is_none_or(|shape| shape.built_for != built_for)
+            {
                 *index = DenyIndex::build(&patterns, max_depth)
                     .ok()
-                    .map(|built| ((patterns.clone(), max_depth), built));
+                    .map(|built| ShapeIndex {
+                        built_for,
+                        index: built,
+                        known: None,
+                    });
             }
-            let (_, built) = index.as_mut()?;
-            let expansion = built.refresh().ok()?.clone();
-            Some(DenyMatches {
+            let shape = index.as_mut()?;
+            let expansion = shape.index.refresh().ok()?.clone();
+            let token = shape.index.disturbances();
+            let known = match (&shape.known, token) {
+                (Some((at, known)), Some(now)) if *at == now => Some(known.clone()),
+                _ => None,
+            };
+            let matches = DenyMatches {
                 patterns,
                 max_depth,
                 expansion,
-            })
+            };
+            Some((matches, Vouched { token, known }))
         })
         .await
         .ok()
-        .flatten()?;
-        let size: usize = expansion
+        .flatten();
+        let Some((matches, vouched)) = refreshed else {
+            return (None, Vouched::default());
+        };
+        let size: usize = matches
             .expansion
             .paths
             .iter()
             .map(|p| p.as_os_str().len() + 4)
             .sum();
-        (size <= MAX_EXPANSION_BYTES).then_some(expansion)
+        if size > MAX_EXPANSION_BYTES {
+            return (None, Vouched::default());
+        }
+        (Some(matches), vouched)
     }
 }
 
@@ -662,5 +771,60 @@ impl MountWatch {
         } else {
             self.generation.load(Ordering::Relaxed)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only names in directories the index watches are kept, and only the
+    /// identities of what exists and is no symlink; nothing once the index
+    /// moved on.
+    #[test]
+    fn a_shape_remembers_only_what_its_index_vouches_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("a")).unwrap();
+        std::fs::write(root.join("a/x.env"), "").unwrap();
+        std::os::unix::fs::symlink("/etc", root.join("a/link")).unwrap();
+        let patterns = vec![format!("{}/**/*.env", root.display())];
+        let mut index = DenyIndex::build(&patterns, None).unwrap();
+        index.refresh().unwrap();
+        let token = index.disturbances().unwrap();
+        let mut shape = ShapeIndex {
+            built_for: (patterns, None),
+            index,
+            known: None,
+        };
+        let kind = |p: &std::path::Path| p.symlink_metadata().ok().map(|m| m.file_type());
+        let paths = [
+            root.clone(),
+            root.join("a"),
+            root.join("a/x.env"),
+            root.join("a/link"),
+            root.join("a/missing"),
+        ];
+        let looked_at = KnownHost {
+            file_types: paths.iter().map(|p| (p.clone(), kind(p))).collect(),
+            identities: paths
+                .iter()
+                .map(|p| (p.clone(), warm::plan::identity(p)))
+                .collect(),
+        };
+        shape.remember(token + 1, &looked_at);
+        assert!(shape.known.is_none(), "the index moved on");
+        shape.remember(token, &looked_at);
+        let (at, known) = shape.known.clone().unwrap();
+        assert_eq!(at, token);
+        let mut types: Vec<_> = known.file_types.keys().cloned().collect();
+        types.sort();
+        // The root's parent is not watched.
+        let mut expected = paths[1..].to_vec();
+        expected.sort();
+        assert_eq!(types, expected);
+        let mut identities: Vec<_> = known.identities.keys().cloned().collect();
+        identities.sort();
+        assert_eq!(identities, [root.join("a"), root.join("a/x.env")]);
     }
 }

@@ -269,6 +269,63 @@ async fn every_command_is_confined() {
     }
 }
 
+/// A matched file the host replaces (or moves away and brings back) while
+/// nothing else changes stays masked for the next command: the server
+/// takes what an earlier decision found of paths in the workspace as true
+/// only while the deny-glob index saw nothing happen there, and a replaced
+/// file's mask on the prepared tree went with the old one.
+#[tokio::test]
+async fn a_matched_file_replaced_on_the_host_stays_masked() {
+    if !ready() {
+        return;
+    }
+    let t = Tree::new();
+    t.put("ws/a/b/secret.env", "OLD-SECRET");
+    t.put("ws/a/plain.txt", "PLAIN");
+    let deny = json!({"path": {"type": "glob_pattern", "pattern": "**/*.env"}, "access": "deny"});
+    let sandbox = ctx(workspace(vec![deny]), &t.ws);
+    let mut s = Session::start(&[]).await;
+    type Swap<'a> = (&'static str, Box<dyn Fn() + 'a>);
+    let swaps: [Swap; 3] = [
+        (
+            "replaced",
+            Box::new(|| {
+                std::fs::remove_file(t.ws.join("a/b/secret.env")).expect("rm");
+                t.put("ws/a/b/secret.env", "NEW-SECRET");
+            }),
+        ),
+        (
+            "renamed over",
+            Box::new(|| {
+                t.put("ws/a/b/next", "NEW-SECRET");
+                std::fs::rename(t.ws.join("a/b/next"), t.ws.join("a/b/secret.env")).expect("mv");
+            }),
+        ),
+        (
+            "directory swapped",
+            Box::new(|| {
+                std::fs::rename(t.ws.join("a/b"), t.ws.join("a/old")).expect("mv dir");
+                t.put("ws/a/b/secret.env", "NEW-SECRET");
+            }),
+        ),
+    ];
+    for (what, swap) in &swaps {
+        // Two commands with nothing changed: the second one decides with
+        // what the first one found.
+        for _ in 0..2 {
+            let (_, read) = s.run(&sandbox, "cat a/b/secret.env; cat a/plain.txt").await;
+            assert!(!read.contains("SECRET"), "{what}, before: {read}");
+            assert!(read.contains("PLAIN"), "control: {read}");
+        }
+        s.assert_reused(&sandbox).await;
+        swap();
+        let (_, read) = s.run(&sandbox, "cat a/b/secret.env; cat a/plain.txt").await;
+        assert!(!read.contains("NEW-SECRET"), "{what}: {read}");
+        assert!(read.contains("PLAIN"), "control: {read}");
+        s.assert_reused(&sandbox).await;
+    }
+}
+
 /// A file made under a deny glob, by an earlier command or by the host,
 /// is denied to the next command.
 #[tokio::test]

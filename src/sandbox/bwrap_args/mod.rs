@@ -224,20 +224,27 @@ struct Builder<'a> {
     writable_paths: Vec<PathBuf>,
     /// Every writable root (in policy order) with its canonical form.
     remaps: Vec<(PathBuf, PathBuf)>,
-    /// What `lstat` said of the paths the masks looked at (`None`: absent),
-    /// asked once per build: deny globs with many matches share most
-    /// prefixes.
-    file_types: std::cell::RefCell<std::collections::HashMap<PathBuf, Option<std::fs::FileType>>>,
+    /// What `lstat` said of the paths the masks looked at, asked once per
+    /// build: deny globs with many matches share most prefixes.
+    file_types: std::cell::RefCell<FileTypes>,
+    /// What the caller vouches `lstat` would still say.
+    known: Option<&'a FileTypes>,
 }
+
+/// The type of the entry at each path, not followed (`None`: absent).
+pub type FileTypes = std::collections::HashMap<PathBuf, Option<std::fs::FileType>>;
 
 impl Builder<'_> {
     /// The type of the entry at `p`, not followed (`None`: absent), looked
-    /// at once per build.
+    /// at once per build, and not at all when the caller vouches for it.
     fn file_type(&self, p: &Path) -> Option<std::fs::FileType> {
         if let Some(known) = self.file_types.borrow().get(p) {
             return *known;
         }
-        let found = p.symlink_metadata().ok().map(|m| m.file_type());
+        let found = match self.known.and_then(|known| known.get(p)) {
+            Some(known) => *known,
+            None => p.symlink_metadata().ok().map(|m| m.file_type()),
+        };
         self.file_types.borrow_mut().insert(p.to_path_buf(), found);
         found
     }
@@ -245,6 +252,16 @@ impl Builder<'_> {
 
 /// Builds the bwrap argv for a restricted policy.
 pub fn build(inputs: &BwrapInputs<'_>) -> Result<BwrapCommand, BwrapArgsError> {
+    build_with_known(inputs, None).map(|(built, _)| built)
+}
+
+/// [`build`], taking the types in `known` as what `lstat` would say of
+/// those paths now (a caller that can vouch nothing changed since it saw
+/// them); also returns the types of every path the masks looked at.
+pub fn build_with_known(
+    inputs: &BwrapInputs<'_>,
+    known: Option<&FileTypes>,
+) -> Result<(BwrapCommand, FileTypes), BwrapArgsError> {
     let mut b = Builder {
         inputs,
         out: BwrapCommand::default(),
@@ -252,6 +269,7 @@ pub fn build(inputs: &BwrapInputs<'_>) -> Result<BwrapCommand, BwrapArgsError> {
         writable_paths: Vec::new(),
         remaps: Vec::new(),
         file_types: Default::default(),
+        known,
     };
     b.out.texts(&["--new-session", "--die-with-parent"]);
     if inputs.policy.full_write && inputs.glob_matches.is_empty() {
@@ -266,7 +284,7 @@ pub fn build(inputs: &BwrapInputs<'_>) -> Result<BwrapCommand, BwrapArgsError> {
     let mut out = b.out;
     out.synthetic_targets.sort();
     out.synthetic_targets.dedup();
-    Ok(out)
+    Ok((out, b.file_types.into_inner()))
 }
 
 mod fs;

@@ -41,7 +41,7 @@ use crate::sandbox::cli::{self, Args, PREFIX};
 use crate::sandbox::orchestrate;
 use crate::sandbox::seccomp::SeccompMode;
 use launch::{CommandSetup, Namespaces};
-use plan::DecisionEnv;
+use plan::{DecisionEnv, KnownHost};
 use request::{Decided, DenyMatches, LaunchRequest};
 
 /// What the spawn zygote does once, so that every helper forked from it
@@ -152,8 +152,9 @@ fn launch_or_one_shot(argv: Vec<OsString>, data: &[u8], fds: Vec<OwnedFd>) -> i3
 /// its launch ([`decide_ahead`]).
 #[derive(Debug)]
 pub enum Verdict {
-    /// A one-shot run would build the prepared sandbox: launch in it.
-    Launch(Decided),
+    /// A one-shot run would build the prepared sandbox: launch in it. With
+    /// what the decision found of the host paths it looked at.
+    Launch(Box<Decided>, KnownHost),
     /// It would build another: the prepared sandbox is outdated.
     Outdated,
     /// The helper decides (a command line or environment the server does
@@ -169,13 +170,16 @@ pub enum Verdict {
 /// namespace, credentials), is given the helper's environment, and decides
 /// only when every path the command line names is absolute (the helper's
 /// directory is not the server's). Made in a warm process, it costs a
-/// fraction of what it costs in a freshly forked helper.
+/// fraction of what it costs in a freshly forked helper. `known`: what
+/// the server vouches the kernel would say of some host paths (see
+/// [`KnownHost`]).
 pub fn decide_ahead(
     argv: &[OsString],
     env: &[(OsString, OsString)],
     expected: [u8; 32],
     expansion: &DenyMatches,
     console: bool,
+    known: Option<&KnownHost>,
 ) -> Verdict {
     let Some(args) = cli::parse_server_args(argv) else {
         return Verdict::HelperDecides;
@@ -187,11 +191,15 @@ pub fn decide_ahead(
     if !all_absolute {
         return Verdict::HelperDecides;
     }
-    match plan::decide(&args, &DecisionEnv::of_pairs(env), Some(expansion), console) {
-        Ok(Ok(plan)) if plan.digest == expected => Verdict::Launch(Decided {
-            setup: command_setup(&args, &plan, console),
-            warnings: plan.warnings,
-        }),
+    let env = DecisionEnv::of_pairs(env);
+    match plan::decide_knowing(&args, &env, Some(expansion), console, known) {
+        Ok(Ok(plan)) if plan.digest == expected => Verdict::Launch(
+            Box::new(Decided {
+                setup: command_setup(&args, &plan, console),
+                warnings: plan.warnings,
+            }),
+            plan.looked_at,
+        ),
         Ok(_) => Verdict::Outdated,
         Err(_) => Verdict::HelperDecides,
     }

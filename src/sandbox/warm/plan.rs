@@ -11,7 +11,7 @@
 //! routing, with a fresh `/proc`, whose only writable mounts of its own
 //! are `/dev`'s `shm` and `pts` (each command gets fresh ones).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 use super::request::DenyMatches;
 use crate::runtime_paths::PrivateDirEnv;
 use crate::sandbox::bwrap_args::{
-    self, BwrapArg, BwrapCommand, BwrapInputs, InnerCommand, LauncherCaps,
+    self, BwrapArg, BwrapCommand, BwrapInputs, FileTypes, InnerCommand, LauncherCaps,
 };
 use crate::sandbox::cli::{Args, Backend, Failure};
 use crate::sandbox::orchestrate::{self, Prepared};
@@ -99,6 +99,18 @@ impl DecisionEnv {
     }
 }
 
+/// What a decision found of host paths: the type of each entry (not
+/// followed; `None`: absent) and the identity ([`identity`]) of each path
+/// the digest names. Given back to a later decision, it stands for what
+/// the kernel would say, so only a caller that can vouch nothing changed
+/// in between gives it (the exec-server, for names in directories its
+/// deny-glob index watches, while the index saw nothing happen).
+#[derive(Debug, Clone, Default)]
+pub struct KnownHost {
+    pub file_types: FileTypes,
+    pub identities: HashMap<PathBuf, Vec<u8>>,
+}
+
 /// The decision for one command line.
 #[derive(Debug)]
 pub struct Plan {
@@ -113,6 +125,8 @@ pub struct Plan {
     pub state_dir: PathBuf,
     /// Condenses the sandbox part of `built` and the host paths it names.
     pub digest: [u8; 32],
+    /// What the decision found of the host paths it looked at.
+    pub looked_at: KnownHost,
 }
 
 /// Decides the sandbox for `args`, as a one-shot run of the bubblewrap
@@ -127,6 +141,18 @@ pub fn decide(
     env: &DecisionEnv,
     expansion: Option<&DenyMatches>,
     console: bool,
+) -> Result<Result<Plan, NotReusable>, Failure> {
+    decide_knowing(args, env, expansion, console, None)
+}
+
+/// [`decide`], taking what `known` says of host paths as what the kernel
+/// would say now (see [`KnownHost`]).
+pub fn decide_knowing(
+    args: &Args,
+    env: &DecisionEnv,
+    expansion: Option<&DenyMatches>,
+    console: bool,
+    known: Option<&KnownHost>,
 ) -> Result<Result<Plan, NotReusable>, Failure> {
     if let Err(why) = plain_run(args, env) {
         return Ok(Err(why));
@@ -178,7 +204,8 @@ pub fn decide(
             command: args.command.clone(),
         },
     };
-    let built = bwrap_args::build(&inputs).map_err(|e| Failure {
+    let (built, file_types) = bwrap_args::build_with_known(&inputs, known.map(|k| &k.file_types))
+        .map_err(|e| Failure {
         code: 1,
         message: format!("error building bubblewrap command: {e}"),
     })?;
@@ -187,13 +214,17 @@ pub fn decide(
     }
     let mut warnings = orchestrate::dropped_grant_warnings(&prepared.resolved);
     warnings.extend(orchestrate::skipped_globs_warning(expansion));
-    let digest = digest(&built, console);
+    let (digest, identities) = digest(&built, console, known.map(|k| &k.identities));
     Ok(Ok(Plan {
         prepared,
         built,
         warnings,
         state_dir,
         digest,
+        looked_at: KnownHost {
+            file_types,
+            identities,
+        },
     }))
 }
 
@@ -259,8 +290,13 @@ fn private_writable_mount(args: &[BwrapArg]) -> Option<PathBuf> {
 }
 
 /// The sandbox part of `built`, its host mount points, the console choice,
-/// and the identity of every host path the sandbox part names.
-fn digest(built: &BwrapCommand, console: bool) -> [u8; 32] {
+/// and the identity of every host path the sandbox part names (taken from
+/// `known` where it has one); with those identities.
+fn digest(
+    built: &BwrapCommand,
+    console: bool,
+    known: Option<&HashMap<PathBuf, Vec<u8>>>,
+) -> ([u8; 32], HashMap<PathBuf, Vec<u8>>) {
     let mut hasher = Sha256::new();
     hasher.update([u8::from(console)]);
     let mut paths: BTreeSet<&Path> = BTreeSet::new();
@@ -284,10 +320,16 @@ fn digest(built: &BwrapCommand, console: bool) -> [u8; 32] {
         hasher.update(target.path.as_os_str().as_bytes());
         hasher.update([0]);
     }
+    let mut identities = HashMap::with_capacity(paths.len());
     for path in paths {
-        hasher.update(identity(path));
+        let found = match known.and_then(|known| known.get(path)) {
+            Some(known) => known.clone(),
+            None => identity(path),
+        };
+        hasher.update(&found);
+        identities.insert(path.to_path_buf(), found);
     }
-    hasher.finalize().into()
+    (hasher.finalize().into(), identities)
 }
 
 /// Which incarnation of a file `path` names on the host now, the entry
