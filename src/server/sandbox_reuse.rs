@@ -47,9 +47,7 @@ use crate::sandbox::bwrap_args::FileTypes;
 use crate::sandbox::deny_index::DenyIndex;
 use crate::sandbox::glob::GlobExpansion;
 use crate::sandbox::warm::plan::{DecisionEnv, KnownHost};
-use crate::sandbox::warm::request::{
-    Decided, DenyMatches, LaunchRequest, PrepareAnswer, PrepareRequest,
-};
+use crate::sandbox::warm::request::{DenyMatches, LaunchRequest, PrepareAnswer, PrepareRequest};
 use crate::sandbox::warm::{self, Verdict};
 use crate::sync::lock;
 
@@ -178,28 +176,22 @@ impl Reuse {
                         spec.helper = Some(sandbox.launch_job(None, None));
                         return;
                     };
-                    let index = slot.deny_index.clone();
+                    let Ok((verdict_read, verdict_write)) =
+                        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+                    else {
+                        spec.helper = Some(sandbox.launch_job(Some(matches), None));
+                        return;
+                    };
                     let ahead = Ahead {
                         expected: sandbox.digest,
-                        matches: matches.clone(),
+                        matches,
                         console: key.console,
+                        stale: sandbox.stale_write.clone(),
                     };
-                    match decide_ahead(spec, ahead, index, vouched).await {
-                        Verdict::Launch(decided, _) => {
-                            spec.helper = Some(sandbox.launch_job(None, Some(*decided)));
-                            return;
-                        }
-                        Verdict::HelperDecides => {
-                            tracing::debug!("the helper decides");
-                            spec.helper = Some(sandbox.launch_job(Some(matches), None));
-                            return;
-                        }
-                        // Replaced by a sandbox prepared for the host as it is now.
-                        Verdict::Outdated => {
-                            tracing::debug!("prepared sandbox outdated");
-                            session.remove(&key, &slot);
-                        }
-                    }
+                    let index = slot.deny_index.clone();
+                    decide_meanwhile(spec, ahead, index, vouched, verdict_write);
+                    spec.helper = Some(sandbox.launch_job(None, Some(verdict_read)));
+                    return;
                 }
                 Outcome::Unavailable { since } if since.elapsed() < RETRY_AFTER => return,
                 _ => session.remove(&key, &slot),
@@ -309,25 +301,32 @@ struct Ahead {
     expected: [u8; 32],
     matches: DenyMatches,
     console: bool,
+    /// Where it is reported outdated.
+    stale: Arc<OwnedFd>,
 }
 
-/// [`warm::decide_ahead`] for the helper launch `spec`, off the runtime's
-/// threads (it reads the host: a few hundred system calls, more with many
-/// deny-glob matches). With `vouched` facts it takes them as the host's;
-/// without, it leaves what it found of paths in directories the shape's
-/// deny-glob index watches for the next command, valid until the index
-/// sees anything happen.
-async fn decide_ahead(
+/// Decides, on a blocking thread, whether a one-shot run of the helper
+/// launch `spec` would build the prepared sandbox now
+/// ([`warm::decide_ahead`]), while the helper forks and starts; the
+/// helper waits for the verdict on `verdict` before it launches, and runs
+/// the command on a one-shot sandbox when the verdict says so or never
+/// comes. An outdated sandbox is also reported on its stale pipe, so the
+/// next command prepares a new one. With `vouched` facts the decision
+/// takes them as the host's; without, it leaves what it found of paths in
+/// directories the shape's deny-glob index watches for the next command,
+/// valid until the index sees anything happen.
+fn decide_meanwhile(
     spec: &LaunchSpec,
     ahead: Ahead,
     index: Arc<Mutex<Option<ShapeIndex>>>,
     vouched: Vouched,
-) -> Verdict {
+    verdict: OwnedFd,
+) {
     let argv = spec.argv.clone();
     let env = spec.env.clone();
     tokio::task::spawn_blocking(move || {
         let known = vouched.known.as_deref();
-        let verdict = warm::decide_ahead(
+        let found = warm::decide_ahead(
             &argv,
             &env,
             ahead.expected,
@@ -335,16 +334,27 @@ async fn decide_ahead(
             ahead.console,
             known,
         );
-        if let (Verdict::Launch(_, looked_at), None, Some(token)) = (&verdict, known, vouched.token)
-        {
-            if let Some(shape) = lock(&index).as_mut() {
-                shape.remember(token, looked_at);
+        let decided = match &found {
+            Verdict::Launch(decided, looked_at) => {
+                if let (None, Some(token)) = (known, vouched.token) {
+                    if let Some(shape) = lock(&index).as_mut() {
+                        shape.remember(token, looked_at);
+                    }
+                }
+                Some(decided.as_ref())
             }
-        }
-        verdict
-    })
-    .await
-    .unwrap_or(Verdict::HelperDecides)
+            Verdict::Outdated => {
+                tracing::debug!("prepared sandbox outdated");
+                let _ = crate::sys::fds::write_all(ahead.stale.as_raw_fd(), &[1]);
+                None
+            }
+            Verdict::HelperDecides => None,
+        };
+        // A helper gone meanwhile (its start failed, or it was killed)
+        // closed the read end: nothing to tell.
+        let said = warm::request::encode_verdict(decided);
+        let _ = crate::sys::fds::write_all(verdict.as_raw_fd(), &said);
+    });
 }
 
 /// Logs what a keeper says on stderr (bubblewrap's setup errors).
@@ -701,13 +711,13 @@ impl PreparedSandbox {
         usable
     }
 
-    /// The job that runs a command in it, decided by the server or left to
-    /// the helper to decide.
-    fn launch_job(&self, expansion: Option<DenyMatches>, decided: Option<Decided>) -> HelperJob {
+    /// The job that runs a command in it: the server's verdict comes on
+    /// `verdict` when given, else the helper decides.
+    fn launch_job(&self, expansion: Option<DenyMatches>, verdict: Option<OwnedFd>) -> HelperJob {
         let request = LaunchRequest {
             expected: self.digest,
             expansion,
-            decided,
+            verdict_piped: verdict.is_some(),
         };
         let mut fds = vec![
             self.stale_write.clone(),
@@ -715,6 +725,7 @@ impl PreparedSandbox {
             self.user.clone(),
             self.mnt.clone(),
         ];
+        fds.extend(verdict.map(Arc::new));
         fds.extend(self.net.clone());
         HelperJob {
             kind: HelperKind::Launch,

@@ -107,9 +107,24 @@ fn launch_or_one_shot(argv: Vec<OsString>, data: &[u8], fds: Vec<OwnedFd>) -> i3
     else {
         return one_shot(&argv);
     };
+    let verdict = if request.verdict_piped {
+        match fds.next() {
+            Some(verdict) => Some(verdict),
+            None => return one_shot(&argv),
+        }
+    } else {
+        None
+    };
     let net = fds.next();
-    let (setup, warnings) = match request.decided {
-        Some(Decided { setup, warnings }) => (setup, warnings),
+    let (setup, warnings) = match verdict {
+        // The server decided while this helper started.
+        Some(verdict) => {
+            let said = crate::sys::fds::read_all(verdict.as_raw_fd()).unwrap_or_default();
+            match request::decode_verdict(&said) {
+                Some(Decided { setup, warnings }) => (setup, warnings),
+                None => return one_shot(&argv),
+            }
+        }
         None => {
             let args = match parse(&argv) {
                 Ok(args) => args,

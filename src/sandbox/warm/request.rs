@@ -23,13 +23,15 @@ pub struct LaunchRequest {
     pub expected: [u8; 32],
     /// The deny-glob matches now (`None`: the helper scans).
     pub expansion: Option<DenyMatches>,
-    /// What the server decided just before (`None`: the helper decides).
-    pub decided: Option<Decided>,
+    /// The server decides while the helper starts and sends its verdict
+    /// ([`encode_verdict`]) on a pipe (the descriptor after the mount
+    /// namespace); `false`: the helper decides.
+    pub verdict_piped: bool,
 }
 
-/// A command the exec-server already found a one-shot run would sandbox
-/// exactly as the prepared sandbox is (`super::decide_ahead`): the helper
-/// only launches it.
+/// A command the exec-server found a one-shot run would sandbox exactly
+/// as the prepared sandbox is (`super::decide_ahead`): the helper only
+/// launches it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decided {
     pub setup: CommandSetup,
@@ -198,12 +200,30 @@ fn read_decided(r: &mut Reader) -> Option<Option<Decided>> {
     }))
 }
 
+/// The server's verdict on a piped launch: the command as decided, or
+/// `None`: run it on a one-shot sandbox (the prepared one is outdated, or
+/// the server leaves it to a one-shot run to fail and say why).
+pub fn encode_verdict(decided: Option<&Decided>) -> Vec<u8> {
+    let mut w = Writer::default();
+    write_decided(&mut w, decided);
+    w.0
+}
+
+/// The verdict [`encode_verdict`] wrote; anything else (nothing at all
+/// included: the server went away) reads as a one-shot run.
+pub fn decode_verdict(bytes: &[u8]) -> Option<Decided> {
+    let mut r = Reader(bytes);
+    let decided = read_decided(&mut r)?;
+    r.end()?;
+    decided
+}
+
 impl LaunchRequest {
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::default();
         w.0.extend_from_slice(&self.expected);
         write_matches(&mut w, self.expansion.as_ref());
-        write_decided(&mut w, self.decided.as_ref());
+        w.byte(u8::from(self.verdict_piped));
         w.0
     }
 
@@ -211,12 +231,16 @@ impl LaunchRequest {
         let mut r = Reader(bytes);
         let expected = r.array::<32>()?;
         let expansion = read_matches(&mut r)?;
-        let decided = read_decided(&mut r)?;
+        let verdict_piped = match r.byte()? {
+            0 => false,
+            1 => true,
+            _ => return None,
+        };
         r.end()?;
         Some(LaunchRequest {
             expected,
             expansion,
-            decided,
+            verdict_piped,
         })
     }
 }
@@ -293,38 +317,41 @@ mod tests {
                 max_depth: Some(3),
                 expansion,
             }),
-            decided: None,
+            verdict_piped: false,
         };
         assert_eq!(
             LaunchRequest::decode(&launch.encode()),
             Some(launch.clone())
         );
-        let decided = LaunchRequest {
+        let piped = LaunchRequest {
             expected: [3; 32],
             expansion: None,
-            decided: Some(Decided {
-                setup: CommandSetup {
-                    command: vec!["sh".into(), OsString::from_vec(b"-c\xff".to_vec())],
-                    arg0: Some("bash".into()),
-                    chdir: "/w".into(),
-                    command_cwd: "/w/sub".into(),
-                    seccomp: SeccompMode::NetworkEnabled,
-                    console: true,
-                },
-                warnings: vec!["codex-linux-sandbox: warning: x".into()],
-            }),
+            verdict_piped: true,
         };
-        assert_eq!(
-            LaunchRequest::decode(&decided.encode()),
-            Some(decided.clone())
-        );
-        let mut bad_mode = decided.encode();
+        assert_eq!(LaunchRequest::decode(&piped.encode()), Some(piped));
+        let decided = Decided {
+            setup: CommandSetup {
+                command: vec!["sh".into(), OsString::from_vec(b"-c\xff".to_vec())],
+                arg0: Some("bash".into()),
+                chdir: "/w".into(),
+                command_cwd: "/w/sub".into(),
+                seccomp: SeccompMode::NetworkEnabled,
+                console: true,
+            },
+            warnings: vec!["codex-linux-sandbox: warning: x".into()],
+        };
+        let verdict = encode_verdict(Some(&decided));
+        assert_eq!(decode_verdict(&verdict), Some(decided.clone()));
+        assert_eq!(decode_verdict(&encode_verdict(None)), None);
+        assert_eq!(decode_verdict(&[]), None, "nothing said: one-shot");
+        assert_eq!(decode_verdict(&verdict[..verdict.len() - 1]), None);
+        let mut bad_mode = verdict.clone();
         // The seccomp mode: before the console byte and the warnings (a
         // count, then one length and its text).
         let warnings = 4 + 4 + "codex-linux-sandbox: warning: x".len();
         let at = bad_mode.len() - warnings - 2;
         bad_mode[at] = 9;
-        assert_eq!(LaunchRequest::decode(&bad_mode), None);
+        assert_eq!(decode_verdict(&bad_mode), None);
         let mut longer = launch.encode();
         longer.push(0);
         assert_eq!(LaunchRequest::decode(&longer), None);
