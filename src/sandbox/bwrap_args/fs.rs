@@ -15,15 +15,15 @@ impl Builder<'_> {
 
     /// The first symlink among the prefixes of `p` that lie inside a writable path.
     fn symlink_inside_writable(&self, p: &Path) -> Option<PathBuf> {
-        prefixes(p)
-            .into_iter()
+        shortest_first(p)
             .find(|q| self.inside_writable(q) && self.file_type(q).is_some_and(|t| t.is_symlink()))
+            .map(Path::to_path_buf)
     }
 
     fn first_missing(&self, p: &Path) -> Option<PathBuf> {
-        prefixes(p)
-            .into_iter()
+        shortest_first(p)
             .find(|q| self.file_type(q).is_none())
+            .map(Path::to_path_buf)
     }
 
     /// Rewrites `p` below a symlinked writable root to its real location.

@@ -238,16 +238,24 @@ impl Builder<'_> {
     /// The type of the entry at `p`, not followed (`None`: absent), looked
     /// at once per build, and not at all when the caller vouches for it.
     fn file_type(&self, p: &Path) -> Option<std::fs::FileType> {
-        if let Some(known) = self.file_types.borrow().get(p) {
+        // What the caller vouches for is not looked at, so not returned.
+        if let Some(known) = self.known.and_then(|known| known.get(p)) {
             return *known;
         }
-        let found = match self.known.and_then(|known| known.get(p)) {
-            Some(known) => *known,
-            None => p.symlink_metadata().ok().map(|m| m.file_type()),
-        };
+        if let Some(seen) = self.file_types.borrow().get(p) {
+            return *seen;
+        }
+        let found = p.symlink_metadata().ok().map(|m| m.file_type());
         self.file_types.borrow_mut().insert(p.to_path_buf(), found);
         found
     }
+}
+
+/// The prefixes of `p` from the shortest (`/a`) to `p` itself, without `/`.
+fn shortest_first(p: &Path) -> impl Iterator<Item = &Path> {
+    let mut ancestors: Vec<&Path> = p.ancestors().filter(|a| a.parent().is_some()).collect();
+    ancestors.reverse();
+    ancestors.into_iter()
 }
 
 /// Builds the bwrap argv for a restricted policy.
@@ -257,7 +265,7 @@ pub fn build(inputs: &BwrapInputs<'_>) -> Result<BwrapCommand, BwrapArgsError> {
 
 /// [`build`], taking the types in `known` as what `lstat` would say of
 /// those paths now (a caller that can vouch nothing changed since it saw
-/// them); also returns the types of every path the masks looked at.
+/// them); also returns the types of the other paths the masks looked at.
 pub fn build_with_known(
     inputs: &BwrapInputs<'_>,
     known: Option<&FileTypes>,

@@ -392,3 +392,41 @@ fn managed_proxy_binds_only_the_stubs_resolv_conf_last_and_drops_every_capabilit
         )
     );
 }
+
+#[test]
+fn prefixes_come_shortest_first_without_the_root() {
+    for path in ["/a/b/c.env", "/a", "/", "/a/b/", "a/b"] {
+        let path = Path::new(path);
+        let walked: Vec<PathBuf> = shortest_first(path).map(Path::to_path_buf).collect();
+        assert_eq!(walked, prefixes(path), "{}", path.display());
+    }
+}
+
+/// A type the caller vouches for is taken as it is (the disk is not asked)
+/// and not returned as looked at; everything else is looked at once.
+#[test]
+fn vouched_types_are_taken_and_the_rest_looked_at() {
+    let (_tmp, root) = fixture();
+    std::fs::create_dir_all(root.join("ws/sub")).unwrap();
+    std::fs::write(root.join("ws/sub/a.env"), "").unwrap();
+    let fs = split(vec![
+        FileSystemSandboxEntry::special(crate::policy::FileSystemSpecialPath::Root, Read),
+        FileSystemSandboxEntry::path(root.join("ws"), Write),
+    ]);
+    let ws = root.join("ws");
+    let policy = resolve(&fs, &ws);
+    let mut i = inputs(&policy, &ws);
+    let masked = ws.join("sub/a.env");
+    i.glob_matches = [masked.clone()].into_iter().collect();
+    let (plain, looked_at) = build_with_known(&i, None).unwrap();
+    assert!(looked_at.contains_key(&masked), "{looked_at:?}");
+    assert!(looked_at.contains_key(&ws.join("sub")), "{looked_at:?}");
+    // Told the directory on the way is a link: the mask follows it no more.
+    let link = std::fs::symlink_metadata("/proc/self").unwrap().file_type();
+    let told: FileTypes = [(ws.join("sub"), Some(link))].into_iter().collect();
+    let (vouched, looked_again) = build_with_known(&i, Some(&told)).unwrap();
+    assert!(!looked_again.contains_key(&ws.join("sub")));
+    assert_ne!(render(&plain), render(&vouched));
+    assert!(!render(&vouched).contains("a.env"), "{}", render(&vouched));
+    assert!(render(&plain).contains("a.env"), "{}", render(&plain));
+}

@@ -125,7 +125,8 @@ pub struct Plan {
     pub state_dir: PathBuf,
     /// Condenses the sandbox part of `built` and the host paths it names.
     pub digest: [u8; 32],
-    /// What the decision found of the host paths it looked at.
+    /// What the decision found of the host paths it looked at (those it
+    /// was told of are not repeated).
     pub looked_at: KnownHost,
 }
 
@@ -291,7 +292,7 @@ fn private_writable_mount(args: &[BwrapArg]) -> Option<PathBuf> {
 
 /// The sandbox part of `built`, its host mount points, the console choice,
 /// and the identity of every host path the sandbox part names (taken from
-/// `known` where it has one); with those identities.
+/// `known` where it has one); with the identities it looked up.
 fn digest(
     built: &BwrapCommand,
     console: bool,
@@ -320,14 +321,16 @@ fn digest(
         hasher.update(target.path.as_os_str().as_bytes());
         hasher.update([0]);
     }
-    let mut identities = HashMap::with_capacity(paths.len());
+    let mut identities = HashMap::new();
     for path in paths {
-        let found = match known.and_then(|known| known.get(path)) {
-            Some(known) => known.clone(),
-            None => identity(path),
-        };
-        hasher.update(&found);
-        identities.insert(path.to_path_buf(), found);
+        match known.and_then(|known| known.get(path)) {
+            Some(known) => hasher.update(known),
+            None => {
+                let found = identity(path);
+                hasher.update(&found);
+                identities.insert(path.to_path_buf(), found);
+            }
+        }
     }
     (hasher.finalize().into(), identities)
 }
