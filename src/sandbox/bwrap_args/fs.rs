@@ -91,7 +91,12 @@ impl Builder<'_> {
                 unreadable.insert(self.remap(p));
             }
         }
-        let by_depth = |set: &mut Vec<PathBuf>| set.sort_by_key(|p| (depth(p), p.clone()));
+        // Each path's depth is counted once, and no path copied per comparison.
+        let by_depth = |set: &mut Vec<PathBuf>| {
+            let mut keyed: Vec<(usize, PathBuf)> = set.drain(..).map(|p| (depth(&p), p)).collect();
+            keyed.sort_unstable();
+            set.extend(keyed.into_iter().map(|(_, p)| p));
+        };
         let mut done: BTreeSet<PathBuf> = BTreeSet::new();
 
         // 1. Denied ancestors of writable paths, not inside any writable path.
