@@ -116,36 +116,19 @@ fn launch_or_one_shot(argv: Vec<OsString>, data: &[u8], fds: Vec<OwnedFd>) -> i3
         None
     };
     let net = fds.next();
-    let (setup, warnings) = match verdict {
+    let decided = match verdict {
         // The server decided while this helper started.
         Some(verdict) => {
             let said = crate::sys::fds::read_all(verdict.as_raw_fd()).unwrap_or_default();
-            match request::decode_verdict(&said) {
-                Some(Decided { setup, warnings }) => (setup, warnings),
-                None => return one_shot(&argv),
-            }
+            request::decode_verdict(&said)
         }
-        None => {
-            let args = match parse(&argv) {
-                Ok(args) => args,
-                Err(exit) => return exit.report(),
-            };
-            let console = nix::unistd::isatty(std::io::stdout()).unwrap_or(false);
-            let env = DecisionEnv::of_process();
-            match plan::decide(&args, &env, request.expansion.as_ref(), console) {
-                Ok(Ok(plan)) if plan.digest == request.expected => {
-                    (command_setup(&args, &plan, console), plan.warnings)
-                }
-                Ok(_) => {
-                    // The prepared sandbox is not what a one-shot run would
-                    // build now: the server replaces it.
-                    let _ = crate::sys::fds::write_all(stale.as_raw_fd(), &[1]);
-                    return run_one_shot(args);
-                }
-                // The one-shot run fails the same way and says so.
-                Err(_) => return run_one_shot(args),
-            }
-        }
+        None => match decide_here(&argv, &request, &stale) {
+            Ok(decided) => Some(decided),
+            Err(exit) => return exit,
+        },
+    };
+    let Some(Decided { setup, warnings }) = decided else {
+        return one_shot(&argv);
     };
     drop(stale);
     for line in &warnings {
@@ -161,6 +144,34 @@ fn launch_or_one_shot(argv: Vec<OsString>, data: &[u8], fds: Vec<OwnedFd>) -> i3
         return one_shot(&argv);
     }
     launch::run(namespaces, &setup, launch::Report { status, gate })
+}
+
+/// This helper's own decision, when the server left it one: the command
+/// as decided, or the exit status of the one-shot run it ran instead
+/// (after telling the server, on `stale`, when the prepared sandbox is
+/// outdated).
+fn decide_here(
+    argv: &[OsString],
+    request: &LaunchRequest,
+    stale: &OwnedFd,
+) -> Result<Decided, i32> {
+    let args = parse(argv).map_err(|exit| exit.report())?;
+    let console = nix::unistd::isatty(std::io::stdout()).unwrap_or(false);
+    let env = DecisionEnv::of_process();
+    match plan::decide(&args, &env, request.expansion.as_ref(), console) {
+        Ok(Ok(plan)) if plan.digest == request.expected => Ok(Decided {
+            setup: command_setup(&args, &plan, console),
+            warnings: plan.warnings,
+        }),
+        Ok(_) => {
+            // The prepared sandbox is not what a one-shot run would build
+            // now: the server replaces it.
+            let _ = crate::sys::fds::write_all(stale.as_raw_fd(), &[1]);
+            Err(run_one_shot(args))
+        }
+        // The one-shot run fails the same way and says so.
+        Err(_) => Err(run_one_shot(args)),
+    }
 }
 
 /// What the exec-server found, deciding a command's sandbox just before
