@@ -15,8 +15,17 @@ impl Builder<'_> {
 
     /// The first symlink among the prefixes of `p` that lie inside a writable path.
     fn symlink_inside_writable(&self, p: &Path) -> Option<PathBuf> {
+        // A prefix of `p` lies inside a writable path exactly when it is at
+        // least as deep as the shallowest writable path `p` lies inside.
+        let from = self
+            .writable_paths
+            .iter()
+            .filter(|w| p.starts_with(w))
+            .map(|w| depth(w))
+            .min()?;
         shortest_first(p)
-            .find(|q| self.inside_writable(q) && self.file_type(q).is_some_and(|t| t.is_symlink()))
+            .filter(|q| depth(q) >= from)
+            .find(|q| self.file_type(q).is_some_and(|t| t.is_symlink()))
             .map(Path::to_path_buf)
     }
 

@@ -300,7 +300,7 @@ fn digest(
 ) -> ([u8; 32], HashMap<PathBuf, Vec<u8>>) {
     let mut hasher = Sha256::new();
     hasher.update([u8::from(console)]);
-    let mut paths: BTreeSet<&Path> = BTreeSet::new();
+    let mut paths: Vec<&Path> = Vec::new();
     for arg in built.sandbox_args() {
         match arg {
             BwrapArg::Text(text) => {
@@ -309,12 +309,16 @@ fn digest(
                 hasher.update(text.as_bytes());
                 let path = Path::new(text);
                 if path.is_absolute() && !path.starts_with("/proc") {
-                    paths.insert(path);
+                    paths.push(path);
                 }
             }
             BwrapArg::EmptyFileFd => hasher.update(b"F"),
         }
     }
+    // Each once, in the order of their bytes (cheaper to compare than
+    // components, and as fixed).
+    paths.sort_unstable_by(|a, b| a.as_os_str().as_bytes().cmp(b.as_os_str().as_bytes()));
+    paths.dedup_by(|a, b| a.as_os_str() == b.as_os_str());
     for target in &built.synthetic_targets {
         hasher.update(b"S");
         hasher.update([u8::from(target.is_dir)]);
