@@ -96,7 +96,7 @@ fn euid() -> u32 {
 
 /// The environment that chooses the private directory: `$XDG_RUNTIME_DIR`
 /// and `$HOME`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct PrivateDirEnv {
     pub xdg_runtime_dir: Option<OsString>,
     pub home: Option<OsString>,

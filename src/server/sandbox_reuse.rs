@@ -7,9 +7,10 @@
 //! helper's decision reads, and whether the command runs on a terminal).
 //! The first command of a shape waits while a keeper prepares it (about
 //! the cost of a one-shot sandbox); later ones run in it, each after the
-//! server checked, just before the launch, that a one-shot run of its
+//! server checked, while the helper starts, that a one-shot run of the
 //! helper would build the same sandbox now (`sandbox::warm::decide_ahead`;
-//! the helper checks itself when the server cannot decide for it).
+//! the helper checks itself when the server has no deny-glob matches to
+//! give it).
 //!
 //! It is dropped (its keeper then removes what it left on the host and
 //! exits, its namespaces vanish with the last descriptor): when a helper
@@ -31,7 +32,6 @@
 //! does not ask the kernel again about every matched path.
 
 use std::collections::HashMap;
-use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -102,13 +102,13 @@ pub struct Key {
     profile_json: String,
     policy_cwd: PathBuf,
     plantable: Vec<PathBuf>,
-    env: Vec<Option<OsString>>,
+    env: DecisionEnv,
     console: bool,
 }
 
 impl Key {
     fn of(request: &SandboxRequest, spec: &LaunchSpec) -> Key {
-        let env = DecisionEnv::of_pairs(&spec.env).values().to_vec();
+        let env = DecisionEnv::of_pairs(&spec.env);
         Key {
             profile_json: request.profile_json.clone(),
             policy_cwd: request.policy_cwd.clone(),
@@ -185,6 +185,7 @@ impl Reuse {
                     let ahead = Ahead {
                         expected: sandbox.digest,
                         matches,
+                        env: key.env.clone(),
                         console: key.console,
                         stale: sandbox.stale_write.clone(),
                     };
@@ -300,6 +301,8 @@ struct Ahead {
     /// The prepared sandbox's digest.
     expected: [u8; 32],
     matches: DenyMatches,
+    /// The helper's environment, as far as the decision reads it.
+    env: DecisionEnv,
     console: bool,
     /// Where it is reported outdated.
     stale: Arc<OwnedFd>,
@@ -323,12 +326,11 @@ fn decide_meanwhile(
     verdict: OwnedFd,
 ) {
     let argv = spec.argv.clone();
-    let env = spec.env.clone();
     tokio::task::spawn_blocking(move || {
         let known = vouched.known.as_deref();
         let found = warm::decide_ahead(
             &argv,
-            &env,
+            &ahead.env,
             ahead.expected,
             &ahead.matches,
             ahead.console,
@@ -348,7 +350,7 @@ fn decide_meanwhile(
                 let _ = crate::sys::fds::write_all(ahead.stale.as_raw_fd(), &[1]);
                 None
             }
-            Verdict::HelperDecides => None,
+            Verdict::OneShot => None,
         };
         // A helper gone meanwhile (its start failed, or it was killed)
         // closed the read end: nothing to tell.

@@ -15,12 +15,13 @@
 //! prepared one is used only when the decision and every host path it
 //! names are the same as when the sandbox was prepared
 //! ([`plan::Plan::digest`]). The exec-server decides just before the
-//! launch ([`decide_ahead`]) and the helper only launches; when the server
-//! cannot decide for it, the helper decides, and on a difference runs the
-//! command on a one-shot sandbox and tells the server, which prepares a
-//! new one. The server also drops every prepared
-//! sandbox when its own mount table changes. `docs/sandbox.md` (Reused
-//! sandboxes) has the argument in full.
+//! launch ([`decide_ahead`]) and the helper only launches, or runs the
+//! command on a one-shot sandbox when the server found a difference or
+//! could not decide. Without deny-glob matches from the server, the helper
+//! decides itself, and on a difference runs the command on a one-shot
+//! sandbox and tells the server, which prepares a new one. The server also
+//! drops every prepared sandbox when its own mount table changes.
+//! `docs/sandbox.md` (Reused sandboxes) has the argument in full.
 //!
 //! Both roles run in a fork of the spawn zygote's supervisor, reached
 //! through [`entry`] with a request the server encoded ([`request`]).
@@ -183,9 +184,9 @@ pub enum Verdict {
     Launch(Box<Decided>, KnownHost),
     /// It would build another: the prepared sandbox is outdated.
     Outdated,
-    /// The helper decides (a command line or environment the server does
-    /// not decide for, or a run that fails and says why).
-    HelperDecides,
+    /// Run it on a one-shot sandbox: a command line the server does not
+    /// decide for, or a run that fails (the one-shot run says why).
+    OneShot,
 }
 
 /// Decides, in the exec-server and right before the launch, the sandbox a
@@ -193,32 +194,31 @@ pub enum Verdict {
 /// environment `env` (the helper's), and compares it with the prepared
 /// one (`expected`). The decision is [`plan::decide`], the one the helper
 /// makes otherwise: the server shares the helper's host view (mount
-/// namespace, credentials), is given the helper's environment, and decides
-/// only when every path the command line names is absolute (the helper's
-/// directory is not the server's). Made in a warm process, it costs a
+/// namespace, credentials), is given the helper's environment (`env`), and
+/// decides only when every path the command line names is absolute (the
+/// helper's directory is not the server's). Made in a warm process, it costs a
 /// fraction of what it costs in a freshly forked helper. `known`: what
 /// the server vouches the kernel would say of some host paths (see
 /// [`KnownHost`]).
 pub fn decide_ahead(
     argv: &[OsString],
-    env: &[(OsString, OsString)],
+    env: &DecisionEnv,
     expected: [u8; 32],
     expansion: &DenyMatches,
     console: bool,
     known: Option<&KnownHost>,
 ) -> Verdict {
     let Some(args) = cli::parse_server_args(argv) else {
-        return Verdict::HelperDecides;
+        return Verdict::OneShot;
     };
     let absolute = |path: &std::path::Path| path.is_absolute();
     let all_absolute = args.sandbox_policy_cwd.as_deref().is_some_and(absolute)
         && args.command_cwd.as_deref().is_none_or(absolute)
         && args.plantable_roots.iter().all(|root| absolute(root));
     if !all_absolute {
-        return Verdict::HelperDecides;
+        return Verdict::OneShot;
     }
-    let env = DecisionEnv::of_pairs(env);
-    match plan::decide_knowing(&args, &env, Some(expansion), console, known) {
+    match plan::decide_knowing(&args, env, Some(expansion), console, known) {
         Ok(Ok(plan)) if plan.digest == expected => Verdict::Launch(
             Box::new(Decided {
                 setup: command_setup(&args, &plan, console),
@@ -227,7 +227,7 @@ pub fn decide_ahead(
             plan.looked_at,
         ),
         Ok(_) => Verdict::Outdated,
-        Err(_) => Verdict::HelperDecides,
+        Err(_) => Verdict::OneShot,
     }
 }
 

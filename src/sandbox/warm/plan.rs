@@ -49,7 +49,7 @@ pub enum NotReusable {
 /// (a place where links may be planted, and writable where the profile
 /// says so), `$XDG_RUNTIME_DIR` and `$HOME` (the private state directory
 /// the sandbox hides) and [`launcher::FORCE_ENV`] (a chosen launcher).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct DecisionEnv {
     pub tmpdir: Option<OsString>,
     pub private_dir: PrivateDirEnv,
@@ -57,8 +57,8 @@ pub struct DecisionEnv {
 }
 
 impl DecisionEnv {
-    /// The variables it holds, in the order [`DecisionEnv::values`] gives them.
-    pub const NAMES: [&'static str; 4] = ["TMPDIR", "XDG_RUNTIME_DIR", "HOME", launcher::FORCE_ENV];
+    /// The variables it holds.
+    const NAMES: [&'static str; 4] = ["TMPDIR", "XDG_RUNTIME_DIR", "HOME", launcher::FORCE_ENV];
 
     /// This process's.
     pub fn of_process() -> DecisionEnv {
@@ -86,16 +86,6 @@ impl DecisionEnv {
             },
             launcher,
         }
-    }
-
-    /// The values of [`DecisionEnv::NAMES`].
-    pub fn values(&self) -> [Option<OsString>; 4] {
-        [
-            self.tmpdir.clone(),
-            self.private_dir.xdg_runtime_dir.clone(),
-            self.private_dir.home.clone(),
-            self.launcher.clone(),
-        ]
     }
 }
 
