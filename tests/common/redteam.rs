@@ -119,31 +119,10 @@ pub fn entry(path: &Path, access: &str) -> String {
     )
 }
 
-pub fn special(kind: &str, access: &str) -> String {
-    format!(r#"{{"path":{{"type":"special","value":{{"kind":"{kind}"}}}},"access":"{access}"}}"#)
-}
-
 #[allow(unused_imports)] // each attack file uses a subset
-pub use super::sandbox::{glob_entry as glob, profile as managed};
-
-/// Read everything, write the project root (with its protected metadata),
-/// plus `extra` entries; `/tmp` and `$TMPDIR` stay read-only.
-pub fn workspace(extra: &[String], network: &str) -> String {
-    let meta = |sub: &str| {
-        format!(
-            r#"{{"path":{{"type":"special","value":{{"kind":"project_roots","subpath":"{sub}"}}}},"access":"read"}}"#
-        )
-    };
-    let mut entries = vec![
-        special("root", "read"),
-        special("project_roots", "write"),
-        meta(".git"),
-        meta(".agents"),
-        meta(".codex"),
-    ];
-    entries.extend_from_slice(extra);
-    managed(&entries, network)
-}
+pub use super::sandbox::{
+    glob_entry as glob, profile as managed, special, workspace_with as workspace,
+};
 
 /// Marks every fd >= 3 close-on-exec in the child just before it execs, so
 /// only stdio (plus fds a test adds with a later `pre_exec`) reaches the
@@ -405,12 +384,17 @@ pub mod request {
 
     use serde_json::{json, Value};
 
-    pub fn special(kind: &str, access: &str) -> Value {
-        json!({"path": {"type": "special", "value": {"kind": kind}}, "access": access})
+    /// The value of a profile or entry the string builders wrote.
+    fn value(text: String) -> Value {
+        serde_json::from_str(&text).expect("the profile builders write JSON")
     }
 
-    pub fn meta(sub: &str) -> Value {
-        json!({"path": {"type": "special", "value": {"kind": "project_roots", "subpath": sub}}, "access": "read"})
+    fn texts(entries: Vec<Value>) -> Vec<String> {
+        entries.iter().map(Value::to_string).collect()
+    }
+
+    pub fn special(kind: &str, access: &str) -> Value {
+        value(super::special(kind, access))
     }
 
     pub fn path_entry(path: &Path, access: &str) -> Value {
@@ -418,20 +402,12 @@ pub mod request {
     }
 
     pub fn managed(entries: Vec<Value>) -> Value {
-        json!({"type": "managed", "file_system": {"type": "restricted", "entries": entries}, "network": "restricted"})
+        value(super::managed(&texts(entries), "restricted"))
     }
 
     /// Read everything, write the workspace (metadata protected), plus `extra`.
     pub fn workspace(extra: Vec<Value>) -> Value {
-        let mut entries = vec![
-            special("root", "read"),
-            special("project_roots", "write"),
-            meta(".git"),
-            meta(".agents"),
-            meta(".codex"),
-        ];
-        entries.extend(extra);
-        managed(entries)
+        value(super::workspace(&texts(extra), "restricted"))
     }
 
     pub fn read_only() -> Value {

@@ -76,24 +76,31 @@ pub fn profile(entries: &[String], network: &str) -> String {
     )
 }
 
+/// Read access to `sub` below each project root (protected metadata).
+pub fn project_metadata(sub: &str) -> String {
+    format!(
+        r#"{{"path":{{"type":"special","value":{{"kind":"project_roots","subpath":"{sub}"}}}},"access":"read"}}"#
+    )
+}
+
+/// Read everything, write the project root (with its protected metadata),
+/// plus `extra` entries; `/tmp` and `$TMPDIR` stay read-only.
+pub fn workspace_with(extra: &[String], network: &str) -> String {
+    let mut entries = vec![
+        special("root", "read"),
+        special("project_roots", "write"),
+        project_metadata(".git"),
+        project_metadata(".agents"),
+        project_metadata(".codex"),
+    ];
+    entries.extend_from_slice(extra);
+    profile(&entries, network)
+}
+
 /// The workspace profile without `/tmp` and `$TMPDIR` (so only the
 /// workspace is writable).
 pub fn workspace_only(network: &str) -> String {
-    let meta = |sub: &str| {
-        format!(
-            r#"{{"path":{{"type":"special","value":{{"kind":"project_roots","subpath":"{sub}"}}}},"access":"read"}}"#
-        )
-    };
-    profile(
-        &[
-            special("root", "read"),
-            special("project_roots", "write"),
-            meta(".git"),
-            meta(".agents"),
-            meta(".codex"),
-        ],
-        network,
-    )
+    workspace_with(&[], network)
 }
 
 /// `codexbox linux-sandbox --sandbox-policy-cwd CWD --permission-profile P [extra] -- sh -c SCRIPT`.
