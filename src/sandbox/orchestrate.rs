@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use crate::policy::{
     FileSystemAccessMode, FileSystemSandboxKind, FileSystemSandboxPolicy, NetworkSandboxPolicy,
-    PermissionProfile, ResolvedPolicy,
+    PermissionProfile, ResolvedPolicy, WritableRoot,
 };
 use crate::sandbox::bwrap_args::{self, BwrapInputs, InnerCommand};
 use crate::sandbox::cli::{
@@ -70,6 +70,8 @@ pub struct Prepared {
     pub policy_cwd: PathBuf,
     pub command_cwd: PathBuf,
     pub resolved: ResolvedPolicy,
+    /// `resolved.writable_roots()`, looked up once for the whole run.
+    pub writable_roots: Vec<WritableRoot>,
 }
 
 /// The policy one run enforces.
@@ -154,12 +156,14 @@ pub(crate) fn prepare_with_tmpdir(
     }
     let (fs, network) = profile.to_runtime();
     let resolved = resolve_for_run(&fs, &policy_cwd, &args.plantable_roots, tmpdir);
+    let writable_roots = resolved.writable_roots();
     Ok(Prepared {
         profile,
         network,
         policy_cwd,
         command_cwd,
         resolved,
+        writable_roots,
     })
 }
 
@@ -245,7 +249,7 @@ pub(crate) fn run_args(args: Args) -> Result<i32, Failure> {
     };
     // Protected metadata behind a symlink the command could swap cannot be
     // enforced by either backend: refuse rather than run.
-    if let Err(err) = read_only_links::check(&prepared.resolved) {
+    if let Err(err) = read_only_links::check(&prepared.writable_roots) {
         return Err(fail(match backend {
             Backend::Landlock => format!("error building the Landlock sandbox: {err}"),
             Backend::Bwrap | Backend::Auto => format!("error building bubblewrap command: {err}"),
@@ -466,6 +470,7 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
         }
         let inputs = BwrapInputs {
             policy: &prepared.resolved,
+            writable_roots: prepared.writable_roots.clone(),
             command_cwd: prepared.command_cwd.clone(),
             network_enabled: prepared.network.is_enabled(),
             mount_proc,
@@ -495,7 +500,7 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
         let registration = state::register(
             &state_dir,
             &built.synthetic_targets,
-            &read_only_links::protected_metadata_paths(&prepared.resolved),
+            &read_only_links::protected_metadata_paths(&prepared.writable_roots),
         )
         .map_err(fail)?;
         let netns = routing

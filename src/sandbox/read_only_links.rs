@@ -12,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::policy::{normalize, ResolvedPolicy};
+use crate::policy::{normalize, WritableRoot};
 
 /// Protected metadata that is, or lies behind, a symlink inside a
 /// writable root.
@@ -27,11 +27,11 @@ pub struct ReadOnlyThroughLink {
     pub link: PathBuf,
 }
 
-/// Checks the protected metadata names of `resolved`'s writable roots.
-pub fn check(resolved: &ResolvedPolicy) -> Result<(), ReadOnlyThroughLink> {
-    let roots = resolved.writable_roots();
+/// Checks the protected metadata names of the writable roots `roots` (a
+/// policy's [`crate::policy::ResolvedPolicy::writable_roots`]).
+pub fn check(roots: &[WritableRoot]) -> Result<(), ReadOnlyThroughLink> {
     let writable: Vec<&Path> = roots.iter().map(|w| w.root.as_path()).collect();
-    for path in protected_metadata_paths(resolved) {
+    for path in protected_metadata_paths(roots) {
         if let Some(link) = writable_symlink_on(&path, &writable) {
             return Err(ReadOnlyThroughLink { path, link });
         }
@@ -40,10 +40,9 @@ pub fn check(resolved: &ResolvedPolicy) -> Result<(), ReadOnlyThroughLink> {
 }
 
 /// The protected metadata paths (`.git`, `.agents`, `.codex` where they are
-/// protected) of `resolved`'s writable roots, whether they exist or not.
-pub fn protected_metadata_paths(resolved: &ResolvedPolicy) -> Vec<PathBuf> {
-    resolved
-        .writable_roots()
+/// protected) of the writable roots `roots`, whether they exist or not.
+pub fn protected_metadata_paths(roots: &[WritableRoot]) -> Vec<PathBuf> {
+    roots
         .iter()
         .flat_map(|w| {
             w.protected_metadata_names
@@ -79,11 +78,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
         let policy = FileSystemSandboxPolicy::workspace_write(&[], true, true);
-        assert_eq!(check(&policy.resolve(&root, &[])), Ok(()));
+        assert_eq!(check(&policy.resolve(&root, &[]).writable_roots()), Ok(()));
         std::fs::create_dir(root.join("decoy")).unwrap();
         std::os::unix::fs::symlink("decoy", root.join(".codex")).unwrap();
         assert_eq!(
-            check(&policy.resolve(&root, &[])),
+            check(&policy.resolve(&root, &[]).writable_roots()),
             Err(ReadOnlyThroughLink {
                 path: root.join(".codex"),
                 link: root.join(".codex"),
@@ -103,7 +102,10 @@ mod tests {
         let policy = FileSystemSandboxPolicy::workspace_write(&[], true, true);
         // The workspace reached through a link: its `.git` is a real
         // directory, bound where it really is.
-        assert_eq!(check(&policy.resolve(&base.join("alias"), &[])), Ok(()));
+        assert_eq!(
+            check(&policy.resolve(&base.join("alias"), &[]).writable_roots()),
+            Ok(())
+        );
         let mut with_docs = policy.clone();
         with_docs
             .entries
@@ -111,6 +113,9 @@ mod tests {
                 real.join("docs"),
                 crate::policy::FileSystemAccessMode::Read,
             ));
-        assert_eq!(check(&with_docs.resolve(&real, &[])), Ok(()));
+        assert_eq!(
+            check(&with_docs.resolve(&real, &[]).writable_roots()),
+            Ok(())
+        );
     }
 }

@@ -47,7 +47,7 @@ impl Builder<'_> {
 
     pub(super) fn fs_args(&mut self) -> Result<(), BwrapArgsError> {
         let policy = self.inputs.policy;
-        let writable = policy.writable_roots();
+        let writable = &self.inputs.writable_roots;
         self.remaps = writable
             .iter()
             .map(|w| (w.root.clone(), canonical_or_self(&w.root)))

@@ -157,7 +157,7 @@ pub fn decide_knowing(
         message: e.to_string(),
     })?;
     // As a one-shot run: no sandbox around symlinked metadata.
-    read_only_links::check(&prepared.resolved).map_err(|err| Failure {
+    read_only_links::check(&prepared.writable_roots).map_err(|err| Failure {
         code: 1,
         message: format!("error building bubblewrap command: {err}"),
     })?;
@@ -181,6 +181,7 @@ pub fn decide_knowing(
     })?;
     let inputs = BwrapInputs {
         policy: &prepared.resolved,
+        writable_roots: prepared.writable_roots.clone(),
         command_cwd: prepared.command_cwd.clone(),
         network_enabled: prepared.network.is_enabled(),
         mount_proc: true,
