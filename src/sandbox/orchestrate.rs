@@ -497,24 +497,39 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
         }
         let fds = fds.with_masks(built.fd_count()).map_err(fail)?;
         let argv = built.render(&fds.mask_numbers());
+        // From the first mount point made on the host until the last is
+        // removed, the signals that end a run wait (the run passes them on
+        // to the launcher): one arriving in between, e.g. the server's
+        // death as this helper starts, must not leave mount points behind.
+        let held = run::forwarded()
+            .thread_swap_mask(nix::sys::signal::SigmaskHow::SIG_BLOCK)
+            .map_err(|errno| fail(format!("cannot block signals: {errno}")))?;
         let registration = state::register(
             &state_dir,
             &built.synthetic_targets,
             &read_only_links::protected_metadata_paths(&prepared.writable_roots),
-        )
-        .map_err(fail)?;
-        let netns = routing
-            .as_ref()
-            .and_then(|r| r.netns.as_ref())
-            .map(|n| n.fds());
-        if let (Some(routing), Some(host)) = (&routing, host_handoff) {
-            route_bridges::serve_from_host(host, routing.bridges().clone())
-                .map_err(|e| fail(format!("failed to start host proxy routing bridge: {e}")))?;
-        }
-        let outcome = run::run(&choice, &argv, &fds, netns);
+        );
+        let outcome = registration.map_err(fail).and_then(|registration| {
+            let netns = routing
+                .as_ref()
+                .and_then(|r| r.netns.as_ref())
+                .map(|n| n.fds());
+            let bridges = match (&routing, host_handoff) {
+                (Some(routing), Some(host)) => {
+                    route_bridges::serve_from_host(host, routing.bridges().clone()).map_err(|e| {
+                        fail(format!("failed to start host proxy routing bridge: {e}"))
+                    })
+                }
+                _ => Ok(()),
+            };
+            let outcome =
+                bridges.and_then(|()| run::run(&choice, &argv, &fds, netns).map_err(fail));
+            registration.cleanup();
+            outcome
+        });
         drop(fds);
-        registration.cleanup();
-        let outcome = outcome.map_err(fail)?;
+        let _ = held.thread_set_mask();
+        let outcome = outcome?;
         // Once the command started, it ran: never again, whatever it wrote.
         let text = String::from_utf8_lossy(&outcome.stderr).into_owned();
         let setup_failed = outcome.code != 0 && !outcome.started;
