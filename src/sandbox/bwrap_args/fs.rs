@@ -3,7 +3,7 @@
 //! each bind, symlinked roots bound at their real location, and the mount
 //! points bwrap will create on the host.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 
 use super::*;
@@ -88,8 +88,10 @@ impl Builder<'_> {
             }
         }
 
-        // Everything to hide, remapped below symlinked writable roots.
-        let mut unreadable: BTreeSet<PathBuf> = BTreeSet::new();
+        // Everything to hide, remapped below symlinked writable roots. Sets
+        // for membership only: whatever is taken from them is sorted by
+        // depth before it is masked.
+        let mut unreadable: HashSet<PathBuf> = HashSet::new();
         for p in policy
             .unreadable_roots()
             .iter()
@@ -106,7 +108,7 @@ impl Builder<'_> {
             keyed.sort_unstable();
             set.extend(keyed.into_iter().map(|(_, p)| p));
         };
-        let mut done: BTreeSet<PathBuf> = BTreeSet::new();
+        let mut done: HashSet<PathBuf> = HashSet::new();
 
         // 1. Denied ancestors of writable paths, not inside any writable path.
         let mut first: Vec<PathBuf> = unreadable
