@@ -5,7 +5,7 @@
 //! only part of the model that reads the filesystem (does `.git` exist,
 //! where does a `gitdir:` file point, what does `$TMPDIR` say).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::num::NonZeroUsize;
 use std::path::{Component, Path, PathBuf};
 
@@ -13,7 +13,7 @@ use super::model::{
     depth, normalize, FileSystemAccessMode, FileSystemSandboxKind, PLATFORM_DEFAULT_READ_ROOTS,
     PROTECTED_METADATA_NAMES,
 };
-use super::planted::{DroppedGrant, Places};
+use super::planted::{DroppedGrant, Places, PlantedLink};
 
 /// What resolution needs to know about the run.
 #[derive(Debug, Clone, Default)]
@@ -75,6 +75,35 @@ pub struct WritableRoot {
     pub read_only_subpaths: Vec<PathBuf>,
     /// Of `.git`, `.agents`, `.codex`: those not explicitly writable here.
     pub protected_metadata_names: Vec<&'static str>,
+}
+
+/// What a run learns from the host about a resolved policy (see
+/// [`ResolvedPolicy::host_view`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostView {
+    /// [`ResolvedPolicy::readable_roots`].
+    pub readable_roots: Vec<PathBuf>,
+    /// [`ResolvedPolicy::writable_roots`].
+    pub writable_roots: Vec<WritableRoot>,
+    /// [`ResolvedPolicy::dropped_grants`].
+    pub dropped_grants: Vec<DroppedGrant>,
+}
+
+/// The planted links on the way to paths, each path's way walked once.
+struct PlantedLinks {
+    places: Places,
+    found: HashMap<PathBuf, Option<PlantedLink>>,
+}
+
+impl PlantedLinks {
+    fn first(&mut self, path: &Path) -> Option<PlantedLink> {
+        if let Some(found) = self.found.get(path) {
+            return found.clone();
+        }
+        let found = self.places.first_planted_link(path);
+        self.found.insert(path.to_path_buf(), found.clone());
+        found
+    }
 }
 
 /// A filesystem policy resolved against a cwd: concrete paths only.
@@ -145,14 +174,17 @@ impl ResolvedPolicy {
     /// Readable roots (when not full-read), deduplicated, sorted; plus the
     /// platform defaults that exist when `:minimal` is readable.
     pub fn readable_roots(&self) -> Vec<PathBuf> {
+        self.readable_roots_with(&mut self.planted_links())
+    }
+
+    fn readable_roots_with(&self, links: &mut PlantedLinks) -> Vec<PathBuf> {
         let mut out = BTreeSet::new();
         if self.full_read {
             out.insert(PathBuf::from("/"));
             return out.into_iter().collect();
         }
-        let places = self.link_places();
         for (path, access) in &self.entries {
-            if self.grants_read(path, *access) && places.first_planted_link(path).is_none() {
+            if self.grants_read(path, *access) && links.first(path).is_none() {
                 out.insert(path.clone());
             }
         }
@@ -172,8 +204,22 @@ impl ResolvedPolicy {
 
     /// Where a symlink on the way to a grant may have been planted: the
     /// context's places and the policy's own writable roots.
-    fn link_places(&self) -> Places {
-        Places::new(self.plantable.iter().chain(&self.lexical_writable_roots()))
+    fn planted_links(&self) -> PlantedLinks {
+        PlantedLinks {
+            places: Places::new(self.plantable.iter().chain(&self.lexical_writable_roots())),
+            found: HashMap::new(),
+        }
+    }
+
+    /// The readable roots, the writable roots and the dropped grants
+    /// together, each path's way walked once.
+    pub fn host_view(&self) -> HostView {
+        let mut links = self.planted_links();
+        HostView {
+            readable_roots: self.readable_roots_with(&mut links),
+            writable_roots: self.writable_roots_with(&mut links),
+            dropped_grants: self.dropped_grants_with(&mut links),
+        }
     }
 
     /// Directories a sandboxed command could have written, this run's or an
@@ -222,9 +268,12 @@ impl ResolvedPolicy {
     /// reads are restricted (with full read they change nothing). Deny
     /// entries are never dropped: their masks follow the link.
     pub fn dropped_grants(&self) -> Vec<DroppedGrant> {
-        let places = self.link_places();
-        let dropped = |path: &PathBuf| {
-            places.first_planted_link(path).map(|link| DroppedGrant {
+        self.dropped_grants_with(&mut self.planted_links())
+    }
+
+    fn dropped_grants_with(&self, links: &mut PlantedLinks) -> Vec<DroppedGrant> {
+        let mut dropped = |path: &PathBuf| {
+            links.first(path).map(|link| DroppedGrant {
                 path: path.clone(),
                 link,
             })
@@ -232,7 +281,7 @@ impl ResolvedPolicy {
         let mut out: Vec<DroppedGrant> = self
             .lexical_writable_roots()
             .iter()
-            .filter_map(dropped)
+            .filter_map(&mut dropped)
             .collect();
         if !self.full_read {
             for (path, access) in &self.entries {
@@ -249,10 +298,13 @@ impl ResolvedPolicy {
     /// plantable place is left out: a sandboxed command could have planted
     /// that link (see [`Places::first_planted_link`]).
     pub fn writable_roots(&self) -> Vec<WritableRoot> {
-        let places = self.link_places();
+        self.writable_roots_with(&mut self.planted_links())
+    }
+
+    fn writable_roots_with(&self, links: &mut PlantedLinks) -> Vec<WritableRoot> {
         self.lexical_writable_roots()
             .into_iter()
-            .filter(|root| places.first_planted_link(root).is_none())
+            .filter(|root| links.first(root).is_none())
             .map(|root| {
                 let mut subs = BTreeSet::new();
                 let mut names = Vec::new();

@@ -250,6 +250,15 @@ fn a_grant_through_a_link_inside_a_writable_root_is_dropped() {
             (ws.join("cache/sub"), ws.join("cache")),
         ]
     );
+    // Looked up together, each way walked once, the answers are the same.
+    assert_eq!(
+        r.host_view(),
+        HostView {
+            readable_roots: r.readable_roots(),
+            writable_roots: r.writable_roots(),
+            dropped_grants: r.dropped_grants(),
+        }
+    );
 }
 
 /// The issue the places exist for: only `ws/out` is writable, but `ws` is

@@ -21,8 +21,8 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use crate::policy::{
-    FileSystemAccessMode, FileSystemSandboxKind, FileSystemSandboxPolicy, NetworkSandboxPolicy,
-    PermissionProfile, ResolvedPolicy, WritableRoot,
+    DroppedGrant, FileSystemAccessMode, FileSystemSandboxKind, FileSystemSandboxPolicy, HostView,
+    NetworkSandboxPolicy, PermissionProfile, ResolvedPolicy,
 };
 use crate::sandbox::bwrap_args::{self, BwrapInputs, InnerCommand};
 use crate::sandbox::cli::{
@@ -70,8 +70,9 @@ pub struct Prepared {
     pub policy_cwd: PathBuf,
     pub command_cwd: PathBuf,
     pub resolved: ResolvedPolicy,
-    /// `resolved.writable_roots()`, looked up once for the whole run.
-    pub writable_roots: Vec<WritableRoot>,
+    /// What `resolved` grants on this host, looked up once for the whole
+    /// run.
+    pub host: HostView,
 }
 
 /// The policy one run enforces.
@@ -91,9 +92,8 @@ fn resolve_for_run(
 }
 
 /// One warning line per grant the run drops for a planted symlink.
-pub(crate) fn dropped_grant_warnings(resolved: &ResolvedPolicy) -> Vec<String> {
-    resolved
-        .dropped_grants()
+pub(crate) fn dropped_grant_warnings(dropped: &[DroppedGrant]) -> Vec<String> {
+    dropped
         .iter()
         .map(|grant| format!("{PREFIX}: warning: {grant}"))
         .collect()
@@ -116,12 +116,9 @@ pub fn planted_link_warnings(
         return Vec::new();
     }
     let tmpdir = std::env::var_os("TMPDIR");
-    dropped_grant_warnings(&resolve_for_run(
-        &fs,
-        policy_cwd,
-        plantable,
-        tmpdir.as_deref(),
-    ))
+    dropped_grant_warnings(
+        &resolve_for_run(&fs, policy_cwd, plantable, tmpdir.as_deref()).dropped_grants(),
+    )
 }
 
 pub(crate) fn prepare(args: &Args) -> Result<Prepared, Failure> {
@@ -156,14 +153,14 @@ pub(crate) fn prepare_with_tmpdir(
     }
     let (fs, network) = profile.to_runtime();
     let resolved = resolve_for_run(&fs, &policy_cwd, &args.plantable_roots, tmpdir);
-    let writable_roots = resolved.writable_roots();
+    let host = resolved.host_view();
     Ok(Prepared {
         profile,
         network,
         policy_cwd,
         command_cwd,
         resolved,
-        writable_roots,
+        host,
     })
 }
 
@@ -249,13 +246,13 @@ pub(crate) fn run_args(args: Args) -> Result<i32, Failure> {
     };
     // Protected metadata behind a symlink the command could swap cannot be
     // enforced by either backend: refuse rather than run.
-    if let Err(err) = read_only_links::check(&prepared.writable_roots) {
+    if let Err(err) = read_only_links::check(&prepared.host.writable_roots) {
         return Err(fail(match backend {
             Backend::Landlock => format!("error building the Landlock sandbox: {err}"),
             Backend::Bwrap | Backend::Auto => format!("error building bubblewrap command: {err}"),
         }));
     }
-    for line in dropped_grant_warnings(&prepared.resolved) {
+    for line in dropped_grant_warnings(&prepared.host.dropped_grants) {
         eprintln!("{line}");
     }
 
@@ -470,7 +467,8 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
         }
         let inputs = BwrapInputs {
             policy: &prepared.resolved,
-            writable_roots: prepared.writable_roots.clone(),
+            readable_roots: prepared.host.readable_roots.clone(),
+            writable_roots: prepared.host.writable_roots.clone(),
             command_cwd: prepared.command_cwd.clone(),
             network_enabled: prepared.network.is_enabled(),
             mount_proc,
@@ -507,7 +505,7 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
         let registration = state::register(
             &state_dir,
             &built.synthetic_targets,
-            &read_only_links::protected_metadata_paths(&prepared.writable_roots),
+            &read_only_links::protected_metadata_paths(&prepared.host.writable_roots),
         );
         let outcome = registration.map_err(fail).and_then(|registration| {
             let netns = routing

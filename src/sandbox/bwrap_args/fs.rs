@@ -64,7 +64,7 @@ impl Builder<'_> {
         }
 
         // Base layer.
-        let mut readable: BTreeSet<PathBuf> = policy.readable_roots().into_iter().collect();
+        let mut readable: BTreeSet<PathBuf> = self.inputs.readable_roots.iter().cloned().collect();
         let full_read = readable.contains(Path::new("/"));
         if full_read {
             self.out.path2("--ro-bind", Path::new("/"));

@@ -101,8 +101,9 @@ pub struct InnerCommand {
 #[derive(Debug, Clone)]
 pub struct BwrapInputs<'a> {
     pub policy: &'a ResolvedPolicy,
-    /// `policy.writable_roots()`, as the caller looked them up (once per
-    /// run: the lookup walks the host).
+    /// `policy.readable_roots()` and `policy.writable_roots()`, as the
+    /// caller looked them up (once per run: the lookup walks the host).
+    pub readable_roots: Vec<PathBuf>,
     pub writable_roots: Vec<WritableRoot>,
     pub command_cwd: PathBuf,
     pub network_enabled: bool,

@@ -9,6 +9,7 @@ use crate::policy::{
 fn inputs<'a>(policy: &'a ResolvedPolicy, cwd: &Path) -> BwrapInputs<'a> {
     BwrapInputs {
         policy,
+        readable_roots: policy.readable_roots(),
         writable_roots: policy.writable_roots(),
         command_cwd: cwd.to_path_buf(),
         network_enabled: false,

@@ -93,7 +93,7 @@ fn prepare(
     let registration = state::register(
         &plan.state_dir,
         &plan.built.synthetic_targets,
-        &read_only_links::protected_metadata_paths(&plan.prepared.writable_roots),
+        &read_only_links::protected_metadata_paths(&plan.prepared.host.writable_roots),
     )
     .map_err(|e| failed(e.to_string()))?;
     let built = build(&plan.built, request.console);

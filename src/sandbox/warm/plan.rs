@@ -157,7 +157,7 @@ pub fn decide_knowing(
         message: e.to_string(),
     })?;
     // As a one-shot run: no sandbox around symlinked metadata.
-    read_only_links::check(&prepared.writable_roots).map_err(|err| Failure {
+    read_only_links::check(&prepared.host.writable_roots).map_err(|err| Failure {
         code: 1,
         message: format!("error building bubblewrap command: {err}"),
     })?;
@@ -181,7 +181,8 @@ pub fn decide_knowing(
     })?;
     let inputs = BwrapInputs {
         policy: &prepared.resolved,
-        writable_roots: prepared.writable_roots.clone(),
+        readable_roots: prepared.host.readable_roots.clone(),
+        writable_roots: prepared.host.writable_roots.clone(),
         command_cwd: prepared.command_cwd.clone(),
         network_enabled: prepared.network.is_enabled(),
         mount_proc: true,
@@ -204,7 +205,7 @@ pub fn decide_knowing(
     if let Some(path) = private_writable_mount(built.sandbox_args()) {
         return Ok(Err(NotReusable::PrivateWritable(path)));
     }
-    let mut warnings = orchestrate::dropped_grant_warnings(&prepared.resolved);
+    let mut warnings = orchestrate::dropped_grant_warnings(&prepared.host.dropped_grants);
     warnings.extend(orchestrate::skipped_globs_warning(expansion));
     let (digest, identities) = digest(&built, console, known.map(|k| &k.identities));
     Ok(Ok(Plan {
