@@ -467,8 +467,7 @@ fn bwrap_backend(args: &Args, prepared: &Prepared, auto: bool) -> Result<i32, Fa
         }
         let inputs = BwrapInputs {
             policy: &prepared.resolved,
-            readable_roots: prepared.host.readable_roots.clone(),
-            writable_roots: prepared.host.writable_roots.clone(),
+            host: &prepared.host,
             command_cwd: prepared.command_cwd.clone(),
             network_enabled: prepared.network.is_enabled(),
             mount_proc,

@@ -47,7 +47,7 @@ impl Builder<'_> {
 
     pub(super) fn fs_args(&mut self) -> Result<(), BwrapArgsError> {
         let policy = self.inputs.policy;
-        let writable = &self.inputs.writable_roots;
+        let writable = &self.inputs.host.writable_roots;
         self.remaps = writable
             .iter()
             .map(|w| (w.root.clone(), canonical_or_self(&w.root)))
@@ -64,7 +64,8 @@ impl Builder<'_> {
         }
 
         // Base layer.
-        let mut readable: BTreeSet<PathBuf> = self.inputs.readable_roots.iter().cloned().collect();
+        let mut readable: BTreeSet<PathBuf> =
+            self.inputs.host.readable_roots.iter().cloned().collect();
         let full_read = readable.contains(Path::new("/"));
         if full_read {
             self.out.path2("--ro-bind", Path::new("/"));

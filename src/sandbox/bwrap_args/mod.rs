@@ -19,7 +19,7 @@ use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
 use std::path::{Component, Path, PathBuf};
 
-use crate::policy::{normalize, ResolvedPolicy, WritableRoot, PROTECTED_METADATA_NAMES};
+use crate::policy::{normalize, HostView, ResolvedPolicy, PROTECTED_METADATA_NAMES};
 
 /// Kernel controls below a fresh `/proc` bound read-only when present
 /// (besides `/proc/sys`, which must exist).
@@ -101,10 +101,9 @@ pub struct InnerCommand {
 #[derive(Debug, Clone)]
 pub struct BwrapInputs<'a> {
     pub policy: &'a ResolvedPolicy,
-    /// `policy.readable_roots()` and `policy.writable_roots()`, as the
-    /// caller looked them up (once per run: the lookup walks the host).
-    pub readable_roots: Vec<PathBuf>,
-    pub writable_roots: Vec<WritableRoot>,
+    /// `policy.host_view()`, as the caller looked it up (once per run: the
+    /// lookup walks the host).
+    pub host: &'a HostView,
     pub command_cwd: PathBuf,
     pub network_enabled: bool,
     pub mount_proc: bool,

@@ -86,7 +86,7 @@ impl Builder<'_> {
             .any(|denied| cwd.starts_with(denied));
         let readable = i.policy.full_read
             || i.policy.can_read(&cwd)
-            || i.readable_roots.iter().any(|root| {
+            || i.host.readable_roots.iter().any(|root| {
                 cwd.starts_with(root)
                     && !i
                         .policy

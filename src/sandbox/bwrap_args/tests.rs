@@ -6,11 +6,16 @@ use crate::policy::{
     FileSystemSandboxEntry, FileSystemSandboxPolicy, PermissionProfile, ResolveContext,
 };
 
-fn inputs<'a>(policy: &'a ResolvedPolicy, cwd: &Path) -> BwrapInputs<'a> {
+/// A resolved policy with what it grants on this host.
+struct Resolved {
+    policy: ResolvedPolicy,
+    host: HostView,
+}
+
+fn inputs<'a>(resolved: &'a Resolved, cwd: &Path) -> BwrapInputs<'a> {
     BwrapInputs {
-        policy,
-        readable_roots: policy.readable_roots(),
-        writable_roots: policy.writable_roots(),
+        policy: &resolved.policy,
+        host: &resolved.host,
         command_cwd: cwd.to_path_buf(),
         network_enabled: false,
         mount_proc: true,
@@ -35,13 +40,15 @@ fn render(cmd: &BwrapCommand) -> String {
         .join(" ")
 }
 
-fn resolve(fs: &FileSystemSandboxPolicy, cwd: &Path) -> ResolvedPolicy {
-    fs.resolve_with(&ResolveContext {
+fn resolve(fs: &FileSystemSandboxPolicy, cwd: &Path) -> Resolved {
+    let policy = fs.resolve_with(&ResolveContext {
         cwd: cwd.to_path_buf(),
         tmpdir: None,
         project_roots: Vec::new(),
         plantable: Vec::new(),
-    })
+    });
+    let host = policy.host_view();
+    Resolved { policy, host }
 }
 
 const NS: &str = "--unshare-user --unshare-pid --unshare-ipc --unshare-uts --unshare-cgroup-try";
