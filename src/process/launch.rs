@@ -5,7 +5,9 @@
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use super::spawn::Standby;
 
 use crate::protocol::process::PtySize;
 
@@ -31,7 +33,42 @@ pub struct LaunchSpec {
     /// other way of starting the helper drops it, and the helper then
     /// builds a one-shot sandbox.
     pub helper: Option<HelperJob>,
+    /// Set by the sandbox layer when a standby takes the launch
+    /// ([`StandbyLaunch`]); without it, or when handing over fails, the
+    /// launch goes the other ways.
+    pub standby: Option<StandbyLaunch>,
 }
+
+/// A standby to hand the launch to and the message that starts its
+/// command: taken by the first spawn that tries it.
+#[derive(Debug, Clone)]
+pub struct StandbyLaunch {
+    taken: Arc<Mutex<Option<Handed>>>,
+}
+
+/// A standby and the message that starts its command.
+type Handed = (Standby, Vec<u8>);
+
+impl StandbyLaunch {
+    pub fn new(standby: Standby, message: Vec<u8>) -> StandbyLaunch {
+        StandbyLaunch {
+            taken: Arc::new(Mutex::new(Some((standby, message)))),
+        }
+    }
+
+    /// The standby and its message, once.
+    pub fn take(&self) -> Option<Handed> {
+        crate::sync::lock(&self.taken).take()
+    }
+}
+
+impl PartialEq for StandbyLaunch {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.taken, &other.taken)
+    }
+}
+
+impl Eq for StandbyLaunch {}
 
 /// What the sandbox helper gets beside its command line when it reuses or
 /// prepares a sandbox: an encoded request (`sandbox::warm::request`) and
@@ -50,6 +87,9 @@ pub enum HelperKind {
     Launch,
     /// Prepare a sandbox and keep it until told to let go.
     Prepare,
+    /// Make the next command's pid 1 in a prepared sandbox and wait for
+    /// the command.
+    Standby,
 }
 
 impl HelperKind {
@@ -58,6 +98,7 @@ impl HelperKind {
         match self {
             HelperKind::Launch => 1,
             HelperKind::Prepare => 2,
+            HelperKind::Standby => 3,
         }
     }
 
@@ -66,6 +107,7 @@ impl HelperKind {
         match code {
             1 => Some(HelperKind::Launch),
             2 => Some(HelperKind::Prepare),
+            3 => Some(HelperKind::Standby),
             _ => None,
         }
     }

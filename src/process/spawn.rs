@@ -12,7 +12,7 @@ use nix::unistd::Pid;
 use tokio::io::unix::AsyncFd;
 
 use super::fd::{read_record, register};
-use super::launch::LaunchSpec;
+use super::launch::{LaunchSpec, StandbyLaunch};
 use super::pty;
 use super::supervisor::{self, ReaperExec, SupervisorConfig};
 use super::zygote::Zygote;
@@ -177,6 +177,13 @@ pub async fn spawn_async(
     if spec.argv.is_empty() {
         return Err(SpawnError::EmptyArgv);
     }
+    if let Some((standby, message)) = spec.standby.as_ref().and_then(StandbyLaunch::take) {
+        match standby.hand_over(spec, &message) {
+            Ok(spawned) => return Ok(spawned),
+            // The launch goes on as if there had been no standby.
+            Err(err) => tracing::debug!("standby unavailable: {err}"),
+        }
+    }
     if let Some(exe) = reaper_exe.filter(|_| !zygote_disabled()) {
         let zygote = ZYGOTE.get_or_init(|| Zygote::new(exe));
         match spawn_with_zygote(zygote, spec).await {
@@ -230,51 +237,97 @@ fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)
 }
 
+/// The command's stdio for a launch of `spec`: the descriptors to send
+/// (stdin, stdout, stderr), the copies that close once they are sent, and
+/// the server's ends.
+struct ChildStdio {
+    sent: [RawFd; 3],
+    handed: Vec<OwnedFd>,
+    stdout: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
+    stdin: Option<OwnedFd>,
+    pty_master: Option<OwnedFd>,
+}
+
+impl ChildStdio {
+    fn open(spec: &LaunchSpec) -> io::Result<ChildStdio> {
+        let mut stdio = ChildStdio {
+            sent: [-1; 3],
+            handed: Vec::with_capacity(3),
+            stdout: None,
+            stderr: None,
+            stdin: None,
+            pty_master: None,
+        };
+        stdio.sent = match spec.tty {
+            Some(size) => {
+                let pair = pty::open(size)?;
+                stdio.pty_master = Some(pair.master);
+                // One descriptor sent three times arrives as three.
+                let slave = pair.slave.as_raw_fd();
+                stdio.handed.push(pair.slave);
+                [slave, slave, slave]
+            }
+            None => {
+                let (out_r, out_w) = cloexec_pipe()?;
+                let (err_r, err_w) = cloexec_pipe()?;
+                stdio.stdout = Some(out_r);
+                stdio.stderr = Some(err_r);
+                let input = if spec.pipe_stdin {
+                    let (in_r, in_w) = cloexec_pipe()?;
+                    stdio.stdin = Some(in_w);
+                    let input = in_r.as_raw_fd();
+                    stdio.handed.push(in_r);
+                    input
+                } else {
+                    dev_null()?
+                };
+                let sent = [input, out_w.as_raw_fd(), err_w.as_raw_fd()];
+                stdio.handed.extend([out_w, err_w]);
+                sent
+            }
+        };
+        Ok(stdio)
+    }
+
+    /// The started process (the command's copies were sent and closed).
+    fn into_spawned(
+        self,
+        supervisor_pid: libc::pid_t,
+        command_pid: libc::pid_t,
+        status: AsyncFd<OwnedFd>,
+    ) -> io::Result<Spawned> {
+        let nonblocking = |fd: Option<OwnedFd>| -> io::Result<Option<OwnedFd>> {
+            if let Some(fd) = &fd {
+                pty::set_nonblocking(fd)?;
+            }
+            Ok(fd)
+        };
+        Ok(Spawned {
+            supervisor: None,
+            supervisor_pid: Pid::from_raw(supervisor_pid),
+            command_pid: Pid::from_raw(command_pid),
+            status,
+            stdout: nonblocking(self.stdout)?,
+            stderr: nonblocking(self.stderr)?,
+            stdin: nonblocking(self.stdin)?,
+            pty_master: self.pty_master,
+        })
+    }
+}
+
 async fn spawn_with_zygote(zygote: &Zygote, spec: &LaunchSpec) -> Result<Spawned, ZygoteError> {
     let unavailable = ZygoteError::Unavailable;
     let (status_read, status_write) = cloexec_pipe().map_err(unavailable)?;
-    let mut stdout = None;
-    let mut stderr = None;
-    let mut stdin = None;
-    let mut pty_master = None;
-    // The server's copies of the command's descriptors close once sent.
-    let mut handed: Vec<OwnedFd> = Vec::with_capacity(3);
-    let child_stdio: [RawFd; 3] = match spec.tty {
-        Some(size) => {
-            let pair = pty::open(size).map_err(unavailable)?;
-            pty_master = Some(pair.master);
-            // One descriptor sent three times arrives as three.
-            let slave = pair.slave.as_raw_fd();
-            handed.push(pair.slave);
-            [slave, slave, slave]
-        }
-        None => {
-            let (out_r, out_w) = cloexec_pipe().map_err(unavailable)?;
-            let (err_r, err_w) = cloexec_pipe().map_err(unavailable)?;
-            stdout = Some(out_r);
-            stderr = Some(err_r);
-            let input = if spec.pipe_stdin {
-                let (in_r, in_w) = cloexec_pipe().map_err(unavailable)?;
-                stdin = Some(in_w);
-                let input = in_r.as_raw_fd();
-                handed.push(in_r);
-                input
-            } else {
-                dev_null().map_err(unavailable)?
-            };
-            let stdio = [input, out_w.as_raw_fd(), err_w.as_raw_fd()];
-            handed.extend([out_w, err_w]);
-            stdio
-        }
-    };
-    let [child_in, child_out, child_err] = child_stdio;
+    let mut stdio = ChildStdio::open(spec).map_err(unavailable)?;
+    let [child_in, child_out, child_err] = stdio.sent;
     zygote
         .send(
             spec,
             [child_in, child_out, child_err, status_write.as_raw_fd()],
         )
         .map_err(unavailable)?;
-    drop(handed);
+    stdio.handed.clear();
     drop(status_write);
     pty::set_nonblocking(&status_read).map_err(|e| ZygoteError::Spawn(e.into()))?;
     let status = register(status_read).map_err(|e| ZygoteError::Spawn(e.into()))?;
@@ -290,20 +343,33 @@ async fn spawn_with_zygote(zygote: &Zygote, spec: &LaunchSpec) -> Result<Spawned
             io::Error::from_raw_os_error(-command),
         )));
     }
-    let nonblocking = |fd: Option<OwnedFd>| -> Result<Option<OwnedFd>, ZygoteError> {
-        if let Some(fd) = &fd {
-            pty::set_nonblocking(fd).map_err(|e| ZygoteError::Spawn(e.into()))?;
-        }
-        Ok(fd)
-    };
-    Ok(Spawned {
-        supervisor: None,
-        supervisor_pid: Pid::from_raw(supervisor_pid),
-        command_pid: Pid::from_raw(command),
-        status,
-        stdout: nonblocking(stdout)?,
-        stderr: nonblocking(stderr)?,
-        stdin: nonblocking(stdin)?,
-        pty_master,
-    })
+    stdio
+        .into_spawned(supervisor_pid, command, status)
+        .map_err(|e| ZygoteError::Spawn(e.into()))
+}
+
+/// A supervised process started ahead of its command, which waits on a
+/// control socket for the command's stdio and the rest of what it runs
+/// (a sandbox helper's standby: `crate::sandbox::warm::standby`).
+#[derive(Debug)]
+pub struct Standby {
+    pub supervisor_pid: libc::pid_t,
+    pub command_pid: libc::pid_t,
+    /// The status pipe, its two first records read.
+    pub status: AsyncFd<OwnedFd>,
+    /// The server's end of the control socket.
+    pub control: OwnedFd,
+}
+
+impl Standby {
+    /// Starts the command: stdio made for `spec` as a launch through the
+    /// zygote makes it, sent with `message` on the control socket. On an
+    /// error nothing was started (a standby that is gone, or a message
+    /// too large for the socket).
+    pub fn hand_over(self, spec: &LaunchSpec, message: &[u8]) -> io::Result<Spawned> {
+        let mut stdio = ChildStdio::open(spec)?;
+        crate::sys::scm::send_with_fds(self.control.as_raw_fd(), message, &stdio.sent)?;
+        stdio.handed.clear();
+        stdio.into_spawned(self.supervisor_pid, self.command_pid, self.status)
+    }
 }

@@ -145,6 +145,7 @@ pub async fn start(
         pipe_stdin: params.pipe_stdin && !params.tty,
         sandboxed: false,
         helper: None,
+        standby: None,
     };
     let sandbox = process_sandbox::prepare(
         params.sandbox.as_ref(),

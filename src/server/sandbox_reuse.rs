@@ -34,7 +34,7 @@
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -42,12 +42,17 @@ use tokio::io::unix::AsyncFd;
 
 use crate::policy::{PermissionProfile, ResolveContext};
 use crate::process::fd::register;
-use crate::process::launch::{HelperJob, HelperKind, LaunchSpec};
+use crate::process::launch::{HelperJob, HelperKind, LaunchSpec, StandbyLaunch};
+use crate::process::spawn::Standby;
 use crate::sandbox::bwrap_args::FileTypes;
 use crate::sandbox::deny_index::DenyIndex;
 use crate::sandbox::glob::GlobExpansion;
+use crate::sandbox::seccomp::SeccompMode;
 use crate::sandbox::warm::plan::{DecisionEnv, KnownHost};
-use crate::sandbox::warm::request::{DenyMatches, LaunchRequest, PrepareAnswer, PrepareRequest};
+use crate::sandbox::warm::request::{
+    Decided, DenyMatches, Go, LaunchRequest, PrepareAnswer, PrepareRequest, StandbyRequest,
+    STANDING_BY,
+};
 use crate::sandbox::warm::{self, Verdict};
 use crate::sync::lock;
 
@@ -65,6 +70,12 @@ const PREPARE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest deny-glob match list sent with a command (larger: the helper
 /// scans, as a one-shot run does).
 const MAX_EXPANSION_BYTES: usize = 64 * 1024;
+/// How long a command waits for a standby still on its way (beyond: the
+/// helper's launch).
+const STANDBY_WAIT: Duration = Duration::from_secs(1);
+/// Standbys in a row that may fail to start before a prepared sandbox
+/// stops making them.
+const MAX_STANDBY_FAILURES: u32 = 3;
 
 /// Whether and how the server reuses sandboxes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -190,6 +201,16 @@ impl Reuse {
                         stale: sandbox.stale_write.clone(),
                     };
                     let index = slot.deny_index.clone();
+                    if let Some(pending) = sandbox.take_standby() {
+                        let argv = spec.argv.clone();
+                        let decision = tokio::task::spawn_blocking(move || {
+                            decide(&argv, ahead, index, vouched)
+                        });
+                        let verdict = (verdict_read, verdict_write);
+                        self.hand_to_standby(sandbox, pending, decision, spec, verdict)
+                            .await;
+                        return;
+                    }
                     decide_meanwhile(spec, ahead, index, vouched, verdict_write);
                     spec.helper = Some(sandbox.launch_job(None, Some(verdict_read)));
                     return;
@@ -198,6 +219,47 @@ impl Reuse {
                 _ => session.remove(&key, &slot),
             }
         }
+    }
+
+    /// Waits for `spec`'s `decision` ([`decide`]) and the standby
+    /// `pending`, and hands the command to the standby when a one-shot run
+    /// would build the prepared sandbox; else the helper launch gets the
+    /// verdict on `verdict` at once. The next command's standby is made
+    /// once the command is decided.
+    async fn hand_to_standby(
+        &self,
+        sandbox: &PreparedSandbox,
+        pending: PendingStandby,
+        decision: tokio::task::JoinHandle<Option<Box<Decided>>>,
+        spec: &mut LaunchSpec,
+        (verdict_read, verdict_write): (OwnedFd, OwnedFd),
+    ) {
+        let standby = tokio::time::timeout(STANDBY_WAIT, pending).await;
+        let decided = decision.await.ok().flatten();
+        let standby = standby.ok().and_then(Result::ok).flatten();
+        if decided.is_some() {
+            sandbox.stand_by(spec, &self.exe);
+        }
+        if let (Some(decided), Some(standby)) = (&decided, standby) {
+            let fits =
+                Some(decided.setup.seccomp) == sandbox.standby_mode && !decided.setup.console;
+            let message = Go {
+                decided: decided.as_ref().clone(),
+                env: spec.env.clone(),
+            }
+            .encode();
+            if fits && message.len() <= warm::standby::MAX_GO_BYTES {
+                spec.standby = Some(StandbyLaunch::new(standby, message));
+                return;
+            }
+        }
+        // The helper's launch, with the verdict known: written on a
+        // blocking thread (a long one fills the pipe until the helper reads).
+        let said = warm::request::encode_verdict(decided.as_deref());
+        tokio::task::spawn_blocking(move || {
+            let _ = crate::sys::fds::write_all(verdict_write.as_raw_fd(), &said);
+        });
+        spec.helper = Some(sandbox.launch_job(None, Some(verdict_read)));
     }
 
     async fn prepare(
@@ -222,7 +284,11 @@ impl Reuse {
         )
         .await
         {
-            Ok(Ok(sandbox)) => Outcome::Ready(Arc::new(sandbox)),
+            Ok(Ok(sandbox)) => {
+                let sandbox = Arc::new(sandbox);
+                sandbox.stand_by(spec, &self.exe);
+                Outcome::Ready(sandbox)
+            }
             Ok(Err(why)) => unavailable(&why),
             Err(_) => unavailable("preparing took too long"),
         }
@@ -253,12 +319,13 @@ impl Reuse {
                 data: request.encode(),
                 fds: vec![Arc::new(theirs), Arc::new(in_use_read)],
             }),
+            standby: None,
         };
         let spawned = crate::process::spawn::spawn_helper_job(&keeper, &self.exe)
             .await
             .map_err(|e| format!("cannot start a keeper: {e}"))?;
         drop(keeper);
-        log_keeper_stderr(spawned.stderr);
+        log_helper_stderr("sandbox keeper", spawned.stderr);
         let control = register(ours).map_err(|e| e.to_string())?;
         let (answer, fds) = receive_answer(&control).await?;
         let mut fds = fds.into_iter();
@@ -277,7 +344,17 @@ impl Reuse {
                 )
                 .map_err(|e| e.to_string())?;
                 self.live.fetch_add(1, Ordering::Relaxed);
+                // Commands on a terminal bind it in pid 1's first steps:
+                // they get no standby.
+                let standby_mode = match (console, net.is_some()) {
+                    (true, _) => None,
+                    (false, true) => Some(SeccompMode::Restricted),
+                    (false, false) => Some(SeccompMode::NetworkEnabled),
+                };
                 Ok(PreparedSandbox {
+                    standby: Mutex::new(None),
+                    standby_mode,
+                    standby_failures: Arc::default(),
                     user: Arc::new(user),
                     mnt: Arc::new(mnt),
                     net: net.map(Arc::new),
@@ -327,40 +404,52 @@ fn decide_meanwhile(
 ) {
     let argv = spec.argv.clone();
     tokio::task::spawn_blocking(move || {
-        let known = vouched.known.as_deref();
-        let found = warm::decide_ahead(
-            &argv,
-            &ahead.env,
-            ahead.expected,
-            &ahead.matches,
-            ahead.console,
-            known,
-        );
-        let decided = match &found {
-            Verdict::Launch(decided, looked_at) => {
-                if let (None, Some(token)) = (known, vouched.token) {
-                    if let Some(shape) = lock(&index).as_mut() {
-                        shape.remember(token, looked_at);
-                    }
-                }
-                Some(decided.as_ref())
-            }
-            Verdict::Outdated => {
-                tracing::debug!("prepared sandbox outdated");
-                let _ = crate::sys::fds::write_all(ahead.stale.as_raw_fd(), &[1]);
-                None
-            }
-            Verdict::OneShot => None,
-        };
+        let decided = decide(&argv, ahead, index, vouched);
         // A helper gone meanwhile (its start failed, or it was killed)
         // closed the read end: nothing to tell.
-        let said = warm::request::encode_verdict(decided);
+        let said = warm::request::encode_verdict(decided.as_deref());
         let _ = crate::sys::fds::write_all(verdict.as_raw_fd(), &said);
     });
 }
 
-/// Logs what a keeper says on stderr (bubblewrap's setup errors).
-fn log_keeper_stderr(stderr: Option<OwnedFd>) {
+/// The decision of [`decide_meanwhile`], on the calling (blocking)
+/// thread: the command as decided when the prepared sandbox may take it.
+fn decide(
+    argv: &[std::ffi::OsString],
+    ahead: Ahead,
+    index: Arc<Mutex<Option<ShapeIndex>>>,
+    vouched: Vouched,
+) -> Option<Box<Decided>> {
+    let known = vouched.known.as_deref();
+    let found = warm::decide_ahead(
+        argv,
+        &ahead.env,
+        ahead.expected,
+        &ahead.matches,
+        ahead.console,
+        known,
+    );
+    match found {
+        Verdict::Launch(decided, looked_at) => {
+            if let (None, Some(token)) = (known, vouched.token) {
+                if let Some(shape) = lock(&index).as_mut() {
+                    shape.remember(token, &looked_at);
+                }
+            }
+            Some(decided)
+        }
+        Verdict::Outdated => {
+            tracing::debug!("prepared sandbox outdated");
+            let _ = crate::sys::fds::write_all(ahead.stale.as_raw_fd(), &[1]);
+            None
+        }
+        Verdict::OneShot => None,
+    }
+}
+
+/// Logs what a keeper or a standby (`who`) says on stderr (bubblewrap's
+/// or pid 1's setup errors).
+fn log_helper_stderr(who: &'static str, stderr: Option<OwnedFd>) {
     let Some(stderr) = stderr else { return };
     tokio::spawn(async move {
         let Ok(fd) = register(stderr) else { return };
@@ -377,7 +466,7 @@ fn log_keeper_stderr(stderr: Option<OwnedFd>) {
             }
         }
         if !text.is_empty() {
-            tracing::debug!("sandbox keeper: {}", String::from_utf8_lossy(&text).trim());
+            tracing::debug!("{who}: {}", String::from_utf8_lossy(&text).trim());
         }
     });
 }
@@ -684,7 +773,17 @@ struct PreparedSandbox {
     /// The mount table's generation when preparing began.
     generation: u64,
     live: Arc<AtomicUsize>,
+    /// The next command's pid 1, standing by or on its way.
+    standby: Mutex<Option<PendingStandby>>,
+    /// The seccomp filter of the commands a standby may take (`None`:
+    /// none may).
+    standby_mode: Option<SeccompMode>,
+    /// Standbys in a row that failed to start.
+    standby_failures: Arc<AtomicU32>,
 }
+
+/// A standby on its way: `None` once it failed to start.
+type PendingStandby = tokio::sync::oneshot::Receiver<Option<Standby>>;
 
 impl PreparedSandbox {
     /// Whether commands may still run in it: nobody reported it outdated,
@@ -735,6 +834,107 @@ impl PreparedSandbox {
             fds,
         }
     }
+}
+
+impl PreparedSandbox {
+    /// The standby made for the next command, if any (ready or not).
+    fn take_standby(&self) -> Option<PendingStandby> {
+        lock(&self.standby).take()
+    }
+
+    /// Makes the next command's standby (`sandbox::warm::standby`) from
+    /// the helper launch `spec`, unless its commands may take none or too
+    /// many failed in a row. It replaces one not taken.
+    fn stand_by(&self, spec: &LaunchSpec, exe: &std::path::Path) {
+        let Some(seccomp) = self.standby_mode else {
+            return;
+        };
+        if self.standby_failures.load(Ordering::Relaxed) >= MAX_STANDBY_FAILURES {
+            return;
+        }
+        let Ok((ours, theirs)) = seqpacket_pair() else {
+            return;
+        };
+        let mut fds = vec![
+            Arc::new(theirs),
+            self.in_use.clone(),
+            self.user.clone(),
+            self.mnt.clone(),
+        ];
+        if seccomp == SeccompMode::Restricted {
+            fds.extend(self.net.clone());
+        }
+        // The helper's flags only: the command comes later.
+        let flags = spec.argv.iter().take_while(|arg| *arg != "--").cloned();
+        let job = LaunchSpec {
+            argv: flags.collect(),
+            arg0: spec.arg0.clone(),
+            cwd: spec.cwd.clone(),
+            env: spec.env.clone(),
+            tty: None,
+            pipe_stdin: false,
+            sandboxed: false,
+            helper: Some(HelperJob {
+                kind: HelperKind::Standby,
+                data: StandbyRequest { seccomp }.encode(),
+                fds,
+            }),
+            standby: None,
+        };
+        let (ready, pending) = tokio::sync::oneshot::channel();
+        *lock(&self.standby) = Some(pending);
+        let failures = self.standby_failures.clone();
+        let exe = exe.to_owned();
+        tokio::spawn(async move {
+            let started = tokio::time::timeout(PREPARE_TIMEOUT, start_standby(&job, &exe, ours));
+            let standby = match started.await {
+                Ok(Ok(standby)) => {
+                    failures.store(0, Ordering::Relaxed);
+                    Some(standby)
+                }
+                Ok(Err(why)) => {
+                    tracing::debug!("no standby: {why}");
+                    failures.fetch_add(1, Ordering::Relaxed);
+                    None
+                }
+                Err(_) => {
+                    failures.fetch_add(1, Ordering::Relaxed);
+                    None
+                }
+            };
+            // Nobody waits any more (the sandbox went): the standby goes.
+            let _ = ready.send(standby);
+        });
+    }
+}
+
+/// Starts the standby `job` and waits until its pid 1 stands by.
+async fn start_standby(
+    job: &LaunchSpec,
+    exe: &std::path::Path,
+    control: OwnedFd,
+) -> Result<Standby, String> {
+    let spawned = crate::process::spawn::spawn_helper_job(job, exe)
+        .await
+        .map_err(|e| format!("cannot start a standby: {e}"))?;
+    log_helper_stderr("sandbox standby", spawned.stderr);
+    let control = register(control).map_err(|e| e.to_string())?;
+    loop {
+        let mut ready = control.readable().await.map_err(|e| e.to_string())?;
+        let mut word = [0u8; 1];
+        match ready.try_io(|fd| nix::unistd::read(fd.get_ref(), &mut word).map_err(Into::into)) {
+            Ok(Ok(1)) if word[0] == STANDING_BY => break,
+            Ok(Ok(_)) => return Err("the standby ended before it stood by".into()),
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(_would_block) => continue,
+        }
+    }
+    Ok(Standby {
+        supervisor_pid: spawned.supervisor_pid.as_raw(),
+        command_pid: spawned.command_pid.as_raw(),
+        status: spawned.status,
+        control: control.into_inner(),
+    })
 }
 
 impl Drop for PreparedSandbox {

@@ -21,6 +21,9 @@ pub type ReuseHelper = fn(Vec<OsString>, HelperKind, Vec<u8>, Vec<OwnedFd>) -> i
 
 /// What `ps` shows first for the keeper of a prepared sandbox.
 pub const KEEPER_TITLE: &str = "codexbox-sandbox-keeper";
+/// What `ps` shows first for a standby (the next command's pid 1, made
+/// ahead), and the helper that then runs the command it takes.
+pub const STANDBY_TITLE: &str = "codexbox-sandbox-standby";
 
 /// The helper entry points a supervisor may run in a fork of itself, and
 /// what the zygote does once at its start so that every fork has it done
@@ -145,29 +148,40 @@ fn run_forked_helper(
             plain
         }
     };
-    // A keeper shows what it is (and is not taken for a command's helper).
-    let keeper = matches!(
-        entry,
+    // A keeper or a standby shows what it is (and is not taken for a
+    // command's helper); a standby, made before its command is known,
+    // shows the helper's flags only (the words before `--`).
+    let role = match &entry {
         Entry::Reuse {
             kind: HelperKind::Prepare,
             ..
-        }
-    );
-    let (name, first) = if keeper {
-        (c"codexbox-keeper", std::ffi::OsStr::new(KEEPER_TITLE))
-    } else {
-        (
+        } => Some((c"codexbox-keeper", KEEPER_TITLE, false)),
+        Entry::Reuse {
+            kind: HelperKind::Standby,
+            ..
+        } => Some((c"codexbox-standb", STANDBY_TITLE, true)),
+        _ => None,
+    };
+    let (name, first, flags_only) = match role {
+        Some((name, title, flags_only)) => (name, std::ffi::OsStr::new(title), flags_only),
+        None => (
             c"codex-linux-san",
             argv.first()
                 .map_or(std::ffi::OsStr::new(""), OsString::as_os_str),
-        )
+            false,
+        ),
     };
     // SAFETY: naming the process for `ps` and `top`.
     unsafe {
         libc::prctl(libc::PR_SET_NAME, name.as_ptr(), 0, 0, 0);
     }
     let title: Vec<&std::ffi::OsStr> = std::iter::once(first)
-        .chain(argv.iter().skip(1).map(OsString::as_os_str))
+        .chain(
+            argv.iter()
+                .skip(1)
+                .take_while(|arg| !flags_only || *arg != "--")
+                .map(OsString::as_os_str),
+        )
         .collect();
     set_process_title(&title);
     // The zygote set every disposition back to its default (SIGPIPE

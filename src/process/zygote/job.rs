@@ -113,6 +113,7 @@ mod tests {
             pipe_stdin: false,
             sandboxed: false,
             helper: None,
+            standby: None,
         };
         let job = decode(&encode(&spec)).unwrap();
         assert_eq!(

@@ -67,13 +67,13 @@ pub struct CommandSetup {
 }
 
 /// Says why on stderr and ends this forked process.
-fn die(err: &LaunchError) -> ! {
+pub(super) fn die(err: &LaunchError) -> ! {
     eprintln!("{}", err.line());
     // SAFETY: ends this forked process without the parent's atexit work.
     unsafe { libc::_exit(1) }
 }
 
-fn io_error(what: &'static str) -> impl FnOnce(io::Error) -> LaunchError {
+pub(super) fn io_error(what: &'static str) -> impl FnOnce(io::Error) -> LaunchError {
     move |source| LaunchError::Io { what, source }
 }
 
@@ -116,12 +116,6 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), LaunchError> {
 
 fn start(ns: Namespaces, setup: &CommandSetup, report: Report) -> Result<i32, LaunchError> {
     let program = SeccompProgram::shared(setup.seccomp)?;
-    // Read on the host, before /proc is the sandbox's.
-    let cgroup_ns = Path::new("/proc/self/ns/cgroup").exists();
-    let ids = (
-        nix::unistd::getuid().as_raw(),
-        nix::unistd::getgid().as_raw(),
-    );
     // Everything pid 1 and the command need is built here, before the
     // clone: pid 1 starts with its work done.
     let command = CommandExec::new(
@@ -129,11 +123,39 @@ fn start(ns: Namespaces, setup: &CommandSetup, report: Report) -> Result<i32, La
         setup.arg0.as_deref(),
         &setup.chdir,
         &setup.command_cwd,
-        ids,
+        host_ids(),
         program,
     )
     .map_err(io_error("prepare the command"))?;
     let stack = ChildStack::new();
+    in_own_namespaces(ns, report, move |pid1| {
+        let mounts = pid1.set_up(setup.console);
+        pid1.start_command(command, stack, mounts)
+    })
+}
+
+/// The caller's uid and gid, read on the host (before any `setns`): the
+/// command's nested user namespace maps them over the prepared one's 0.
+pub(super) fn host_ids() -> (u32, u32) {
+    (
+        nix::unistd::getuid().as_raw(),
+        nix::unistd::getgid().as_raw(),
+    )
+}
+
+/// Enters the prepared sandbox `ns` and clones the command's pid 1 into
+/// its own pid, mount (a copy of the prepared tree), ipc, uts and cgroup
+/// namespaces, where it runs `pid1` (whose steps end pid 1).
+/// In the helper, returns the status to
+/// exit with once pid 1 reports it ([`wait_for`]); the signals passed on
+/// are blocked from before the clone.
+pub(super) fn in_own_namespaces(
+    ns: Namespaces,
+    report: Report,
+    pid1: impl FnOnce(Pid1),
+) -> Result<i32, LaunchError> {
+    // Read on the host, before /proc is the sandbox's.
+    let cgroup_ns = Path::new("/proc/self/ns/cgroup").exists();
     let forwarded = crate::sandbox::run::forwarded();
     let old_mask = forwarded
         .thread_swap_mask(nix::sys::signal::SigmaskHow::SIG_BLOCK)
@@ -160,9 +182,10 @@ fn start(ns: Namespaces, setup: &CommandSetup, report: Report) -> Result<i32, La
         flags |= libc::CLONE_NEWCGROUP;
     }
     match namespaces::clone_into(flags)? {
-        Forked::Parent(pid1) => {
-            drop((status_write, alive_read, command, stack, report));
-            let code = wait_for(pid1, &status_read, &signals);
+        Forked::Parent(pid) => {
+            // Pid 1's part (the command, its stack) is not the helper's.
+            drop((status_write, alive_read, pid1, report));
+            let code = wait_for(pid, &status_read, &signals);
             // The helper exits now; pid 1 follows (parent-death signal).
             drop(alive_write);
             let _ = old_mask.thread_set_mask();
@@ -170,15 +193,14 @@ fn start(ns: Namespaces, setup: &CommandSetup, report: Report) -> Result<i32, La
         }
         Forked::Child => {
             drop((status_read, alive_write, signals));
-            let pid1 = Pid1 {
+            pid1(Pid1 {
                 alive: alive_read,
                 status: status_write,
                 report,
-                setup,
-                command,
-                stack,
-            };
-            pid1.run()
+            });
+            // Pid 1's steps end it; should one return, so does pid 1.
+            // SAFETY: ends pid 1 without the helper's atexit work.
+            unsafe { libc::_exit(1) }
         }
     }
 }
@@ -232,27 +254,26 @@ fn reap(pid: libc::pid_t) -> libc::c_int {
     }
 }
 
-/// The sandbox's pid 1 for one command.
-struct Pid1<'a> {
+/// The sandbox's pid 1 for one command, in its own namespaces.
+pub(super) struct Pid1 {
     alive: OwnedFd,
     status: OwnedFd,
     /// The command's end is reported there at once, as the supervisor
     /// would report the helper's end with the same status a moment later.
     report: Report,
-    setup: &'a CommandSetup,
-    /// The command's exec, prepared before the clone.
-    command: CommandExec<'static>,
-    stack: ChildStack,
 }
 
-impl Pid1<'_> {
-    fn run(self) -> ! {
+impl Pid1 {
+    /// Pid 1's own steps before any command: it dies with the helper, makes
+    /// the command's mounts, leads a new session and turns non-dumpable.
+    /// A failure ends it, said on stderr.
+    pub(super) fn set_up(&self, console: bool) -> mounts::FreshMounts {
         if let Err(err) = crate::bwrap::kill_with_parent(|| {
             crate::bwrap::has_hung_up(&self.alive).map_err(crate::bwrap::BwrapError::Poll)
         }) {
             die(&err.into());
         }
-        let mounts = mounts::fresh_mounts(self.setup.console).unwrap_or_else(|err| die(&err));
+        let mounts = mounts::fresh_mounts(console).unwrap_or_else(|err| die(&err));
         if let Err(errno) = nix::unistd::setsid() {
             die(&io_error("start a session")(errno.into()));
         }
@@ -265,9 +286,18 @@ impl Pid1<'_> {
                 io::Error::last_os_error(),
             ));
         }
-        let mut command = self.command;
+        mounts
+    }
+
+    /// Starts `command` (on `stack`, with `mounts`' `/proc`) and reaps
+    /// until the namespace is empty; ends pid 1 with the command's status.
+    pub(super) fn start_command(
+        self,
+        mut command: CommandExec<'_>,
+        mut stack: ChildStack,
+        mounts: mounts::FreshMounts,
+    ) -> ! {
         command.set_user_sysctls(&mounts.user_sysctls);
-        let mut stack = self.stack;
         let child = match command.spawn(&mut stack) {
             Ok(pid) => pid,
             Err((pid, line)) => {

@@ -33,6 +33,7 @@ pub mod launch;
 mod mounts;
 pub mod plan;
 pub mod request;
+pub mod standby;
 
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -77,6 +78,7 @@ pub fn entry(argv: Vec<OsString>, kind: HelperKind, data: Vec<u8>, fds: Vec<Owne
                 _ => 1,
             }
         }
+        HelperKind::Standby => standby::run(&data, fds),
     }
 }
 

@@ -60,6 +60,31 @@ pub struct PrepareRequest {
     pub expansion: Option<DenyMatches>,
 }
 
+/// Stand by in a prepared sandbox: enter it, make the next command's pid 1
+/// with its own namespaces and mounts, and wait on the control socket for
+/// the command ([`Go`]). Descriptors: the standby's end of the control
+/// socket, the prepared sandbox's in-use marker (write end), its user
+/// namespace, its mount namespace, and its network namespace when the
+/// commands join it (restricted network).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StandbyRequest {
+    /// The seccomp filter of the commands it takes: restricted (joins the
+    /// prepared network namespace) or network enabled (the host's).
+    pub seccomp: SeccompMode,
+}
+
+/// The command a standing-by pid 1 starts, as the server decided it, with
+/// the whole environment it runs with. Descriptors: its stdin, stdout and
+/// stderr.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Go {
+    pub decided: Decided,
+    pub env: Vec<(OsString, OsString)>,
+}
+
+/// A standby's word on its control socket that its pid 1 is ready.
+pub const STANDING_BY: u8 = 1;
+
 /// A keeper's answer on its control socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PrepareAnswer {
@@ -146,6 +171,23 @@ fn read_os_string(r: &mut Reader) -> Option<Option<OsString>> {
     }
 }
 
+fn write_seccomp(w: &mut Writer, mode: SeccompMode) {
+    w.byte(match mode {
+        SeccompMode::Restricted => 0,
+        SeccompMode::ProxyRouted => 1,
+        SeccompMode::NetworkEnabled => 2,
+    });
+}
+
+fn read_seccomp(r: &mut Reader) -> Option<SeccompMode> {
+    match r.byte()? {
+        0 => Some(SeccompMode::Restricted),
+        1 => Some(SeccompMode::ProxyRouted),
+        2 => Some(SeccompMode::NetworkEnabled),
+        _ => None,
+    }
+}
+
 fn write_decided(w: &mut Writer, decided: Option<&Decided>) {
     let Some(Decided { setup, warnings }) = decided else {
         w.byte(0);
@@ -159,11 +201,7 @@ fn write_decided(w: &mut Writer, decided: Option<&Decided>) {
     write_os_string(w, setup.arg0.as_deref());
     w.bytes(setup.chdir.as_bytes());
     w.bytes(setup.command_cwd.as_os_str().as_bytes());
-    w.byte(match setup.seccomp {
-        SeccompMode::Restricted => 0,
-        SeccompMode::ProxyRouted => 1,
-        SeccompMode::NetworkEnabled => 2,
-    });
+    write_seccomp(w, setup.seccomp);
     w.byte(u8::from(setup.console));
     write_strings(w, warnings);
 }
@@ -179,12 +217,7 @@ fn read_decided(r: &mut Reader) -> Option<Option<Decided>> {
     let arg0 = read_os_string(r)?;
     let chdir = OsString::from_vec(r.bytes()?);
     let command_cwd = PathBuf::from(OsString::from_vec(r.bytes()?));
-    let seccomp = match r.byte()? {
-        0 => SeccompMode::Restricted,
-        1 => SeccompMode::ProxyRouted,
-        2 => SeccompMode::NetworkEnabled,
-        _ => return None,
-    };
+    let seccomp = read_seccomp(r)?;
     let console = r.byte()? == 1;
     let warnings = read_strings(r)?;
     Some(Some(Decided {
@@ -258,6 +291,48 @@ impl PrepareRequest {
         let expansion = read_matches(&mut r)?;
         r.end()?;
         Some(PrepareRequest { console, expansion })
+    }
+}
+
+impl StandbyRequest {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        write_seccomp(&mut w, self.seccomp);
+        w.0
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<StandbyRequest> {
+        let mut r = Reader(bytes);
+        let seccomp = read_seccomp(&mut r)?;
+        r.end()?;
+        Some(StandbyRequest { seccomp })
+    }
+}
+
+impl Go {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        write_decided(&mut w, Some(&self.decided));
+        w.count(self.env.len());
+        for (key, value) in &self.env {
+            w.bytes(key.as_bytes());
+            w.bytes(value.as_bytes());
+        }
+        w.0
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<Go> {
+        let mut r = Reader(bytes);
+        let decided = read_decided(&mut r)??;
+        let count = r.count()?;
+        let mut env = Vec::with_capacity(count.min(4096));
+        for _ in 0..count {
+            let key = OsString::from_vec(r.bytes()?);
+            let value = OsString::from_vec(r.bytes()?);
+            env.push((key, value));
+        }
+        r.end()?;
+        Some(Go { decided, env })
     }
 }
 
@@ -380,5 +455,22 @@ mod tests {
             assert_eq!(PrepareAnswer::decode(&answer.encode()), Some(answer));
         }
         assert_eq!(PrepareAnswer::decode(&[9]), None);
+        let standby = StandbyRequest {
+            seccomp: SeccompMode::Restricted,
+        };
+        assert_eq!(StandbyRequest::decode(&standby.encode()), Some(standby));
+        assert_eq!(StandbyRequest::decode(&[7]), None);
+        assert_eq!(StandbyRequest::decode(&[0, 0]), None);
+        let go = Go {
+            decided: decided.clone(),
+            env: vec![
+                ("PATH".into(), "/usr/bin".into()),
+                (OsString::from_vec(b"K\xfe".to_vec()), "a=b".into()),
+            ],
+        };
+        let said = go.encode();
+        assert_eq!(Go::decode(&said), Some(go));
+        assert_eq!(Go::decode(&said[..said.len() - 1]), None);
+        assert_eq!(Go::decode(&encode_verdict(None)), None, "no command");
     }
 }
