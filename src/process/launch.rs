@@ -7,8 +7,6 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use super::spawn::Standby;
-
 use crate::protocol::process::PtySize;
 
 /// Everything needed to start one managed process.
@@ -34,30 +32,27 @@ pub struct LaunchSpec {
     /// builds a one-shot sandbox.
     pub helper: Option<HelperJob>,
     /// Set by the sandbox layer when a standby takes the launch
-    /// ([`StandbyLaunch`]); without it, or when handing over fails, the
+    /// (`StandbyLaunch`); without it, or when handing over fails, the
     /// launch goes the other ways.
     pub standby: Option<StandbyLaunch>,
 }
 
-/// A standby to hand the launch to and the message that starts its
-/// command: taken by the first spawn that tries it.
+/// A standby to hand the launch to ([`Handoff`]): taken by the first
+/// spawn that tries it.
 #[derive(Debug, Clone)]
 pub struct StandbyLaunch {
-    taken: Arc<Mutex<Option<Handed>>>,
+    taken: Arc<Mutex<Option<Handoff>>>,
 }
 
-/// A standby and the message that starts its command.
-type Handed = (Standby, Vec<u8>);
-
 impl StandbyLaunch {
-    pub fn new(standby: Standby, message: Vec<u8>) -> StandbyLaunch {
+    pub fn new(handoff: Handoff) -> StandbyLaunch {
         StandbyLaunch {
-            taken: Arc::new(Mutex::new(Some((standby, message)))),
+            taken: Arc::new(Mutex::new(Some(handoff))),
         }
     }
 
-    /// The standby and its message, once.
-    pub fn take(&self) -> Option<Handed> {
+    /// The handoff, once.
+    pub fn take(&self) -> Option<Handoff> {
         crate::sync::lock(&self.taken).take()
     }
 }
@@ -110,6 +105,40 @@ impl HelperKind {
             3 => Some(HelperKind::Standby),
             _ => None,
         }
+    }
+}
+
+/// A supervised process started ahead of its command, which waits on a
+/// control socket for the command's stdio and the rest of what it runs
+/// (a sandbox helper's standby: `crate::sandbox::warm::standby`).
+#[derive(Debug)]
+pub struct Standby {
+    pub supervisor_pid: libc::pid_t,
+    pub command_pid: libc::pid_t,
+    /// The status pipe, its two first records read.
+    pub status: tokio::io::unix::AsyncFd<OwnedFd>,
+    /// The server's end of the control socket.
+    pub control: OwnedFd,
+}
+
+/// What lets a standby's command run, worked out once its message is sent
+/// (it may take a while: a decision): the word to send, or `None` to call
+/// the command off.
+pub type GoAhead = Box<dyn FnOnce() -> Option<Vec<u8>> + Send>;
+
+/// A launch handed to a standby: the message that starts its command, and
+/// what lets the command run.
+pub struct Handoff {
+    pub standby: Standby,
+    pub message: Vec<u8>,
+    pub go_ahead: GoAhead,
+}
+
+impl std::fmt::Debug for Handoff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handoff")
+            .field("standby", &self.standby)
+            .finish_non_exhaustive()
     }
 }
 

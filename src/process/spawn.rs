@@ -12,7 +12,7 @@ use nix::unistd::Pid;
 use tokio::io::unix::AsyncFd;
 
 use super::fd::{read_record, register};
-use super::launch::{LaunchSpec, StandbyLaunch};
+use super::launch::{Handoff, LaunchSpec, StandbyLaunch};
 use super::pty;
 use super::supervisor::{self, ReaperExec, SupervisorConfig};
 use super::zygote::Zygote;
@@ -177,8 +177,8 @@ pub async fn spawn_async(
     if spec.argv.is_empty() {
         return Err(SpawnError::EmptyArgv);
     }
-    if let Some((standby, message)) = spec.standby.as_ref().and_then(StandbyLaunch::take) {
-        match standby.hand_over(spec, &message) {
+    if let Some(handoff) = spec.standby.as_ref().and_then(StandbyLaunch::take) {
+        match hand_over(handoff, spec) {
             Ok(spawned) => return Ok(spawned),
             // The launch goes on as if there had been no standby.
             Err(err) => tracing::debug!("standby unavailable: {err}"),
@@ -348,28 +348,37 @@ async fn spawn_with_zygote(zygote: &Zygote, spec: &LaunchSpec) -> Result<Spawned
         .map_err(|e| ZygoteError::Spawn(e.into()))
 }
 
-/// A supervised process started ahead of its command, which waits on a
-/// control socket for the command's stdio and the rest of what it runs
-/// (a sandbox helper's standby: `crate::sandbox::warm::standby`).
-#[derive(Debug)]
-pub struct Standby {
-    pub supervisor_pid: libc::pid_t,
-    pub command_pid: libc::pid_t,
-    /// The status pipe, its two first records read.
-    pub status: AsyncFd<OwnedFd>,
-    /// The server's end of the control socket.
-    pub control: OwnedFd,
+/// Starts the command of `handoff`: stdio made for `spec` as a launch
+/// through the zygote makes it, sent with the message on the standby's
+/// control socket, then the go-ahead, worked out meanwhile on this thread
+/// (the command prepares itself in the standby). On an error the command
+/// never ran (a standby that is gone, a message too large, or the launch
+/// called off); the standby and the stdio made for it are dropped.
+fn hand_over(handoff: Handoff, spec: &LaunchSpec) -> io::Result<Spawned> {
+    let Handoff {
+        standby,
+        message,
+        go_ahead,
+    } = handoff;
+    let control = standby.control.as_raw_fd();
+    let mut stdio = ChildStdio::open(spec)?;
+    crate::sys::scm::send_with_fds(control, &message, &stdio.sent)?;
+    stdio.handed.clear();
+    let said =
+        blocking_in_place(go_ahead).ok_or_else(|| io::Error::other("the launch was called off"))?;
+    crate::sys::scm::send_with_fds(control, &said, &[])?;
+    stdio.into_spawned(standby.supervisor_pid, standby.command_pid, standby.status)
 }
 
-impl Standby {
-    /// Starts the command: stdio made for `spec` as a launch through the
-    /// zygote makes it, sent with `message` on the control socket. On an
-    /// error nothing was started (a standby that is gone, or a message
-    /// too large for the socket).
-    pub fn hand_over(self, spec: &LaunchSpec, message: &[u8]) -> io::Result<Spawned> {
-        let mut stdio = ChildStdio::open(spec)?;
-        crate::sys::scm::send_with_fds(self.control.as_raw_fd(), message, &stdio.sent)?;
-        stdio.handed.clear();
-        stdio.into_spawned(self.supervisor_pid, self.command_pid, self.status)
+/// Runs `work`, which blocks for a while, on this thread: on a
+/// multi-threaded runtime its other tasks move to another worker first.
+fn blocking_in_place<T>(work: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let multi =
+        Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
+    if multi {
+        tokio::task::block_in_place(work)
+    } else {
+        work()
     }
 }

@@ -42,12 +42,14 @@ use tokio::io::unix::AsyncFd;
 
 use crate::policy::{PermissionProfile, ResolveContext};
 use crate::process::fd::register;
-use crate::process::launch::{HelperJob, HelperKind, LaunchSpec, StandbyLaunch};
-use crate::process::spawn::Standby;
+use crate::process::launch::{
+    GoAhead, Handoff, HelperJob, HelperKind, LaunchSpec, Standby, StandbyLaunch,
+};
 use crate::sandbox::bwrap_args::FileTypes;
 use crate::sandbox::deny_index::DenyIndex;
 use crate::sandbox::glob::GlobExpansion;
 use crate::sandbox::seccomp::SeccompMode;
+use crate::sandbox::warm::launch::CommandSetup;
 use crate::sandbox::warm::plan::{DecisionEnv, KnownHost};
 use crate::sandbox::warm::request::{
     Decided, DenyMatches, Go, LaunchRequest, PrepareAnswer, PrepareRequest, StandbyRequest,
@@ -73,6 +75,9 @@ const MAX_EXPANSION_BYTES: usize = 64 * 1024;
 /// How long a command waits for a standby still on its way (beyond: the
 /// helper's launch).
 const STANDBY_WAIT: Duration = Duration::from_secs(1);
+/// Standbys a prepared sandbox keeps ready or on their way: two, so that
+/// the next command finds one ready while the one after it is made.
+const STANDBYS: usize = 2;
 /// Standbys in a row that may fail to start before a prepared sandbox
 /// stops making them.
 const MAX_STANDBY_FAILURES: u32 = 3;
@@ -200,18 +205,18 @@ impl Reuse {
                         console: key.console,
                         stale: sandbox.stale_write.clone(),
                     };
-                    let index = slot.deny_index.clone();
+                    let decision = Decision {
+                        ahead,
+                        index: slot.deny_index.clone(),
+                        vouched,
+                    };
                     if let Some(pending) = sandbox.take_standby() {
-                        let argv = spec.argv.clone();
-                        let decision = tokio::task::spawn_blocking(move || {
-                            decide(&argv, ahead, index, vouched)
-                        });
                         let verdict = (verdict_read, verdict_write);
                         self.hand_to_standby(sandbox, pending, decision, spec, verdict)
                             .await;
                         return;
                     }
-                    decide_meanwhile(spec, ahead, index, vouched, verdict_write);
+                    decide_meanwhile(spec, decision, verdict_write);
                     spec.helper = Some(sandbox.launch_job(None, Some(verdict_read)));
                     return;
                 }
@@ -221,45 +226,81 @@ impl Reuse {
         }
     }
 
-    /// Waits for `spec`'s `decision` ([`decide`]) and the standby
-    /// `pending`, and hands the command to the standby when a one-shot run
-    /// would build the prepared sandbox; else the helper launch gets the
-    /// verdict on `verdict` at once. The next command's standby is made
-    /// once the command is decided.
+    /// Hands the command of `spec` to the standby `pending` once it is
+    /// ready. Its sandbox is decided ([`decide`]) once the standby has the
+    /// command, which meanwhile takes every step but its exec with the
+    /// setup the decision is expected to give it
+    /// ([`warm::expected_setup`]); it runs only if the decision found the
+    /// prepared sandbox and that setup, else the launch falls back to the
+    /// helper's, which gets the verdict on `verdict`. Without an expected
+    /// setup (no earlier command named this cwd) the decision comes first.
+    /// The next command's standby is made once this one is decided.
     async fn hand_to_standby(
         &self,
-        sandbox: &PreparedSandbox,
+        sandbox: &Arc<PreparedSandbox>,
         pending: PendingStandby,
-        decision: tokio::task::JoinHandle<Option<Box<Decided>>>,
+        decision: Decision,
         spec: &mut LaunchSpec,
         (verdict_read, verdict_write): (OwnedFd, OwnedFd),
     ) {
-        let standby = tokio::time::timeout(STANDBY_WAIT, pending).await;
-        let decided = decision.await.ok().flatten();
-        let standby = standby.ok().and_then(Result::ok).flatten();
-        if decided.is_some() {
-            sandbox.stand_by(spec, &self.exe);
-        }
-        if let (Some(decided), Some(standby)) = (&decided, standby) {
-            let fits =
-                Some(decided.setup.seccomp) == sandbox.standby_mode && !decided.setup.console;
-            let message = Go {
-                decided: decided.as_ref().clone(),
-                env: spec.env.clone(),
-            }
-            .encode();
-            if fits && message.len() <= warm::standby::MAX_GO_BYTES {
-                spec.standby = Some(StandbyLaunch::new(standby, message));
-                return;
-            }
-        }
-        // The helper's launch, with the verdict known: written on a
-        // blocking thread (a long one fills the pipe until the helper reads).
-        let said = warm::request::encode_verdict(decided.as_deref());
-        tokio::task::spawn_blocking(move || {
-            let _ = crate::sys::fds::write_all(verdict_write.as_raw_fd(), &said);
-        });
         spec.helper = Some(sandbox.launch_job(None, Some(verdict_read)));
+        let mode = sandbox.standby_mode;
+        let standby = tokio::time::timeout(STANDBY_WAIT, pending).await;
+        let standby = standby.ok().and_then(Result::ok).flatten();
+        let expected = lock(&sandbox.dirs)
+            .as_ref()
+            .zip(mode)
+            .and_then(|(dirs, mode)| warm::expected_setup(&spec.argv, mode, dirs));
+        let next = StandbyNext {
+            sandbox: sandbox.clone(),
+            spec: spec.clone(),
+            exe: self.exe.clone(),
+        };
+        let decide = move || {
+            let decided = decide(&next.spec.argv, decision);
+            if let Some(decided) = &decided {
+                *lock(&next.sandbox.dirs) = warm::CommandDirs::of(&next.spec.argv, &decided.setup);
+            }
+            // The helper's launch reads it if the standby's is called off.
+            let verdict = warm::request::encode_verdict(decided.as_deref());
+            let _ = crate::sys::fds::write_all(verdict_write.as_raw_fd(), &verdict);
+            next.sandbox.stand_by(&next.spec, &next.exe);
+            decided
+        };
+        let Some(standby) = standby else {
+            tokio::task::spawn_blocking(decide);
+            return;
+        };
+        let (setup, go_ahead): (CommandSetup, GoAhead) = match expected {
+            Some(setup) => {
+                let expected = setup.clone();
+                let go_ahead = move || go_ahead_for(decide().as_deref(), &expected);
+                (setup, Box::new(go_ahead))
+            }
+            None => {
+                let decided = tokio::task::spawn_blocking(decide).await;
+                let Some(decided) = decided.ok().flatten() else {
+                    return;
+                };
+                if mode != Some(decided.setup.seccomp) || decided.setup.console {
+                    return;
+                }
+                let said = go_ahead_for(Some(&decided), &decided.setup);
+                (decided.setup, Box::new(move || said))
+            }
+        };
+        let message = Go {
+            setup,
+            env: spec.env.clone(),
+        }
+        .encode();
+        if message.len() <= warm::standby::MAX_GO_BYTES {
+            spec.standby = Some(StandbyLaunch::new(Handoff {
+                standby,
+                message,
+                go_ahead,
+            }));
+        }
     }
 
     async fn prepare(
@@ -352,9 +393,10 @@ impl Reuse {
                     (false, false) => Some(SeccompMode::NetworkEnabled),
                 };
                 Ok(PreparedSandbox {
-                    standby: Mutex::new(None),
+                    standbys: Mutex::default(),
                     standby_mode,
                     standby_failures: Arc::default(),
+                    dirs: Arc::default(),
                     user: Arc::new(user),
                     mnt: Arc::new(mnt),
                     net: net.map(Arc::new),
@@ -371,6 +413,21 @@ impl Reuse {
             PrepareAnswer::Failed(why) => Err(why),
         }
     }
+}
+
+/// What the next command's standby is made from, once the current one is
+/// decided.
+struct StandbyNext {
+    sandbox: Arc<PreparedSandbox>,
+    spec: LaunchSpec,
+    exe: PathBuf,
+}
+
+/// What a command's sandbox is decided with ([`decide`]).
+struct Decision {
+    ahead: Ahead,
+    index: Arc<Mutex<Option<ShapeIndex>>>,
+    vouched: Vouched,
 }
 
 /// What a command's sandbox is checked against.
@@ -395,16 +452,10 @@ struct Ahead {
 /// takes them as the host's; without, it leaves what it found of paths in
 /// directories the shape's deny-glob index watches for the next command,
 /// valid until the index sees anything happen.
-fn decide_meanwhile(
-    spec: &LaunchSpec,
-    ahead: Ahead,
-    index: Arc<Mutex<Option<ShapeIndex>>>,
-    vouched: Vouched,
-    verdict: OwnedFd,
-) {
+fn decide_meanwhile(spec: &LaunchSpec, decision: Decision, verdict: OwnedFd) {
     let argv = spec.argv.clone();
     tokio::task::spawn_blocking(move || {
-        let decided = decide(&argv, ahead, index, vouched);
+        let decided = decide(&argv, decision);
         // A helper gone meanwhile (its start failed, or it was killed)
         // closed the read end: nothing to tell.
         let said = warm::request::encode_verdict(decided.as_deref());
@@ -414,12 +465,12 @@ fn decide_meanwhile(
 
 /// The decision of [`decide_meanwhile`], on the calling (blocking)
 /// thread: the command as decided when the prepared sandbox may take it.
-fn decide(
-    argv: &[std::ffi::OsString],
-    ahead: Ahead,
-    index: Arc<Mutex<Option<ShapeIndex>>>,
-    vouched: Vouched,
-) -> Option<Box<Decided>> {
+fn decide(argv: &[std::ffi::OsString], decision: Decision) -> Option<Box<Decided>> {
+    let Decision {
+        ahead,
+        index,
+        vouched,
+    } = decision;
     let known = vouched.known.as_deref();
     let found = warm::decide_ahead(
         argv,
@@ -445,6 +496,14 @@ fn decide(
         }
         Verdict::OneShot => None,
     }
+}
+
+/// The go-ahead for a standby's command started with the setup
+/// `expected`, when the decision found the prepared sandbox and that setup.
+fn go_ahead_for(decided: Option<&Decided>, expected: &CommandSetup) -> Option<Vec<u8>> {
+    decided
+        .filter(|decided| decided.setup == *expected)
+        .and_then(|decided| warm::request::go_ahead(&decided.warnings))
 }
 
 /// Logs what a keeper or a standby (`who`) says on stderr (bubblewrap's
@@ -773,13 +832,16 @@ struct PreparedSandbox {
     /// The mount table's generation when preparing began.
     generation: u64,
     live: Arc<AtomicUsize>,
-    /// The next command's pid 1, standing by or on its way.
-    standby: Mutex<Option<PendingStandby>>,
+    /// The next commands' pids 1 ([`STANDBYS`]), standing by or on their
+    /// way, oldest first.
+    standbys: Mutex<std::collections::VecDeque<PendingStandby>>,
     /// The seccomp filter of the commands a standby may take (`None`:
     /// none may).
     standby_mode: Option<SeccompMode>,
     /// Standbys in a row that failed to start.
     standby_failures: Arc<AtomicU32>,
+    /// The directories the last decision gave a command.
+    dirs: Arc<Mutex<Option<warm::CommandDirs>>>,
 }
 
 /// A standby on its way: `None` once it failed to start.
@@ -837,15 +899,23 @@ impl PreparedSandbox {
 }
 
 impl PreparedSandbox {
-    /// The standby made for the next command, if any (ready or not).
+    /// The oldest standby made for the next commands, if any (ready or
+    /// not).
     fn take_standby(&self) -> Option<PendingStandby> {
-        lock(&self.standby).take()
+        lock(&self.standbys).pop_front()
     }
 
-    /// Makes the next command's standby (`sandbox::warm::standby`) from
-    /// the helper launch `spec`, unless its commands may take none or too
-    /// many failed in a row. It replaces one not taken.
+    /// Makes standbys (`sandbox::warm::standby`) from the helper launch
+    /// `spec` until [`STANDBYS`] are ready or on their way, unless the
+    /// commands may take none or too many failed in a row.
     fn stand_by(&self, spec: &LaunchSpec, exe: &std::path::Path) {
+        let missing = STANDBYS.saturating_sub(lock(&self.standbys).len());
+        for _ in 0..missing {
+            self.stand_by_once(spec, exe);
+        }
+    }
+
+    fn stand_by_once(&self, spec: &LaunchSpec, exe: &std::path::Path) {
         let Some(seccomp) = self.standby_mode else {
             return;
         };
@@ -882,11 +952,11 @@ impl PreparedSandbox {
             standby: None,
         };
         let (ready, pending) = tokio::sync::oneshot::channel();
-        *lock(&self.standby) = Some(pending);
+        lock(&self.standbys).push_back(pending);
         let failures = self.standby_failures.clone();
         let exe = exe.to_owned();
         tokio::spawn(async move {
-            let started = tokio::time::timeout(PREPARE_TIMEOUT, start_standby(&job, &exe, ours));
+            let started = tokio::time::timeout(PREPARE_TIMEOUT, start_standby(job, &exe, ours));
             let standby = match started.await {
                 Ok(Ok(standby)) => {
                     failures.store(0, Ordering::Relaxed);
@@ -908,15 +978,17 @@ impl PreparedSandbox {
     }
 }
 
-/// Starts the standby `job` and waits until its pid 1 stands by.
+/// Starts the standby `job` and waits until its pid 1 stands by (or ends:
+/// the job's own copies of the descriptors it sent are closed first).
 async fn start_standby(
-    job: &LaunchSpec,
+    job: LaunchSpec,
     exe: &std::path::Path,
     control: OwnedFd,
 ) -> Result<Standby, String> {
-    let spawned = crate::process::spawn::spawn_helper_job(job, exe)
+    let spawned = crate::process::spawn::spawn_helper_job(&job, exe)
         .await
         .map_err(|e| format!("cannot start a standby: {e}"))?;
+    drop(job);
     log_helper_stderr("sandbox standby", spawned.stderr);
     let control = register(control).map_err(|e| e.to_string())?;
     loop {

@@ -115,7 +115,11 @@ impl Session {
             )
             .await;
         let (_, first) = self.finish(&holder).await;
-        assert_eq!(netns(&first), netns(&second), "not one reused sandbox");
+        assert_eq!(
+            netns(&first),
+            netns(&second),
+            "not one reused sandbox: {first:?} {second:?}"
+        );
         netns(&first)
     }
 }
@@ -699,6 +703,178 @@ async fn an_idle_prepared_sandbox_goes() {
         t.names("ws")
     );
     s.assert_reused(&sandbox).await;
+}
+
+/// Commands are handed to standbys, each a pid 1 made ahead in the
+/// prepared sandbox: while a command runs, its helper is a standby (`ps`
+/// shows `codexbox-sandbox-standby`) with the command below it, no more
+/// than two wait beside it for the next commands, and their pids 1 hold
+/// no capability and run under no_new_privs and the seccomp filter.
+#[tokio::test]
+async fn commands_run_on_standbys_made_ahead() {
+    if !ready() {
+        return;
+    }
+    let t = Tree::new();
+    let sandbox = ctx(workspace(vec![]), &t.ws);
+    let mut s = Session::start(&[]).await;
+    s.assert_reused(&sandbox).await;
+    let ws = t.ws.display().to_string();
+    // A standby's helper (its pid 1 shows the same title, below it).
+    let standbys = || {
+        let titled =
+            processes_where(|cmdline| cmdline.starts_with(STANDBY_TITLE) && cmdline.contains(&ws));
+        let helpers = titled.iter().copied().filter(|&pid| {
+            !titled
+                .iter()
+                .any(|&other| descendants(other).contains(&pid))
+        });
+        helpers.collect::<Vec<u32>>()
+    };
+    // Two commands in turn: the second finds the first's directories.
+    for _ in 0..2 {
+        let (code, _) = s.run(&sandbox, "true").await;
+        assert_eq!(code, 0);
+    }
+    let holder = s.id();
+    start_reading(
+        &mut s.raw,
+        &holder,
+        &sandbox,
+        "touch held; read line; echo went",
+    )
+    .await;
+    assert!(
+        eventually(|| t.ws.join("held").exists()).await,
+        "the command did not start"
+    );
+    let running: Vec<u32> = standbys()
+        .into_iter()
+        .filter(|&pid| descendants(pid).iter().any(|&d| comm(d) == "sh"))
+        .collect();
+    assert_eq!(
+        running.len(),
+        1,
+        "the command runs on no standby: {:?}",
+        standbys()
+    );
+    assert!(
+        eventually(|| standbys().len() <= 3).await,
+        "standbys beside the running one: {:?}",
+        standbys()
+    );
+    // Each waiting pid 1 took the command's confinement already.
+    let confined = |pid: u32| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(name))
+                .map(str::trim)
+                .map(str::to_owned)
+        };
+        field("CapEff:").as_deref() == Some("0000000000000000")
+            && field("CapPrm:").as_deref() == Some("0000000000000000")
+            && field("NoNewPrivs:").as_deref() == Some("1")
+            && field("Seccomp:").as_deref() == Some("2")
+    };
+    let waiting_pid1s = || -> Vec<u32> {
+        standbys()
+            .into_iter()
+            .filter(|pid| !running.contains(pid))
+            .flat_map(descendants)
+            .collect()
+    };
+    assert!(
+        eventually(|| {
+            let pid1s = waiting_pid1s();
+            !pid1s.is_empty() && pid1s.iter().all(|&pid| confined(pid))
+        })
+        .await,
+        "a waiting pid 1 is not confined: {:?}",
+        waiting_pid1s()
+    );
+    go(&mut s.raw, &holder).await;
+    let (code, output) = s.finish(&holder).await;
+    assert_eq!((code, output.trim()), (0, "went"));
+}
+
+/// A command a standby started while its sandbox was decided runs only
+/// once the decision agreed. When the host changed in between (a file
+/// made under a deny glob), it is called off before its exec and started
+/// the other way: it runs once, and the file stays masked.
+#[tokio::test]
+async fn a_command_called_off_runs_once_and_as_decided() {
+    if !ready() {
+        return;
+    }
+    let t = Tree::new();
+    let deny = json!({"path": {"type": "glob_pattern", "pattern": "**/*.env"}, "access": "deny"});
+    let sandbox = ctx(workspace(vec![deny]), &t.ws);
+    let mut s = Session::start(&[]).await;
+    s.assert_reused(&sandbox).await;
+    for _ in 0..2 {
+        let (code, _) = s.run(&sandbox, "true").await;
+        assert_eq!(code, 0);
+    }
+    t.put("ws/late.env", "LATE-SECRET");
+    let (code, output) = s
+        .run(&sandbox, "echo ran >> runs.log; cat late.env; echo done")
+        .await;
+    assert!(output.contains("done"), "control: {output}");
+    assert!(!output.contains("LATE-SECRET"), "{output}");
+    assert_ne!(code, -1);
+    let runs = std::fs::read_to_string(t.ws.join("runs.log")).unwrap_or_default();
+    assert_eq!(
+        runs,
+        "ran\n",
+        "the command ran {} times",
+        runs.lines().count()
+    );
+    // The next one, on a sandbox prepared anew, is denied the file too.
+    let (_, output) = s.run(&sandbox, "cat late.env; echo done").await;
+    assert!(
+        output.contains("done") && !output.contains("LATE-SECRET"),
+        "{output}"
+    );
+}
+
+/// What `ps` shows first for a standby.
+const STANDBY_TITLE: &str = "codexbox-sandbox-standby";
+
+/// Every process below `pid` (by parent pid).
+fn descendants(pid: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|child| {
+            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).ok()?;
+            let after = stat.get(stat.rfind(')')? + 2..)?;
+            let parent = after.split(' ').nth(1)?.parse().ok()?;
+            Some((child, parent))
+        })
+        .collect();
+    let mut found = vec![pid];
+    let mut i = 0;
+    while let Some(&current) = found.get(i) {
+        found.extend(
+            parents
+                .iter()
+                .filter(|(_, parent)| *parent == current)
+                .map(|(child, _)| *child),
+        );
+        i += 1;
+    }
+    found.split_off(1)
+}
+
+/// A process's command name (`comm`).
+fn comm(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
 }
 
 /// Starts `script` with a stdin pipe in `sandbox` on `raw`.

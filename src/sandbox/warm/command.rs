@@ -10,8 +10,10 @@
 //! exists, as the inner stage does); an empty signal mask (dispositions are
 //! pid 1's: the defaults, with SIGPIPE ignored as the inner stage leaves
 //! it); nothing inherited but stdio; a fresh session keyring,
-//! no_new_privs, no capability; the seccomp filter; the exec, searched
-//! along the command's `PATH` as `execvp` searches. A failed step leaves
+//! no_new_privs, no capability; the seccomp filter; for a standby's
+//! command, the server's go-ahead (its warnings then written on stderr);
+//! the exec, searched along the command's `PATH` as `execvp` searches.
+//! A failed step leaves
 //! its errno for pid 1, which says why in the words of the one-shot
 //! sandbox's part that would have failed.
 
@@ -29,6 +31,13 @@ use crate::sandbox::inner::InnerError;
 use crate::sandbox::seccomp::SeccompProgram;
 use crate::sys::confine;
 
+/// The first byte of the go-ahead (`super::request::go_ahead`).
+pub const GO_AHEAD: u8 = 1;
+
+/// Largest go-ahead a standby's command reads: the warnings beyond are
+/// cut (the server sends none this long).
+pub const MAX_GO_AHEAD_BYTES: usize = 16 * 1024;
+
 /// The step that failed, for the message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -43,6 +52,7 @@ enum Step {
     Keyring,
     Capabilities,
     Seccomp,
+    CalledOff,
     Exec,
 }
 
@@ -59,6 +69,7 @@ impl Step {
             Step::Keyring,
             Step::Capabilities,
             Step::Seccomp,
+            Step::CalledOff,
             Step::Exec,
         ]
         .get(usize::from(code))
@@ -78,6 +89,7 @@ impl Step {
             Step::Keyring => "join a fresh session keyring",
             Step::Capabilities => "drop every capability",
             Step::Seccomp => "install the seccomp filter",
+            Step::CalledOff => "go ahead: the server called the command off",
             Step::Exec => "execute the command",
         }
     }
@@ -87,32 +99,122 @@ impl Step {
 pub struct CommandExec<'a> {
     launch: Launch,
     program_name: OsString,
-    uid_map: Vec<u8>,
-    gid_map: Vec<u8>,
     chdir: CString,
     command_cwd: CString,
+    /// The steps that confine it (`None`: its pid 1 took them already,
+    /// and the command inherits them).
+    confinement: Option<Confinement<'a>>,
+    /// A standby's command: where its go-ahead comes, and room for it.
+    hold: Option<Hold>,
+    step: AtomicU8,
+    errno: AtomicI32,
+}
+
+/// What confines a command, as the one-shot launcher and inner stage do:
+/// a nested user namespace with the caller's ids `ids` mapped over the
+/// prepared namespace's 0, in which no user namespace can be made; a
+/// fresh session keyring, no_new_privs, no capability; the seccomp filter.
+pub struct Confinement<'a> {
+    uid_map: Vec<u8>,
+    gid_map: Vec<u8>,
+    /// Where the process's `uid_map` and `gid_map` are.
+    maps_at: (RawFd, &'static std::ffi::CStr, &'static std::ffi::CStr),
     user_sysctls: RawFd,
     last_cap: u32,
     seccomp: &'a SeccompProgram,
-    step: AtomicU8,
-    errno: AtomicI32,
+}
+
+/// Where a standby's command waits for its go-ahead.
+struct Hold {
+    socket: RawFd,
+    room: Vec<u8>,
 }
 
 fn cstring(bytes: &[u8]) -> io::Result<CString> {
     CString::new(bytes).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
+impl<'a> Confinement<'a> {
+    pub fn new(ids: (u32, u32), seccomp: &'a SeccompProgram) -> Confinement<'a> {
+        Confinement {
+            uid_map: format!("{} 0 1\n", ids.0).into_bytes(),
+            gid_map: format!("{} 0 1\n", ids.1).into_bytes(),
+            maps_at: (libc::AT_FDCWD, c"/proc/self/uid_map", c"/proc/self/gid_map"),
+            user_sysctls: -1,
+            last_cap: confine::last_cap(),
+            seccomp,
+        }
+    }
+
+    /// Where user namespaces are limited: `sys/user` of the fresh `/proc`
+    /// (see `super::mounts`), open while the steps run.
+    pub fn set_user_sysctls(&mut self, dir: &OwnedFd) {
+        self.user_sysctls = dir.as_raw_fd();
+    }
+
+    /// Takes every step on the calling process: a standby's pid 1, once it
+    /// is done with its mounts, so that its command inherits them (see
+    /// `super::standby`); `own_proc` is its directory in the fresh
+    /// `/proc`, where `/proc/self` is hidden. The stderr line when one
+    /// failed.
+    pub fn apply_here(&mut self, own_proc: &OwnedFd) -> Result<(), String> {
+        self.maps_at = (own_proc.as_raw_fd(), c"uid_map", c"gid_map");
+        self.enter_user_namespace()
+            .and_then(|()| self.confine())
+            .map_err(|(step, errno)| failure_line(step, errno, "".as_ref(), c""))
+    }
+
+    /// The nested user namespace. Async-signal-safe.
+    fn enter_user_namespace(&self) -> Result<(), (Step, libc::c_int)> {
+        let check = |rc: libc::c_long| if rc < 0 { Err(errno()) } else { Ok(()) };
+        // SAFETY: plain system calls on data prepared before any clone,
+        // with buffers that outlive them.
+        unsafe {
+            check(libc::unshare(libc::CLONE_NEWUSER).into())
+                .map_err(|errno| (Step::UserNamespace, errno))?;
+            let (dir, uid_map, gid_map) = self.maps_at;
+            for (path, map) in [(uid_map, &self.uid_map), (gid_map, &self.gid_map)] {
+                write_file(dir, path, map).map_err(|errno| (Step::IdMaps, errno))?;
+            }
+            write_file(self.user_sysctls, c"max_user_namespaces", b"0")
+                .map_err(|errno| (Step::CloseUserNamespaces, errno))?;
+            if libc::unshare(libc::CLONE_NEWUSER) == 0 {
+                return Err((Step::UsernsStillAllowed, libc::EPERM));
+            }
+        }
+        Ok(())
+    }
+
+    /// The inner stage's confinement and the filter. Async-signal-safe.
+    fn confine(&self) -> Result<(), (Step, libc::c_int)> {
+        let errno_of = |err: confine::ConfineError| {
+            use std::error::Error;
+            err.source()
+                .and_then(|source| source.downcast_ref::<io::Error>())
+                .and_then(io::Error::raw_os_error)
+                .unwrap_or(libc::EPERM)
+        };
+        confine::join_fresh_session_keyring().map_err(|e| (Step::Keyring, errno_of(e)))?;
+        confine::set_no_new_privs().map_err(|e| (Step::Capabilities, errno_of(e)))?;
+        confine::drop_capabilities_through(self.last_cap)
+            .map_err(|e| (Step::Capabilities, errno_of(e)))?;
+        self.seccomp
+            .install()
+            .map_err(|_| (Step::Seccomp, libc::EPERM))?;
+        Ok(())
+    }
+}
+
 impl<'a> CommandExec<'a> {
     /// `command` (seeing `arg0` as its argv[0] when given) with this
-    /// process's environment and `PWD` = `chdir`, the caller's ids `ids`
-    /// mapped over the prepared namespace's 0.
+    /// process's environment and `PWD` = `chdir`, confined by
+    /// `confinement` (`None`: by its pid 1 already).
     pub fn new(
         command: &[OsString],
         arg0: Option<&std::ffi::OsStr>,
         chdir: &std::ffi::OsStr,
         command_cwd: &Path,
-        ids: (u32, u32),
-        seccomp: &'a SeccompProgram,
+        confinement: Option<Confinement<'a>>,
     ) -> io::Result<CommandExec<'a>> {
         let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
             .filter(|(key, _)| key != "PWD")
@@ -122,22 +224,32 @@ impl<'a> CommandExec<'a> {
         Ok(CommandExec {
             launch,
             program_name: command.first().cloned().unwrap_or_default(),
-            uid_map: format!("{} 0 1\n", ids.0).into_bytes(),
-            gid_map: format!("{} 0 1\n", ids.1).into_bytes(),
             chdir: cstring(chdir.as_bytes())?,
             command_cwd: cstring(command_cwd.as_os_str().as_bytes())?,
-            user_sysctls: -1,
-            last_cap: confine::last_cap(),
-            seccomp,
+            confinement,
+            hold: None,
             step: AtomicU8::new(Step::None as u8),
             errno: AtomicI32::new(0),
         })
     }
 
-    /// Where the command limits its user namespaces: `sys/user` of its
-    /// fresh `/proc` (see `super::mounts`), open until the spawn returns.
+    /// Where the command limits its user namespaces (see
+    /// [`Confinement::set_user_sysctls`]), open until the spawn returns.
     pub fn set_user_sysctls(&mut self, dir: &OwnedFd) {
-        self.user_sysctls = dir.as_raw_fd();
+        if let Some(confinement) = &mut self.confinement {
+            confinement.set_user_sysctls(dir);
+        }
+    }
+
+    /// Makes the command wait, its last step before the exec, for the
+    /// server's go-ahead on `socket` (a standby's control socket, open
+    /// until the spawn returns; see `super::request::go_ahead`): it writes
+    /// the warnings that come with it on its stderr and execs, or exits
+    /// without exec'ing on anything else, the socket's end included.
+    pub fn hold_for_go_ahead(&mut self, socket: RawFd) {
+        let mut room = vec![0u8; MAX_GO_AHEAD_BYTES];
+        crate::process::vfork::prefault(&mut room);
+        self.hold = Some(Hold { socket, room });
     }
 
     /// Starts the command (see the module docs). `Ok(pid)` once it has
@@ -159,31 +271,42 @@ impl<'a> CommandExec<'a> {
     /// The stderr line for a failed step, in the one-shot sandbox's words.
     fn failure(&self, step: Step) -> String {
         let errno = self.errno.load(Ordering::SeqCst);
-        let source = io::Error::from_raw_os_error(errno);
-        match step {
-            Step::Exec => format!(
-                "{PREFIX}: {}",
-                InnerError::Exec {
-                    program: self.program_name.to_string_lossy().into_owned(),
-                    source: nix::errno::Errno::from_raw(errno),
-                }
-            ),
-            Step::Chdir => format!(
-                "bwrap: {}",
-                crate::bwrap::BwrapError::Chdir {
-                    path: std::ffi::OsStr::from_bytes(self.chdir.as_bytes()).to_owned(),
-                    source,
-                }
-            ),
-            Step::UsernsStillAllowed => {
-                format!("{PREFIX}: creation of new user namespaces was not disabled as requested")
+        failure_line(step, errno, &self.program_name, &self.chdir)
+    }
+}
+
+/// The stderr line for `step` failed with `errno`, in the one-shot
+/// sandbox's words (`program` and `chdir` name the command's).
+fn failure_line(
+    step: Step,
+    errno: libc::c_int,
+    program: &std::ffi::OsStr,
+    chdir: &std::ffi::CStr,
+) -> String {
+    let source = io::Error::from_raw_os_error(errno);
+    match step {
+        Step::Exec => format!(
+            "{PREFIX}: {}",
+            InnerError::Exec {
+                program: program.to_string_lossy().into_owned(),
+                source: nix::errno::Errno::from_raw(errno),
             }
-            other => format!(
-                "{PREFIX}: error applying Linux sandbox restrictions: cannot {}: {}",
-                other.what(),
-                crate::sys::errno_text(&source)
-            ),
+        ),
+        Step::Chdir => format!(
+            "bwrap: {}",
+            crate::bwrap::BwrapError::Chdir {
+                path: std::ffi::OsStr::from_bytes(chdir.to_bytes()).to_owned(),
+                source,
+            }
+        ),
+        Step::UsernsStillAllowed => {
+            format!("{PREFIX}: creation of new user namespaces was not disabled as requested")
         }
+        other => format!(
+            "{PREFIX}: error applying Linux sandbox restrictions: cannot {}: {}",
+            other.what(),
+            crate::sys::errno_text(&source)
+        ),
     }
 }
 
@@ -210,35 +333,25 @@ fn steps(exec: &mut CommandExec<'_>) -> (Step, libc::c_int) {
     let check = |rc: libc::c_long| if rc < 0 { Err(errno()) } else { Ok(()) };
     // SAFETY: each call is a plain system call on data prepared before the
     // clone, with buffers that outlive it.
-    let outcome = unsafe {
-        let die = check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0).into())
-            .and_then(|()| {
-                if libc::getppid() == 1 {
-                    Ok(())
-                } else {
-                    Err(libc::ESRCH)
-                }
-            });
-        if let Err(errno) = die {
-            return (Step::DieWithParent, errno);
-        }
-        if let Err(errno) = check(libc::unshare(libc::CLONE_NEWUSER).into()) {
-            return (Step::UserNamespace, errno);
-        }
-        for (path, map) in [
-            (c"/proc/self/uid_map", &exec.uid_map),
-            (c"/proc/self/gid_map", &exec.gid_map),
-        ] {
-            if let Err(errno) = write_file(libc::AT_FDCWD, path, map) {
-                return (Step::IdMaps, errno);
+    let die = unsafe {
+        check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0).into()).and_then(|()| {
+            if libc::getppid() == 1 {
+                Ok(())
+            } else {
+                Err(libc::ESRCH)
             }
+        })
+    };
+    if let Err(errno) = die {
+        return (Step::DieWithParent, errno);
+    }
+    if let Some(confinement) = &exec.confinement {
+        if let Err(failed) = confinement.enter_user_namespace() {
+            return failed;
         }
-        if let Err(errno) = write_file(exec.user_sysctls, c"max_user_namespaces", b"0") {
-            return (Step::CloseUserNamespaces, errno);
-        }
-        if libc::unshare(libc::CLONE_NEWUSER) == 0 {
-            return (Step::UsernsStillAllowed, libc::EPERM);
-        }
+    }
+    // SAFETY: as above.
+    unsafe {
         if let Err(errno) = check(libc::chdir(exec.chdir.as_ptr()).into()) {
             return (Step::Chdir, errno);
         }
@@ -253,30 +366,47 @@ fn steps(exec: &mut CommandExec<'_>) -> (Step, libc::c_int) {
             u32::MAX,
             libc::CLOSE_RANGE_CLOEXEC,
         );
-        Ok(())
-    };
-    if let Err((step, errno)) = outcome.and_then(|()| confine_steps(exec)) {
-        return (step, errno);
+    }
+    if let Some(confinement) = &exec.confinement {
+        if let Err(failed) = confinement.confine() {
+            return failed;
+        }
+    }
+    if let Some(hold) = &mut exec.hold {
+        if let Err(errno) = wait_for_go_ahead(hold) {
+            return (Step::CalledOff, errno);
+        }
     }
     (Step::Exec, exec.launch.exec_prepared())
 }
 
-/// The inner stage's confinement and the filter.
-fn confine_steps(exec: &CommandExec<'_>) -> Result<(), (Step, libc::c_int)> {
-    let errno_of = |err: confine::ConfineError| {
-        use std::error::Error;
-        err.source()
-            .and_then(|source| source.downcast_ref::<io::Error>())
-            .and_then(io::Error::raw_os_error)
-            .unwrap_or(libc::EPERM)
+/// Reads the go-ahead (one message) and writes its warnings on stderr.
+/// Async-signal-safe.
+fn wait_for_go_ahead(hold: &mut Hold) -> Result<(), libc::c_int> {
+    let read = loop {
+        // SAFETY: reading into our own buffer of its length.
+        let n = unsafe { libc::read(hold.socket, hold.room.as_mut_ptr().cast(), hold.room.len()) };
+        if n >= 0 || errno() != libc::EINTR {
+            break n;
+        }
     };
-    confine::join_fresh_session_keyring().map_err(|e| (Step::Keyring, errno_of(e)))?;
-    confine::set_no_new_privs().map_err(|e| (Step::Capabilities, errno_of(e)))?;
-    confine::drop_capabilities_through(exec.last_cap)
-        .map_err(|e| (Step::Capabilities, errno_of(e)))?;
-    exec.seccomp
-        .install()
-        .map_err(|_| (Step::Seccomp, libc::EPERM))?;
+    let said = usize::try_from(read)
+        .ok()
+        .and_then(|n| hold.room.get(..n))
+        .unwrap_or_default();
+    let Some((&GO_AHEAD, mut warnings)) = said.split_first() else {
+        return Err(if read < 0 { errno() } else { libc::ECANCELED });
+    };
+    while !warnings.is_empty() {
+        // SAFETY: writing from a live buffer of its length.
+        let n = unsafe { libc::write(2, warnings.as_ptr().cast(), warnings.len()) };
+        match usize::try_from(n) {
+            Ok(written) if written > 0 => warnings = warnings.get(written..).unwrap_or_default(),
+            _ if n < 0 && errno() == libc::EINTR => {}
+            // Stderr gone: the warnings have nowhere to go.
+            _ => break,
+        }
+    }
     Ok(())
 }
 

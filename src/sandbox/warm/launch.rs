@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 
 use nix::sys::signal::Signal;
 
-use super::command::CommandExec;
+use super::command::{CommandExec, Confinement};
 pub use super::error::LaunchError;
 use super::mounts;
 use crate::bwrap::namespaces::{self, Forked};
@@ -123,8 +123,7 @@ fn start(ns: Namespaces, setup: &CommandSetup, report: Report) -> Result<i32, La
         setup.arg0.as_deref(),
         &setup.chdir,
         &setup.command_cwd,
-        host_ids(),
-        program,
+        Some(Confinement::new(host_ids(), program)),
     )
     .map_err(io_error("prepare the command"))?;
     let stack = ChildStack::new();
@@ -186,6 +185,7 @@ pub(super) fn in_own_namespaces(
             // Pid 1's part (the command, its stack) is not the helper's.
             drop((status_write, alive_read, pid1, report));
             let code = wait_for(pid, &status_read, &signals);
+            yield_to_everything_else();
             // The helper exits now; pid 1 follows (parent-death signal).
             drop(alive_write);
             let _ = old_mask.thread_set_mask();
@@ -268,11 +268,7 @@ impl Pid1 {
     /// the command's mounts, leads a new session and turns non-dumpable.
     /// A failure ends it, said on stderr.
     pub(super) fn set_up(&self, console: bool) -> mounts::FreshMounts {
-        if let Err(err) = crate::bwrap::kill_with_parent(|| {
-            crate::bwrap::has_hung_up(&self.alive).map_err(crate::bwrap::BwrapError::Poll)
-        }) {
-            die(&err.into());
-        }
+        self.die_with_helper();
         let mounts = mounts::fresh_mounts(console).unwrap_or_else(|err| die(&err));
         if let Err(errno) = nix::unistd::setsid() {
             die(&io_error("start a session")(errno.into()));
@@ -287,6 +283,16 @@ impl Pid1 {
             ));
         }
         mounts
+    }
+
+    /// Ties pid 1 to the helper: killed when it ends (and ended now if it
+    /// already did).
+    pub(super) fn die_with_helper(&self) {
+        if let Err(err) = crate::bwrap::kill_with_parent(|| {
+            crate::bwrap::has_hung_up(&self.alive).map_err(crate::bwrap::BwrapError::Poll)
+        }) {
+            die(&err.into());
+        }
     }
 
     /// Starts `command` (on `stack`, with `mounts`' `/proc`) and reaps
@@ -337,5 +343,19 @@ fn reaper(command: libc::pid_t, status: OwnedFd, report: Report) -> i32 {
     if nix::sys::signal::SigSet::empty().thread_set_mask().is_err() {
         return 1;
     }
-    proc_pid1::run_reaper_reporting(command, status, log, |code| report.exited(code))
+    proc_pid1::run_reaper_reporting(command, status, log, |code| {
+        report.exited(code);
+        // What is left (reaping, then the namespaces' teardown as pid 1
+        // exits) must not hold up the server that reports the end.
+        yield_to_everything_else();
+    })
+}
+
+/// Lowers this process to `SCHED_IDLE`: it runs only when nothing else
+/// wants the CPU. Best effort (lowering needs no privilege).
+fn yield_to_everything_else() {
+    // SAFETY: a zeroed sched_param is valid for SCHED_IDLE (priority 0).
+    let param: libc::sched_param = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is this process; `param` lives for the call.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
 }

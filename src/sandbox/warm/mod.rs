@@ -37,6 +37,7 @@ pub mod standby;
 
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
 
 use crate::process::launch::HelperKind;
 use crate::sandbox::cli::{self, Args, PREFIX};
@@ -231,6 +232,51 @@ pub fn decide_ahead(
         Ok(_) => Verdict::Outdated,
         Err(_) => Verdict::OneShot,
     }
+}
+
+/// The directories a decision gave a command of a standby's prepared
+/// sandbox, and the command cwd its command line named (for
+/// [`expected_setup`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandDirs {
+    given: Option<PathBuf>,
+    chdir: OsString,
+    command_cwd: PathBuf,
+}
+
+impl CommandDirs {
+    /// What `setup`, decided for the helper command line `argv`, says.
+    pub fn of(argv: &[OsString], setup: &CommandSetup) -> Option<CommandDirs> {
+        Some(CommandDirs {
+            given: cli::parse_server_args(argv)?.command_cwd,
+            chdir: setup.chdir.clone(),
+            command_cwd: setup.command_cwd.clone(),
+        })
+    }
+}
+
+/// The setup the command of the helper command line `argv` runs with when
+/// the decision finds the prepared sandbox still what a one-shot run
+/// would build, as far as it can be told without deciding: the command
+/// line's own parts, the prepared sandbox's filter `seccomp`, and the
+/// directories `dirs` decided for an earlier command whose command line
+/// named the same cwd (`None` when it named another). A standby may start
+/// the command with it while the server decides; the server lets it run
+/// only if the decision comes to the same.
+pub fn expected_setup(
+    argv: &[OsString],
+    seccomp: SeccompMode,
+    dirs: &CommandDirs,
+) -> Option<CommandSetup> {
+    let args = cli::parse_server_args(argv)?;
+    (args.command_cwd == dirs.given).then(|| CommandSetup {
+        command: args.command,
+        arg0: args.command_arg0,
+        chdir: dirs.chdir.clone(),
+        command_cwd: dirs.command_cwd.clone(),
+        seccomp,
+        console: false,
+    })
 }
 
 /// What the command of `args` runs with in the sandbox `plan` decided.

@@ -21,6 +21,10 @@ pub struct FreshMounts {
     /// turned read-only, so the command can close user namespaces for
     /// itself.
     pub user_sysctls: OwnedFd,
+    /// Pid 1's own directory of the fresh `/proc` (`/proc/1`, opened before
+    /// it was hidden): where pid 1 maps its ids when it enters a user
+    /// namespace itself (`super::standby`).
+    pub own_proc: OwnedFd,
 }
 
 const OPEN_TREE_CLONE: libc::c_uint = 1;
@@ -138,6 +142,7 @@ pub fn fresh_mounts(console: bool) -> Result<FreshMounts, LaunchError> {
     if console {
         bind_console()?;
     }
+    let own_proc = open_dir("/proc/1")?;
     let hidden = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     mount("an empty /proc/1", "tmpfs", "/proc/1", hidden, "mode=555")?;
     let dev_flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
@@ -149,7 +154,10 @@ pub fn fresh_mounts(console: bool) -> Result<FreshMounts, LaunchError> {
         MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
         "newinstance,ptmxmode=0666,mode=620",
     )?;
-    Ok(FreshMounts { user_sysctls })
+    Ok(FreshMounts {
+        user_sysctls,
+        own_proc,
+    })
 }
 
 /// The terminal on standard output, found under the caller's devpts the

@@ -8,6 +8,7 @@ use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
 
+pub use super::command::{GO_AHEAD, MAX_GO_AHEAD_BYTES};
 use super::launch::CommandSetup;
 use crate::sandbox::glob::GlobExpansion;
 use crate::sandbox::seccomp::SeccompMode;
@@ -73,17 +74,31 @@ pub struct StandbyRequest {
     pub seccomp: SeccompMode,
 }
 
-/// The command a standing-by pid 1 starts, as the server decided it, with
-/// the whole environment it runs with. Descriptors: its stdin, stdout and
-/// stderr.
+/// The command a standing-by pid 1 starts, with the whole environment it
+/// runs with. Descriptors: its stdin, stdout and stderr. The command takes
+/// every step but its exec, then waits on the control socket for the
+/// server's go-ahead ([`go_ahead`]): the server may send the command while
+/// it still decides, with the setup it expects.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Go {
-    pub decided: Decided,
+    pub setup: CommandSetup,
     pub env: Vec<(OsString, OsString)>,
 }
 
 /// A standby's word on its control socket that its pid 1 is ready.
 pub const STANDING_BY: u8 = 1;
+
+/// The server's go-ahead for a standby's command: [`GO_AHEAD`], then the
+/// decision's warnings, which the command writes on its stderr before it
+/// execs, as a one-shot run prints them. `None` when they do not fit.
+pub fn go_ahead(warnings: &[String]) -> Option<Vec<u8>> {
+    let mut said = vec![GO_AHEAD];
+    for line in warnings {
+        said.extend_from_slice(line.as_bytes());
+        said.push(b'\n');
+    }
+    (said.len() <= MAX_GO_AHEAD_BYTES).then_some(said)
+}
 
 /// A keeper's answer on its control socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -188,12 +203,7 @@ fn read_seccomp(r: &mut Reader) -> Option<SeccompMode> {
     }
 }
 
-fn write_decided(w: &mut Writer, decided: Option<&Decided>) {
-    let Some(Decided { setup, warnings }) = decided else {
-        w.byte(0);
-        return;
-    };
-    w.byte(1);
+fn write_setup(w: &mut Writer, setup: &CommandSetup) {
     w.count(setup.command.len());
     for word in &setup.command {
         w.bytes(word.as_bytes());
@@ -203,13 +213,9 @@ fn write_decided(w: &mut Writer, decided: Option<&Decided>) {
     w.bytes(setup.command_cwd.as_os_str().as_bytes());
     write_seccomp(w, setup.seccomp);
     w.byte(u8::from(setup.console));
-    write_strings(w, warnings);
 }
 
-fn read_decided(r: &mut Reader) -> Option<Option<Decided>> {
-    if r.byte()? == 0 {
-        return Some(None);
-    }
+fn read_setup(r: &mut Reader) -> Option<CommandSetup> {
     let mut command = Vec::new();
     for _ in 0..r.count()? {
         command.push(OsString::from_vec(r.bytes()?));
@@ -219,18 +225,33 @@ fn read_decided(r: &mut Reader) -> Option<Option<Decided>> {
     let command_cwd = PathBuf::from(OsString::from_vec(r.bytes()?));
     let seccomp = read_seccomp(r)?;
     let console = r.byte()? == 1;
+    Some(CommandSetup {
+        command,
+        arg0,
+        chdir,
+        command_cwd,
+        seccomp,
+        console,
+    })
+}
+
+fn write_decided(w: &mut Writer, decided: Option<&Decided>) {
+    let Some(Decided { setup, warnings }) = decided else {
+        w.byte(0);
+        return;
+    };
+    w.byte(1);
+    write_setup(w, setup);
+    write_strings(w, warnings);
+}
+
+fn read_decided(r: &mut Reader) -> Option<Option<Decided>> {
+    if r.byte()? == 0 {
+        return Some(None);
+    }
+    let setup = read_setup(r)?;
     let warnings = read_strings(r)?;
-    Some(Some(Decided {
-        setup: CommandSetup {
-            command,
-            arg0,
-            chdir,
-            command_cwd,
-            seccomp,
-            console,
-        },
-        warnings,
-    }))
+    Some(Some(Decided { setup, warnings }))
 }
 
 /// The server's verdict on a piped launch: the command as decided, or
@@ -312,7 +333,7 @@ impl StandbyRequest {
 impl Go {
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::default();
-        write_decided(&mut w, Some(&self.decided));
+        write_setup(&mut w, &self.setup);
         w.count(self.env.len());
         for (key, value) in &self.env {
             w.bytes(key.as_bytes());
@@ -323,7 +344,7 @@ impl Go {
 
     pub fn decode(bytes: &[u8]) -> Option<Go> {
         let mut r = Reader(bytes);
-        let decided = read_decided(&mut r)??;
+        let setup = read_setup(&mut r)?;
         let count = r.count()?;
         let mut env = Vec::with_capacity(count.min(4096));
         for _ in 0..count {
@@ -332,7 +353,7 @@ impl Go {
             env.push((key, value));
         }
         r.end()?;
-        Some(Go { decided, env })
+        Some(Go { setup, env })
     }
 }
 
@@ -462,7 +483,7 @@ mod tests {
         assert_eq!(StandbyRequest::decode(&[7]), None);
         assert_eq!(StandbyRequest::decode(&[0, 0]), None);
         let go = Go {
-            decided: decided.clone(),
+            setup: decided.setup.clone(),
             env: vec![
                 ("PATH".into(), "/usr/bin".into()),
                 (OsString::from_vec(b"K\xfe".to_vec()), "a=b".into()),
@@ -471,6 +492,12 @@ mod tests {
         let said = go.encode();
         assert_eq!(Go::decode(&said), Some(go));
         assert_eq!(Go::decode(&said[..said.len() - 1]), None);
-        assert_eq!(Go::decode(&encode_verdict(None)), None, "no command");
+        assert_eq!(Go::decode(&[]), None, "no command");
+        assert_eq!(
+            go_ahead(&decided.warnings).as_deref(),
+            Some(&b"\x01codex-linux-sandbox: warning: x\n"[..])
+        );
+        assert_eq!(go_ahead(&[]), Some(vec![GO_AHEAD]));
+        assert_eq!(go_ahead(&["w".repeat(MAX_GO_AHEAD_BYTES)]), None);
     }
 }

@@ -4,19 +4,26 @@
 //! prepared sandbox and clones the next command's pid 1, exactly as a
 //! launch does ([`super::launch`]): its own pid, mount, ipc, uts and cgroup
 //! namespaces, its fresh `/proc`, `/dev/shm` and `/dev/pts`, its session,
-//! not dumpable. Pid 1 then says it stands by
+//! not dumpable. Pid 1 then takes the command's whole confinement itself
+//! (`super::command::Confinement`: a nested user namespace in which none
+//! can be made, a fresh session keyring, no_new_privs, no capability, the
+//! seccomp filter), which the command inherits, says it stands by
 //! ([`super::request::STANDING_BY`]) and waits on its control socket.
 //!
-//! The server decides the next command's sandbox as for any launch
-//! (`super::decide_ahead`) and, only when a one-shot run would build the
-//! prepared sandbox, hands the command to pid 1 ([`super::request::Go`]:
-//! the command as decided, its environment, and its stdin, stdout and
-//! stderr as descriptors). Pid 1 takes that stdio and environment, prints
-//! the decision's warnings and starts the command with the same last
-//! steps as a launch (`super::command`). What a command can do is what a
-//! launch gives it: the standby is made from the same prepared sandbox
-//! the decision was checked against, serves one command only, and nothing
-//! of it was ever seen by another command.
+//! The server hands the next command to pid 1 ([`super::request::Go`]:
+//! the command with the setup the server expects, its environment, and
+//! its stdin, stdout and stderr as descriptors) while it decides the
+//! command's sandbox as for any launch (`super::decide_ahead`). Pid 1
+//! takes that stdio and environment and starts the command, which only
+//! enters its directory (`super::command`) and then waits before its
+//! exec for the server's go-ahead ([`super::request::go_ahead`]). The
+//! server sends it only when a one-shot run would build the prepared
+//! sandbox and the decided setup is the one sent; otherwise it hangs up,
+//! the command exits without exec'ing, and the server starts it the
+//! other way. What a command can do is what a launch gives it: the
+//! standby is made from the same prepared sandbox the decision was
+//! checked against, serves one command only, and nothing of it was ever
+//! seen by another command.
 //!
 //! The control socket's end (the server dropped the standby) ends pid 1
 //! before any command, and with it the helper; so do the helper's usual
@@ -24,7 +31,7 @@
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use super::command::CommandExec;
+use super::command::{CommandExec, Confinement};
 use super::launch::{self, die, host_ids, in_own_namespaces, io_error, Namespaces, Report};
 use super::request::{Go, StandbyRequest, STANDING_BY};
 use crate::process::vfork::ChildStack;
@@ -74,37 +81,43 @@ pub fn run(data: &[u8], fds: Vec<OwnedFd>) -> i32 {
     let report = Report { status, gate };
     let outcome = in_own_namespaces(ns, report, move |pid1| {
         let mounts = pid1.set_up(false);
+        // The command's confinement, taken here: the command inherits it.
+        let mut confinement = Confinement::new(ids, program);
+        confinement.set_user_sysctls(&mounts.user_sysctls);
+        if let Err(line) = confinement.apply_here(&mounts.own_proc) {
+            eprintln!("{line}");
+            // SAFETY: ends pid 1 before any command ran.
+            unsafe { libc::_exit(1) }
+        }
+        // Still tied to the helper in its new credentials.
+        pid1.die_with_helper();
         let Some(go) = wait_for_go(&control, &mut buf) else {
             // Dropped unused, or a command this standby cannot take.
             // SAFETY: ends pid 1 before any command ran.
             unsafe { libc::_exit(0) }
         };
-        drop(control);
-        if go.decided.setup.seccomp != request.seccomp || go.decided.setup.console {
+        if go.setup.seccomp != request.seccomp || go.setup.console {
             die(&io_error("take the command")(
                 std::io::Error::from_raw_os_error(libc::EINVAL),
             ));
         }
-        let Go { decided, env } = go;
+        let Go { setup, env } = go;
         for (key, _) in std::env::vars_os() {
             std::env::remove_var(key);
         }
         for (key, value) in &env {
             std::env::set_var(key, value);
         }
-        for line in &decided.warnings {
-            eprintln!("{line}");
-        }
-        let setup = &decided.setup;
-        let command = CommandExec::new(
+        let mut command = CommandExec::new(
             &setup.command,
             setup.arg0.as_deref(),
             &setup.chdir,
             &setup.command_cwd,
-            ids,
-            program,
+            None,
         )
         .unwrap_or_else(|err| die(&io_error("prepare the command")(err)));
+        // Closed by the reaper, once the command has exec'd.
+        command.hold_for_go_ahead(control.as_raw_fd());
         pid1.start_command(command, stack, mounts)
     });
     match outcome {
