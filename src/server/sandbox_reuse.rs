@@ -72,9 +72,6 @@ const PREPARE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest deny-glob match list sent with a command (larger: the helper
 /// scans, as a one-shot run does).
 const MAX_EXPANSION_BYTES: usize = 64 * 1024;
-/// How long a command waits for a standby still on its way (beyond: the
-/// helper's launch).
-const STANDBY_WAIT: Duration = Duration::from_secs(1);
 /// Standbys a prepared sandbox keeps ready or on their way: two, so that
 /// the next command finds one ready while the one after it is made.
 const STANDBYS: usize = 2;
@@ -210,14 +207,10 @@ impl Reuse {
                         index: slot.deny_index.clone(),
                         vouched,
                     };
-                    if let Some(pending) = sandbox.take_standby() {
-                        let verdict = (verdict_read, verdict_write);
-                        self.hand_to_standby(sandbox, pending, decision, spec, verdict)
-                            .await;
-                        return;
-                    }
-                    decide_meanwhile(spec, decision, verdict_write);
-                    spec.helper = Some(sandbox.launch_job(None, Some(verdict_read)));
+                    let standby = sandbox.ready_standby();
+                    let verdict = (verdict_read, verdict_write);
+                    self.launch_decided(sandbox, standby, decision, spec, verdict)
+                        .await;
                     return;
                 }
                 Outcome::Unavailable { since } if since.elapsed() < RETRY_AFTER => return,
@@ -226,31 +219,28 @@ impl Reuse {
         }
     }
 
-    /// Hands the command of `spec` to the standby `pending` once it is
-    /// ready. Its sandbox is decided ([`decide`]) once the standby has the
-    /// command, which meanwhile takes every step but its exec with the
+    /// Launches the command of `spec` in the prepared `sandbox` while its
+    /// sandbox is decided ([`decide`]), whose verdict the helper's launch
+    /// reads on `verdict` before it launches anything. With a `standby`,
+    /// the command is handed to it instead, and the decision made once the
+    /// standby has it: the command takes every step but its exec with the
     /// setup the decision is expected to give it
-    /// ([`warm::expected_setup`]); it runs only if the decision found the
-    /// prepared sandbox and that setup, else the launch falls back to the
-    /// helper's, which gets the verdict on `verdict`. Without an expected
-    /// setup (no earlier command named this cwd) the decision comes first.
-    /// The next command's standby is made once this one is decided.
-    async fn hand_to_standby(
+    /// ([`warm::expected_setup`]), and runs only if the decision found the
+    /// prepared sandbox and that setup; else the launch falls back to the
+    /// helper's. Without an expected setup (no earlier command named this
+    /// cwd) the decision comes first. Each decision that finds the prepared
+    /// sandbox leaves its directories for the next command and has the
+    /// sandbox's standbys made up.
+    async fn launch_decided(
         &self,
         sandbox: &Arc<PreparedSandbox>,
-        pending: PendingStandby,
+        standby: Option<Standby>,
         decision: Decision,
         spec: &mut LaunchSpec,
         (verdict_read, verdict_write): (OwnedFd, OwnedFd),
     ) {
         spec.helper = Some(sandbox.launch_job(None, Some(verdict_read)));
         let mode = sandbox.standby_mode;
-        let standby = tokio::time::timeout(STANDBY_WAIT, pending).await;
-        let standby = standby.ok().and_then(Result::ok).flatten();
-        let expected = lock(&sandbox.dirs)
-            .as_ref()
-            .zip(mode)
-            .and_then(|(dirs, mode)| warm::expected_setup(&spec.argv, mode, dirs));
         let next = StandbyNext {
             sandbox: sandbox.clone(),
             spec: spec.clone(),
@@ -258,19 +248,24 @@ impl Reuse {
         };
         let decide = move || {
             let decided = decide(&next.spec.argv, decision);
-            if let Some(decided) = &decided {
-                *lock(&next.sandbox.dirs) = warm::CommandDirs::of(&next.spec.argv, &decided.setup);
-            }
-            // The helper's launch reads it if the standby's is called off.
+            // A helper gone meanwhile (its start failed, or it was killed,
+            // or the standby took the command) closed the read end.
             let verdict = warm::request::encode_verdict(decided.as_deref());
             let _ = crate::sys::fds::write_all(verdict_write.as_raw_fd(), &verdict);
-            next.sandbox.stand_by(&next.spec, &next.exe);
+            if let Some(decided) = &decided {
+                *lock(&next.sandbox.dirs) = warm::CommandDirs::of(&next.spec.argv, &decided.setup);
+                next.sandbox.stand_by(&next.spec, &next.exe);
+            }
             decided
         };
         let Some(standby) = standby else {
             tokio::task::spawn_blocking(decide);
             return;
         };
+        let expected = lock(&sandbox.dirs)
+            .as_ref()
+            .zip(mode)
+            .and_then(|(dirs, mode)| warm::expected_setup(&spec.argv, mode, dirs));
         let (setup, go_ahead): (CommandSetup, GoAhead) = match expected {
             Some(setup) => {
                 let expected = setup.clone();
@@ -325,11 +320,7 @@ impl Reuse {
         )
         .await
         {
-            Ok(Ok(sandbox)) => {
-                let sandbox = Arc::new(sandbox);
-                sandbox.stand_by(spec, &self.exe);
-                Outcome::Ready(sandbox)
-            }
+            Ok(Ok(sandbox)) => Outcome::Ready(Arc::new(sandbox)),
             Ok(Err(why)) => unavailable(&why),
             Err(_) => unavailable("preparing took too long"),
         }
@@ -442,29 +433,14 @@ struct Ahead {
     stale: Arc<OwnedFd>,
 }
 
-/// Decides, on a blocking thread, whether a one-shot run of the helper
-/// launch `spec` would build the prepared sandbox now
-/// ([`warm::decide_ahead`]), while the helper forks and starts; the
-/// helper waits for the verdict on `verdict` before it launches, and runs
-/// the command on a one-shot sandbox when the verdict says so or never
-/// comes. An outdated sandbox is also reported on its stale pipe, so the
-/// next command prepares a new one. With `vouched` facts the decision
-/// takes them as the host's; without, it leaves what it found of paths in
-/// directories the shape's deny-glob index watches for the next command,
-/// valid until the index sees anything happen.
-fn decide_meanwhile(spec: &LaunchSpec, decision: Decision, verdict: OwnedFd) {
-    let argv = spec.argv.clone();
-    tokio::task::spawn_blocking(move || {
-        let decided = decide(&argv, decision);
-        // A helper gone meanwhile (its start failed, or it was killed)
-        // closed the read end: nothing to tell.
-        let said = warm::request::encode_verdict(decided.as_deref());
-        let _ = crate::sys::fds::write_all(verdict.as_raw_fd(), &said);
-    });
-}
-
-/// The decision of [`decide_meanwhile`], on the calling (blocking)
-/// thread: the command as decided when the prepared sandbox may take it.
+/// Decides, on the calling thread, whether a one-shot run of the helper
+/// command line `argv` would build the prepared sandbox now
+/// ([`warm::decide_ahead`]): the command as decided when the prepared
+/// sandbox may take it. An outdated sandbox is also reported on its stale
+/// pipe, so the next command prepares a new one. With vouched facts the
+/// decision takes them as the host's; without, it leaves what it found of
+/// paths in directories the shape's deny-glob index watches for the next
+/// command, valid until the index sees anything happen.
 fn decide(argv: &[std::ffi::OsString], decision: Decision) -> Option<Box<Decided>> {
     let Decision {
         ahead,
@@ -899,10 +875,26 @@ impl PreparedSandbox {
 }
 
 impl PreparedSandbox {
-    /// The oldest standby made for the next commands, if any (ready or
-    /// not).
-    fn take_standby(&self) -> Option<PendingStandby> {
-        lock(&self.standbys).pop_front()
+    /// A standby ready now, the oldest first; those that failed to start
+    /// are dropped on the way, those still on their way stay (a command
+    /// never waits for one: the helper's launch is as quick).
+    fn ready_standby(&self) -> Option<Standby> {
+        use tokio::sync::oneshot::error::TryRecvError;
+        let mut standbys = lock(&self.standbys);
+        let mut i = 0;
+        while let Some(pending) = standbys.get_mut(i) {
+            match pending.try_recv() {
+                Ok(Some(standby)) => {
+                    standbys.remove(i);
+                    return Some(standby);
+                }
+                Ok(None) | Err(TryRecvError::Closed) => {
+                    standbys.remove(i);
+                }
+                Err(TryRecvError::Empty) => i += 1,
+            }
+        }
+        None
     }
 
     /// Makes standbys (`sandbox::warm::standby`) from the helper launch
