@@ -901,22 +901,58 @@ impl PreparedSandbox {
     /// `spec` until [`STANDBYS`] are ready or on their way, unless the
     /// commands may take none or too many failed in a row.
     fn stand_by(&self, spec: &LaunchSpec, exe: &std::path::Path) {
-        let missing = STANDBYS.saturating_sub(lock(&self.standbys).len());
-        for _ in 0..missing {
-            self.stand_by_once(spec, exe);
-        }
-    }
-
-    fn stand_by_once(&self, spec: &LaunchSpec, exe: &std::path::Path) {
-        let Some(seccomp) = self.standby_mode else {
-            return;
-        };
         if self.standby_failures.load(Ordering::Relaxed) >= MAX_STANDBY_FAILURES {
             return;
         }
-        let Ok((ours, theirs)) = seqpacket_pair() else {
+        let mut standbys = lock(&self.standbys);
+        let missing = STANDBYS.saturating_sub(standbys.len());
+        let jobs: Vec<_> = (0..missing)
+            .map_while(|_| self.standby_job(spec))
+            .map(|(job, control)| {
+                let (ready, pending) = tokio::sync::oneshot::channel();
+                standbys.push_back(pending);
+                (job, control, ready)
+            })
+            .collect();
+        drop(standbys);
+        if jobs.is_empty() {
             return;
-        };
+        }
+        let failures = self.standby_failures.clone();
+        let exe = exe.to_owned();
+        // One after another: making standbys takes at most one CPU from
+        // the commands running meanwhile.
+        tokio::spawn(async move {
+            for (job, control, ready) in jobs {
+                let started =
+                    tokio::time::timeout(PREPARE_TIMEOUT, start_standby(job, &exe, control));
+                let standby = match started.await {
+                    Ok(Ok(standby)) => {
+                        failures.store(0, Ordering::Relaxed);
+                        Some(standby)
+                    }
+                    Ok(Err(why)) => {
+                        tracing::debug!("no standby: {why}");
+                        failures.fetch_add(1, Ordering::Relaxed);
+                        None
+                    }
+                    Err(_) => {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                        None
+                    }
+                };
+                // Nobody waits any more (the sandbox went): the standby goes.
+                let _ = ready.send(standby);
+            }
+        });
+    }
+
+    /// The spawn job of a standby made from the helper launch `spec`, and
+    /// the server's end of its control socket; `None` when its commands
+    /// may take none.
+    fn standby_job(&self, spec: &LaunchSpec) -> Option<(LaunchSpec, OwnedFd)> {
+        let seccomp = self.standby_mode?;
+        let (ours, theirs) = seqpacket_pair().ok()?;
         let mut fds = vec![
             Arc::new(theirs),
             self.in_use.clone(),
@@ -943,30 +979,7 @@ impl PreparedSandbox {
             }),
             standby: None,
         };
-        let (ready, pending) = tokio::sync::oneshot::channel();
-        lock(&self.standbys).push_back(pending);
-        let failures = self.standby_failures.clone();
-        let exe = exe.to_owned();
-        tokio::spawn(async move {
-            let started = tokio::time::timeout(PREPARE_TIMEOUT, start_standby(job, &exe, ours));
-            let standby = match started.await {
-                Ok(Ok(standby)) => {
-                    failures.store(0, Ordering::Relaxed);
-                    Some(standby)
-                }
-                Ok(Err(why)) => {
-                    tracing::debug!("no standby: {why}");
-                    failures.fetch_add(1, Ordering::Relaxed);
-                    None
-                }
-                Err(_) => {
-                    failures.fetch_add(1, Ordering::Relaxed);
-                    None
-                }
-            };
-            // Nobody waits any more (the sandbox went): the standby goes.
-            let _ = ready.send(standby);
-        });
+        Some((job, ours))
     }
 }
 
