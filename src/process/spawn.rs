@@ -3,6 +3,7 @@
 
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, OnceLock};
@@ -364,10 +365,18 @@ fn hand_over(handoff: Handoff, spec: &LaunchSpec) -> io::Result<Spawned> {
     let mut stdio = ChildStdio::open(spec)?;
     crate::sys::scm::send_with_fds(control, &message, &stdio.sent)?;
     stdio.handed.clear();
-    let said =
-        blocking_in_place(go_ahead).ok_or_else(|| io::Error::other("the launch was called off"))?;
+    // A go-ahead that panicked calls the launch off like one that said no.
+    let worked_out = blocking_in_place(|| std::panic::catch_unwind(AssertUnwindSafe(go_ahead)));
+    let said = worked_out
+        .ok()
+        .flatten()
+        .ok_or_else(|| io::Error::other("the launch was called off"))?;
+    // The go-ahead is the last step that may fail: a launch that falls
+    // back to another way must not have run here too.
+    let spawned =
+        stdio.into_spawned(standby.supervisor_pid, standby.command_pid, standby.status)?;
     crate::sys::scm::send_with_fds(control, &said, &[])?;
-    stdio.into_spawned(standby.supervisor_pid, standby.command_pid, standby.status)
+    Ok(spawned)
 }
 
 /// Runs `work`, which blocks for a while, on this thread: on a

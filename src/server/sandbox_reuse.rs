@@ -12,6 +12,14 @@
 //! the helper checks itself when the server has no deny-glob matches to
 //! give it).
 //!
+//! Standbys: a prepared sandbox keeps [`STANDBYS`] of the next commands'
+//! pids 1 made ahead (`sandbox::warm::standby`), made one after another
+//! once a command was decided. A command takes one that is ready (it never
+//! waits for one) and is started in it with the setup the decision is
+//! expected to give, while the server decides on the same thread; the
+//! command execs only on the go-ahead the server sends when the decision
+//! agrees, and is started the helper's way otherwise.
+//!
 //! It is dropped (its keeper then removes what it left on the host and
 //! exits, its namespaces vanish with the last descriptor): when a helper
 //! found it outdated (its stale pipe), when its keeper is gone, when the
@@ -338,21 +346,15 @@ impl Reuse {
         let (in_use_read, in_use_write) =
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| e.to_string())?;
         let request = PrepareRequest { console, expansion };
-        let keeper = LaunchSpec {
-            argv: spec.argv.clone(),
-            arg0: spec.arg0.clone(),
-            cwd: spec.cwd.clone(),
-            env: spec.env.clone(),
-            tty: None,
-            pipe_stdin: false,
-            sandboxed: false,
-            helper: Some(HelperJob {
+        let keeper = role_job(
+            spec,
+            spec.argv.clone(),
+            HelperJob {
                 kind: HelperKind::Prepare,
                 data: request.encode(),
                 fds: vec![Arc::new(theirs), Arc::new(in_use_read)],
-            }),
-            standby: None,
-        };
+            },
+        );
         let spawned = crate::process::spawn::spawn_helper_job(&keeper, &self.exe)
             .await
             .map_err(|e| format!("cannot start a keeper: {e}"))?;
@@ -964,22 +966,33 @@ impl PreparedSandbox {
         }
         // The helper's flags only: the command comes later.
         let flags = spec.argv.iter().take_while(|arg| *arg != "--").cloned();
-        let job = LaunchSpec {
-            argv: flags.collect(),
-            arg0: spec.arg0.clone(),
-            cwd: spec.cwd.clone(),
-            env: spec.env.clone(),
-            tty: None,
-            pipe_stdin: false,
-            sandboxed: false,
-            helper: Some(HelperJob {
+        let job = role_job(
+            spec,
+            flags.collect(),
+            HelperJob {
                 kind: HelperKind::Standby,
                 data: StandbyRequest { seccomp }.encode(),
                 fds,
-            }),
-            standby: None,
-        };
+            },
+        );
         Some((job, ours))
+    }
+}
+
+/// The spawn job of one of the helper's reuse roles (`helper`), started
+/// as the helper launch `spec` is (the same program, directory and
+/// environment) with the command line `argv`, on no terminal.
+fn role_job(spec: &LaunchSpec, argv: Vec<std::ffi::OsString>, helper: HelperJob) -> LaunchSpec {
+    LaunchSpec {
+        argv,
+        arg0: spec.arg0.clone(),
+        cwd: spec.cwd.clone(),
+        env: spec.env.clone(),
+        tty: None,
+        pipe_stdin: false,
+        sandboxed: false,
+        helper: Some(helper),
+        standby: None,
     }
 }
 
