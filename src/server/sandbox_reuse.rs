@@ -235,10 +235,12 @@ impl Reuse {
     /// setup the decision is expected to give it
     /// ([`warm::expected_setup`]), and runs only if the decision found the
     /// prepared sandbox and that setup; else the launch falls back to the
-    /// helper's. Without an expected setup (no earlier command named this
-    /// cwd) the decision comes first. Each decision that finds the prepared
-    /// sandbox leaves its directories for the next command and has the
-    /// sandbox's standbys made up.
+    /// helper's, which then gets the verdict (a fallback after the
+    /// go-ahead finds none and runs the command on a one-shot sandbox).
+    /// Without an expected setup (no earlier command named this cwd) the
+    /// decision comes first. Each decision that finds the prepared sandbox
+    /// leaves its directories for the next command and has the sandbox's
+    /// standbys made up.
     async fn launch_decided(
         &self,
         sandbox: &Arc<PreparedSandbox>,
@@ -247,19 +249,15 @@ impl Reuse {
         spec: &mut LaunchSpec,
         (verdict_read, verdict_write): (OwnedFd, OwnedFd),
     ) {
-        spec.helper = Some(sandbox.launch_job(None, Some(verdict_read)));
-        let mode = sandbox.standby_mode;
         let next = StandbyNext {
             sandbox: sandbox.clone(),
             spec: spec.clone(),
             exe: self.exe.clone(),
         };
+        spec.helper = Some(sandbox.launch_job(None, Some(verdict_read)));
+        let mode = sandbox.standby_mode;
         let decide = move || {
             let decided = decide(&next.spec.argv, decision);
-            // A helper gone meanwhile (its start failed, or it was killed,
-            // or the standby took the command) closed the read end.
-            let verdict = warm::request::encode_verdict(decided.as_deref());
-            let _ = crate::sys::fds::write_all(verdict_write.as_raw_fd(), &verdict);
             if let Some(decided) = &decided {
                 *lock(&next.sandbox.dirs) = warm::CommandDirs::of(&next.spec.argv, &decided.setup);
                 next.sandbox.stand_by(&next.spec, &next.exe);
@@ -267,7 +265,7 @@ impl Reuse {
             decided
         };
         let Some(standby) = standby else {
-            tokio::task::spawn_blocking(decide);
+            tokio::task::spawn_blocking(move || write_verdict(&verdict_write, decide().as_deref()));
             return;
         };
         let expected = lock(&sandbox.dirs)
@@ -277,19 +275,29 @@ impl Reuse {
         let (setup, go_ahead): (CommandSetup, GoAhead) = match expected {
             Some(setup) => {
                 let expected = setup.clone();
-                let go_ahead = move || go_ahead_for(decide().as_deref(), &expected);
+                let go_ahead = move || {
+                    let decided = decide();
+                    let said = go_ahead_for(decided.as_deref(), &expected);
+                    if said.is_none() {
+                        write_verdict_later(verdict_write, decided);
+                    }
+                    said
+                };
                 (setup, Box::new(go_ahead))
             }
             None => {
-                let decided = tokio::task::spawn_blocking(decide).await;
-                let Some(decided) = decided.ok().flatten() else {
-                    return;
-                };
-                if mode != Some(decided.setup.seccomp) || decided.setup.console {
-                    return;
+                let decided = tokio::task::spawn_blocking(decide).await.ok().flatten();
+                let said = decided
+                    .as_deref()
+                    .filter(|d| mode == Some(d.setup.seccomp) && !d.setup.console)
+                    .and_then(|d| go_ahead_for(Some(d), &d.setup));
+                match (decided, said) {
+                    (Some(decided), Some(said)) => (decided.setup, Box::new(move || Some(said))),
+                    (decided, _) => {
+                        write_verdict_later(verdict_write, decided);
+                        return;
+                    }
                 }
-                let said = go_ahead_for(Some(&decided), &decided.setup);
-                (decided.setup, Box::new(move || said))
             }
         };
         let message = Go {
@@ -303,6 +311,10 @@ impl Reuse {
                 message,
                 go_ahead,
             }));
+        } else {
+            // Undecided: the helper's launch finds no verdict and runs the
+            // command on a one-shot sandbox.
+            drop(go_ahead);
         }
     }
 
@@ -389,7 +401,7 @@ impl Reuse {
                     standbys: Mutex::default(),
                     standby_mode,
                     standby_failures: Arc::default(),
-                    dirs: Arc::default(),
+                    dirs: Mutex::default(),
                     user: Arc::new(user),
                     mnt: Arc::new(mnt),
                     net: net.map(Arc::new),
@@ -443,12 +455,14 @@ struct Ahead {
 /// decision takes them as the host's; without, it leaves what it found of
 /// paths in directories the shape's deny-glob index watches for the next
 /// command, valid until the index sees anything happen.
-fn decide(argv: &[std::ffi::OsString], decision: Decision) -> Option<Box<Decided>> {
-    let Decision {
+fn decide(
+    argv: &[std::ffi::OsString],
+    Decision {
         ahead,
         index,
         vouched,
-    } = decision;
+    }: Decision,
+) -> Option<Box<Decided>> {
     let known = vouched.known.as_deref();
     let found = warm::decide_ahead(
         argv,
@@ -474,6 +488,19 @@ fn decide(argv: &[std::ffi::OsString], decision: Decision) -> Option<Box<Decided
         }
         Verdict::OneShot => None,
     }
+}
+
+/// Tells the helper's launch the verdict on `decided` (a helper gone
+/// meanwhile closed the read end: nothing to tell).
+fn write_verdict(verdict: &OwnedFd, decided: Option<&Decided>) {
+    let said = warm::request::encode_verdict(decided);
+    let _ = crate::sys::fds::write_all(verdict.as_raw_fd(), &said);
+}
+
+/// [`write_verdict`] on a blocking thread: a verdict longer than the
+/// pipe's buffer waits there for the helper, which starts only later.
+fn write_verdict_later(verdict: OwnedFd, decided: Option<Box<Decided>>) {
+    tokio::task::spawn_blocking(move || write_verdict(&verdict, decided.as_deref()));
 }
 
 /// The go-ahead for a standby's command started with the setup
@@ -819,7 +846,7 @@ struct PreparedSandbox {
     /// Standbys in a row that failed to start.
     standby_failures: Arc<AtomicU32>,
     /// The directories the last decision gave a command.
-    dirs: Arc<Mutex<Option<warm::CommandDirs>>>,
+    dirs: Mutex<Option<warm::CommandDirs>>,
 }
 
 /// A standby on its way: `None` once it failed to start.
@@ -874,9 +901,7 @@ impl PreparedSandbox {
             fds,
         }
     }
-}
 
-impl PreparedSandbox {
     /// A standby ready now, the oldest first; those that failed to start
     /// are dropped on the way, those still on their way stay (a command
     /// never waits for one: the helper's launch is as quick).

@@ -839,6 +839,34 @@ async fn a_command_called_off_runs_once_and_as_decided() {
     );
 }
 
+/// A command line too long for a pipe's buffer (its verdict, which only a
+/// fallback launch would read, included) still starts on a standby, again
+/// and again.
+#[tokio::test]
+async fn a_long_command_line_starts_on_a_standby() {
+    if !ready() {
+        return;
+    }
+    let t = Tree::new();
+    let sandbox = ctx(workspace(vec![]), &t.ws);
+    let mut s = Session::start(&[]).await;
+    s.assert_reused(&sandbox).await;
+    let long = "x".repeat(100 * 1024);
+    for _ in 0..3 {
+        let id = s.id();
+        s.raw
+            .call(
+                "process/start",
+                json!({"processId": id, "argv": ["sh", "-c", "echo ${#1}", "sh", long],
+                       "cwd": sandbox["cwd"], "env": {"PATH": "/usr/bin:/bin"},
+                       "tty": false, "sandbox": sandbox}),
+            )
+            .await;
+        let (code, output) = s.finish(&id).await;
+        assert_eq!((code, output.trim()), (0, "102400"));
+    }
+}
+
 /// What `ps` shows first for a standby.
 const STANDBY_TITLE: &str = "codexbox-sandbox-standby";
 
